@@ -1,0 +1,216 @@
+"""Kafka API keys and the first flexible version of each (which picks the header versions).
+
+The table covers every key Apache Kafka defines up to 4.x (0..92), including the ones Kafka 4.0
+removed (LeaderAndIsr, ...): a proxy may still see them and must be able to peek their header.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = ["FIRST_FLEXIBLE_VERSION", "ApiKey", "is_flexible"]
+
+
+class ApiKey(IntEnum):
+    """Kafka API keys, named as in ``org.apache.kafka.common.protocol.ApiKeys``."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    VOTE = 52
+    BEGIN_QUORUM_EPOCH = 53
+    END_QUORUM_EPOCH = 54
+    DESCRIBE_QUORUM = 55
+    ALTER_PARTITION = 56
+    UPDATE_FEATURES = 57
+    ENVELOPE = 58
+    FETCH_SNAPSHOT = 59
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    UNREGISTER_BROKER = 64
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
+    CONTROLLER_REGISTRATION = 70
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
+    ASSIGN_REPLICAS_TO_DIRS = 73
+    LIST_CLIENT_METRICS_RESOURCES = 74
+    LIST_CONFIG_RESOURCES = 74  # the 4.1 name of key 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
+    UPDATE_RAFT_VOTER = 82
+    INITIALIZE_SHARE_GROUP_STATE = 83
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
+    STREAMS_GROUP_HEARTBEAT = 88
+    STREAMS_GROUP_DESCRIBE = 89
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
+
+#: First flexible version per API key (None: never flexible). From flexibleVersions in the specs.
+FIRST_FLEXIBLE_VERSION: dict[int, int | None] = {
+    0: 9,
+    1: 12,
+    2: 6,
+    3: 9,
+    4: 4,
+    5: 2,
+    6: 6,
+    7: 3,
+    8: 8,
+    9: 6,
+    10: 3,
+    11: 6,
+    12: 4,
+    13: 4,
+    14: 4,
+    15: 5,
+    16: 3,
+    17: None,
+    18: 3,
+    19: 5,
+    20: 4,
+    21: 2,
+    22: 2,
+    23: 4,
+    24: 3,
+    25: 3,
+    26: 3,
+    27: 1,
+    28: 3,
+    29: 2,
+    30: 2,
+    31: 2,
+    32: 4,
+    33: 2,
+    34: 2,
+    35: 2,
+    36: 2,
+    37: 2,
+    38: 2,
+    39: 2,
+    40: 2,
+    41: 2,
+    42: 2,
+    43: 2,
+    44: 1,
+    45: 0,
+    46: 0,
+    47: None,
+    48: 1,
+    49: 1,
+    50: 0,
+    51: 0,
+    52: 0,
+    53: 1,
+    54: 1,
+    55: 0,
+    56: 0,
+    57: 0,
+    58: 0,
+    59: 0,
+    60: 0,
+    61: 0,
+    62: 0,
+    63: 0,
+    64: 0,
+    65: 0,
+    66: 0,
+    67: 0,
+    68: 0,
+    69: 0,
+    70: 0,
+    71: 0,
+    72: 0,
+    73: 0,
+    74: 0,
+    75: 0,
+    76: 0,
+    77: 0,
+    78: 0,
+    79: 0,
+    80: 0,
+    81: 0,
+    82: 0,
+    83: 0,
+    84: 0,
+    85: 0,
+    86: 0,
+    87: 0,
+    88: 0,
+    89: 0,
+    90: 0,
+    91: 0,
+    92: 0,
+}
+
+#: Keys added after this one are assumed flexible from v0 (every API added since KIP-482 is).
+_LAST_KNOWN_API_KEY = max(FIRST_FLEXIBLE_VERSION)
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    """Whether (api_key, api_version) uses the flexible (compact, tagged) encoding."""
+    first = FIRST_FLEXIBLE_VERSION.get(api_key, 0 if api_key > _LAST_KNOWN_API_KEY else None)
+    return first is not None and api_version >= first

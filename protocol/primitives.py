@@ -1,0 +1,422 @@
+"""Kafka's primitive wire types: a bounds-checked :class:`Reader` and an appending :class:`Writer`.
+
+The reader works on a ``memoryview`` so that byte fields (record batches) come out as zero-copy
+views; every failure is a :class:`~protocol.errors.ProtocolError`, never ``struct.error`` or
+``IndexError``.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+
+from .errors import InvalidValue, MalformedFrame, TruncatedData
+
+__all__ = [
+    "Buffer",
+    "Reader",
+    "Writer",
+    "encode_uvarint",
+    "encode_varint",
+    "encode_varlong",
+    "read_uvarint_at",
+    "zigzag_decode",
+    "zigzag_encode",
+]
+
+#: Anything the decoders accept as input.
+Buffer = bytes | bytearray | memoryview
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_F64 = struct.Struct(">d")
+_UUID = struct.Struct(">16s")
+
+_NULL_UUID = uuid.UUID(int=0)
+
+
+def zigzag_encode(value: int, bits: int = 64) -> int:
+    """Map a signed integer onto an unsigned one (0,-1,1,-2 -> 0,1,2,3) as Kafka's varint does."""
+    return (value << 1) ^ (value >> (bits - 1))
+
+
+def zigzag_decode(value: int) -> int:
+    """Inverse of :func:`zigzag_encode`."""
+    return (value >> 1) ^ -(value & 1)
+
+
+def encode_uvarint(value: int) -> bytes:
+    """Unsigned LEB128 varint (Kafka's ``UNSIGNED_VARINT``); accepts 0 .. 2**64-1."""
+    if value < 0 or value >= 1 << 64:
+        raise InvalidValue(f"unsigned varint out of range: {value}")
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag-encoded signed 32-bit varint (Kafka's ``VARINT``)."""
+    if not -(1 << 31) <= value < 1 << 31:
+        raise InvalidValue(f"varint out of int32 range: {value}")
+    return encode_uvarint(zigzag_encode(value, 32) & 0xFFFFFFFF)
+
+
+def encode_varlong(value: int) -> bytes:
+    """Zigzag-encoded signed 64-bit varint (Kafka's ``VARLONG``)."""
+    if not -(1 << 63) <= value < 1 << 63:
+        raise InvalidValue(f"varlong out of int64 range: {value}")
+    return encode_uvarint(zigzag_encode(value, 64) & 0xFFFFFFFFFFFFFFFF)
+
+
+def read_uvarint_at(buf: Buffer, pos: int, max_bytes: int = 5) -> tuple[int, int]:
+    """Read an unsigned varint at ``pos``; return (value, position after it).
+
+    ``max_bytes`` = 5 bounds a 32-bit value (lengths, counts, tags), 10 a 64-bit one.
+    """
+    n = len(buf)
+    result = 0
+    shift = 0
+    for i in range(max_bytes):
+        if pos >= n:
+            raise TruncatedData(f"varint truncated at offset {pos}")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            if max_bytes == 5 and result > 0xFFFFFFFF:
+                raise MalformedFrame(f"unsigned varint exceeds 32 bits at offset {pos - i - 1}")
+            return result, pos
+        shift += 7
+    raise MalformedFrame(f"varint longer than {max_bytes} bytes at offset {pos - max_bytes}")
+
+
+class Reader:
+    """Sequential, bounds-checked reader over one buffer (a ``memoryview`` of unsigned bytes)."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, data: Buffer, pos: int = 0) -> None:
+        mv = data if isinstance(data, memoryview) else memoryview(data)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        self.buf: memoryview = mv
+        self.pos: int = pos
+
+    # -- fixed width -------------------------------------------------------------------------
+    def remaining(self) -> int:
+        """Bytes left after the current position."""
+        return len(self.buf) - self.pos
+
+    def _need(self, n: int) -> int:
+        pos = self.pos
+        if n < 0 or pos + n > len(self.buf):
+            raise TruncatedData(f"need {n} bytes at offset {pos}, only {len(self.buf) - pos} left")
+        self.pos = pos + n
+        return pos
+
+    def int8(self) -> int:
+        """Signed 8-bit integer."""
+        v: int = _I8.unpack_from(self.buf, self._need(1))[0]
+        return v
+
+    def boolean(self) -> bool:
+        """Kafka BOOLEAN: one byte, non-zero is true (re-encoded as 1)."""
+        pos = self._need(1)
+        b = self.buf[pos]
+        if b > 1:
+            # Java accepts any non-zero byte, but keeping 0/1 strict keeps re-encoding byte-identical.
+            raise MalformedFrame(f"boolean byte {b} at offset {pos} is neither 0 nor 1")
+        return b == 1
+
+    def int16(self) -> int:
+        """Signed big-endian 16-bit integer."""
+        v: int = _I16.unpack_from(self.buf, self._need(2))[0]
+        return v
+
+    def uint16(self) -> int:
+        """Unsigned big-endian 16-bit integer."""
+        v: int = _U16.unpack_from(self.buf, self._need(2))[0]
+        return v
+
+    def int32(self) -> int:
+        """Signed big-endian 32-bit integer."""
+        v: int = _I32.unpack_from(self.buf, self._need(4))[0]
+        return v
+
+    def uint32(self) -> int:
+        """Unsigned big-endian 32-bit integer."""
+        v: int = _U32.unpack_from(self.buf, self._need(4))[0]
+        return v
+
+    def int64(self) -> int:
+        """Signed big-endian 64-bit integer."""
+        v: int = _I64.unpack_from(self.buf, self._need(8))[0]
+        return v
+
+    def float64(self) -> float:
+        """IEEE 754 double, big-endian."""
+        v: float = _F64.unpack_from(self.buf, self._need(8))[0]
+        return v
+
+    def uuid(self) -> uuid.UUID:
+        """16-byte UUID (Kafka's all-zero UUID decodes to ``UUID(int=0)``)."""
+        pos = self._need(16)
+        return uuid.UUID(bytes=bytes(self.buf[pos : pos + 16]))
+
+    # -- variable width ----------------------------------------------------------------------
+    def uvarint(self) -> int:
+        """Unsigned varint of at most 32 bits."""
+        v, self.pos = read_uvarint_at(self.buf, self.pos, 5)
+        return v
+
+    def varint(self) -> int:
+        """Zigzag signed 32-bit varint."""
+        v, self.pos = read_uvarint_at(self.buf, self.pos, 5)
+        return zigzag_decode(v)
+
+    def varlong(self) -> int:
+        """Zigzag signed 64-bit varint."""
+        v, self.pos = read_uvarint_at(self.buf, self.pos, 10)
+        if v >= 1 << 64:
+            raise MalformedFrame("varlong exceeds 64 bits")
+        return zigzag_decode(v)
+
+    def take(self, n: int) -> memoryview:
+        """The next ``n`` bytes as a zero-copy view."""
+        pos = self._need(n)
+        return self.buf[pos : pos + n]
+
+    def _text(self, n: int) -> str:
+        pos = self._need(n)
+        try:
+            return str(self.buf[pos : pos + n], "utf-8")
+        except UnicodeDecodeError as e:
+            raise MalformedFrame(f"invalid UTF-8 in string at offset {pos}: {e.reason}") from None
+
+    def string(self) -> str:
+        """STRING: int16 length then UTF-8; null is malformed."""
+        n = self.int16()
+        if n < 0:
+            raise MalformedFrame(f"null (length {n}) for a non-nullable string at offset {self.pos - 2}")
+        return self._text(n)
+
+    def nullable_string(self) -> str | None:
+        """NULLABLE_STRING: int16 length (-1 = null) then UTF-8."""
+        n = self.int16()
+        if n == -1:
+            return None
+        if n < 0:
+            raise MalformedFrame(f"negative string length {n} at offset {self.pos - 2}")
+        return self._text(n)
+
+    def compact_string(self) -> str:
+        """COMPACT_STRING: uvarint (length + 1) then UTF-8; null is malformed."""
+        n = self.uvarint() - 1
+        if n < 0:
+            raise MalformedFrame(f"null for a non-nullable compact string at offset {self.pos - 1}")
+        return self._text(n)
+
+    def compact_nullable_string(self) -> str | None:
+        """COMPACT_NULLABLE_STRING: uvarint (length + 1, 0 = null) then UTF-8."""
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        return self._text(n)
+
+    def bytes_(self) -> memoryview:
+        """BYTES: int32 length then raw bytes (zero-copy view)."""
+        n = self.int32()
+        if n < 0:
+            raise MalformedFrame(f"null (length {n}) for non-nullable bytes at offset {self.pos - 4}")
+        return self.take(n)
+
+    def nullable_bytes(self) -> memoryview | None:
+        """NULLABLE_BYTES / RECORDS: int32 length (-1 = null) then raw bytes."""
+        n = self.int32()
+        if n == -1:
+            return None
+        if n < 0:
+            raise MalformedFrame(f"negative bytes length {n} at offset {self.pos - 4}")
+        return self.take(n)
+
+    def compact_bytes(self) -> memoryview:
+        """COMPACT_BYTES: uvarint (length + 1) then raw bytes."""
+        n = self.uvarint() - 1
+        if n < 0:
+            raise MalformedFrame(f"null for non-nullable compact bytes at offset {self.pos - 1}")
+        return self.take(n)
+
+    def compact_nullable_bytes(self) -> memoryview | None:
+        """COMPACT_NULLABLE_BYTES / COMPACT_RECORDS: uvarint (length + 1, 0 = null)."""
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        return self.take(n)
+
+    def array_length(self, compact: bool) -> int:
+        """Element count of an ARRAY (int32, -1 = null) or COMPACT_ARRAY (uvarint N+1, 0 = null)."""
+        if compact:
+            n = self.uvarint() - 1
+        else:
+            n = self.int32()
+            if n < -1:
+                raise MalformedFrame(f"negative array length {n} at offset {self.pos - 4}")
+        # Each element takes at least one byte: a bigger count is corrupt, and refusing it early
+        # keeps a hostile length from making us loop or allocate.
+        if n > len(self.buf) - self.pos:
+            raise TruncatedData(f"array of {n} elements cannot fit in {len(self.buf) - self.pos} bytes")
+        return n
+
+    def tagged_fields(self) -> list[tuple[int, memoryview]]:
+        """A tagged-field section: uvarint count, then (uvarint tag, uvarint size, bytes) ascending."""
+        count = self.uvarint()
+        if count > len(self.buf) - self.pos:
+            raise TruncatedData(f"{count} tagged fields cannot fit in {len(self.buf) - self.pos} bytes")
+        out: list[tuple[int, memoryview]] = []
+        last = -1
+        for _ in range(count):
+            tag = self.uvarint()
+            if tag <= last:
+                raise MalformedFrame(f"tagged field {tag} after {last}: tags must be strictly ascending")
+            last = tag
+            size = self.uvarint()
+            out.append((tag, self.take(size)))
+        return out
+
+    def expect_end(self) -> None:
+        """Raise :class:`MalformedFrame` if bytes remain (they would be lost on re-encoding)."""
+        if self.pos != len(self.buf):
+            raise MalformedFrame(f"{len(self.buf) - self.pos} unexpected trailing bytes at offset {self.pos}")
+
+
+class Writer:
+    """Appends wire-encoded values to a ``bytearray``."""
+
+    __slots__ = ("out",)
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def getvalue(self) -> bytes:
+        """Everything written so far."""
+        return bytes(self.out)
+
+    def raw(self, data: Buffer) -> None:
+        """Append bytes as they are."""
+        self.out += data
+
+    def int8(self, v: int) -> None:
+        """Signed 8-bit integer."""
+        self.out += _I8.pack(v)
+
+    def boolean(self, v: bool) -> None:
+        """BOOLEAN as 0/1."""
+        self.out.append(1 if v else 0)
+
+    def int16(self, v: int) -> None:
+        """Signed 16-bit integer."""
+        self.out += _I16.pack(v)
+
+    def uint16(self, v: int) -> None:
+        """Unsigned 16-bit integer."""
+        self.out += _U16.pack(v)
+
+    def int32(self, v: int) -> None:
+        """Signed 32-bit integer."""
+        self.out += _I32.pack(v)
+
+    def uint32(self, v: int) -> None:
+        """Unsigned 32-bit integer."""
+        self.out += _U32.pack(v)
+
+    def int64(self, v: int) -> None:
+        """Signed 64-bit integer."""
+        self.out += _I64.pack(v)
+
+    def float64(self, v: float) -> None:
+        """IEEE 754 double."""
+        self.out += _F64.pack(v)
+
+    def uuid(self, v: uuid.UUID | None) -> None:
+        """16-byte UUID; None is written as the all-zero UUID."""
+        self.out += (v or _NULL_UUID).bytes
+
+    def uvarint(self, v: int) -> None:
+        """Unsigned varint."""
+        if 0 <= v < 0x80:
+            self.out.append(v)
+        else:
+            self.out += encode_uvarint(v)
+
+    def varint(self, v: int) -> None:
+        """Zigzag 32-bit varint."""
+        self.out += encode_varint(v)
+
+    def varlong(self, v: int) -> None:
+        """Zigzag 64-bit varint."""
+        self.out += encode_varlong(v)
+
+    def string(self, v: str | None, nullable: bool, compact: bool) -> None:
+        """(COMPACT_)(NULLABLE_)STRING."""
+        if v is None:
+            if not nullable:
+                raise InvalidValue("None given for a non-nullable string")
+            if compact:
+                self.out.append(0)
+            else:
+                self.out += b"\xff\xff"
+            return
+        data = v.encode("utf-8")
+        if compact:
+            self.uvarint(len(data) + 1)
+        else:
+            if len(data) > 0x7FFF:
+                raise InvalidValue(f"string of {len(data)} bytes exceeds the int16 length limit")
+            self.out += _I16.pack(len(data))
+        self.out += data
+
+    def bytes_(self, v: Buffer | None, nullable: bool, compact: bool) -> None:
+        """(COMPACT_)(NULLABLE_)BYTES and RECORDS."""
+        if v is None:
+            if not nullable:
+                raise InvalidValue("None given for non-nullable bytes")
+            if compact:
+                self.out.append(0)
+            else:
+                self.out += b"\xff\xff\xff\xff"
+            return
+        n = len(v) if not isinstance(v, memoryview) else v.nbytes
+        if compact:
+            self.uvarint(n + 1)
+        else:
+            self.out += _I32.pack(n)
+        self.out += v
+
+    def array_length(self, n: int | None, compact: bool) -> None:
+        """Element count of an (compact) array; None = null array."""
+        if n is None:
+            if compact:
+                self.out.append(0)
+            else:
+                self.out += b"\xff\xff\xff\xff"
+        elif compact:
+            self.uvarint(n + 1)
+        else:
+            self.out += _I32.pack(n)
+
+    def tagged_fields(self, fields: list[tuple[int, bytes]]) -> None:
+        """A tagged-field section from (tag, encoded value) pairs, which must be sorted by tag."""
+        self.uvarint(len(fields))
+        for tag, data in fields:
+            self.uvarint(tag)
+            self.uvarint(len(data))
+            self.out += data

@@ -1,0 +1,379 @@
+"""A small declarative schema DSL and the generic encoder/decoder over it.
+
+A message is a frozen dataclass whose fields are declared with :func:`kfield`: the Kafka type,
+the versions the field exists in, the versions it is nullable in and, for tagged fields, the tag.
+That dataclass is the single source of truth: the codec compiles one (decoder, encoder) pair per
+(class, version) from it, and the tests derive their hypothesis strategies from it too.
+
+Like Kafka's own ``MessageData``, one object represents every version: fields absent from a version
+decode to their default and are not written when encoding that version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from .errors import InvalidValue, MalformedFrame, ProtocolError, UnsupportedVersion
+from .primitives import Buffer, Reader, Writer
+
+__all__ = [
+    "BOOL",
+    "BYTES",
+    "FLOAT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "RECORDS",
+    "STRING",
+    "UINT16",
+    "UINT32",
+    "UUID",
+    "ArrayOf",
+    "FieldSpec",
+    "KType",
+    "Message",
+    "Prim",
+    "Struct",
+    "VersionRange",
+    "decode_struct",
+    "encode_struct",
+    "kfield",
+    "schema_fields",
+]
+
+MAX_VERSION = 0x7FFF
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    """Inclusive range of versions, parsed from Kafka's notation ("0+", "3-5", "7", "none")."""
+
+    low: int
+    high: int
+
+    @classmethod
+    def parse(cls, text: str) -> VersionRange:
+        """Parse Kafka's version-range notation."""
+        if text == "none":
+            return cls(1, 0)
+        if text.endswith("+"):
+            return cls(int(text[:-1]), MAX_VERSION)
+        if "-" in text:
+            lo, hi = text.split("-")
+            return cls(int(lo), int(hi))
+        return cls(int(text), int(text))
+
+    def __contains__(self, version: object) -> bool:
+        return isinstance(version, int) and self.low <= version <= self.high
+
+
+@dataclass(frozen=True, slots=True)
+class Prim:
+    """A primitive Kafka type."""
+
+    name: str
+
+
+BOOL = Prim("bool")
+INT8 = Prim("int8")
+INT16 = Prim("int16")
+INT32 = Prim("int32")
+INT64 = Prim("int64")
+UINT16 = Prim("uint16")
+UINT32 = Prim("uint32")
+FLOAT64 = Prim("float64")
+UUID = Prim("uuid")
+STRING = Prim("string")
+BYTES = Prim("bytes")
+#: Record batches: decoded as a zero-copy memoryview and never parsed.
+RECORDS = Prim("records")
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayOf:
+    """``[]T``: an array of a primitive or of a struct."""
+
+    element: Prim | type[Struct]
+
+
+KType = Prim | ArrayOf | type["Struct"]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """How one dataclass field is put on the wire."""
+
+    type: KType
+    versions: VersionRange
+    nullable: VersionRange
+    tag: int | None
+    tagged_versions: VersionRange
+
+
+def kfield(
+    type_: KType,
+    versions: str,
+    *,
+    default: Any,
+    nullable: str = "none",
+    tag: int | None = None,
+    tagged_versions: str | None = None,
+) -> Any:
+    """Declare a Kafka field on a :class:`Struct` dataclass (returns a ``dataclasses.field``)."""
+    spec = FieldSpec(
+        type=type_,
+        versions=VersionRange.parse(versions),
+        nullable=VersionRange.parse(nullable),
+        tag=tag,
+        tagged_versions=VersionRange.parse(tagged_versions or versions) if tag is not None
+        else VersionRange(1, 0),
+    )
+    return dataclasses.field(default=default, metadata={"kafka": spec})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Struct:
+    """Base of every message and nested structure.
+
+    ``unknown_tagged_fields`` keeps tagged fields this codec does not know, byte for byte, so they
+    are written back unchanged (sorted into place by tag).
+    """
+
+    unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message(Struct):
+    """A top-level request or response body."""
+
+    API_KEY: ClassVar[int]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    FLEXIBLE_FROM: ClassVar[int | None]
+
+
+def schema_fields(cls: type[Struct]) -> list[tuple[str, FieldSpec, Any]]:
+    """The Kafka fields of a struct class in wire order: (name, spec, default)."""
+    out: list[tuple[str, FieldSpec, Any]] = []
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get("kafka")
+        if spec is not None:
+            out.append((f.name, spec, f.default))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Compilation: one decoder/encoder per (struct class, version, flexible).
+
+ReadFn = Callable[[Reader], Any]
+WriteFn = Callable[[Writer, Any], None]
+
+_FIXED_READERS: dict[Prim, ReadFn] = {
+    BOOL: Reader.boolean,
+    INT8: Reader.int8,
+    INT16: Reader.int16,
+    INT32: Reader.int32,
+    INT64: Reader.int64,
+    UINT16: Reader.uint16,
+    UINT32: Reader.uint32,
+    FLOAT64: Reader.float64,
+    UUID: Reader.uuid,
+}
+_FIXED_WRITERS: dict[Prim, WriteFn] = {
+    BOOL: Writer.boolean,
+    INT8: Writer.int8,
+    INT16: Writer.int16,
+    INT32: Writer.int32,
+    INT64: Writer.int64,
+    UINT16: Writer.uint16,
+    UINT32: Writer.uint32,
+    FLOAT64: Writer.float64,
+    UUID: Writer.uuid,
+}
+
+
+def _reader_for(t: KType, version: int, flexible: bool, nullable: bool) -> ReadFn:
+    if isinstance(t, Prim):
+        fixed = _FIXED_READERS.get(t)
+        if fixed is not None:
+            return fixed
+        if t is STRING:
+            if flexible:
+                return Reader.compact_nullable_string if nullable else Reader.compact_string
+            return Reader.nullable_string if nullable else Reader.string
+        if t is RECORDS:
+            return Reader.compact_nullable_bytes if flexible else Reader.nullable_bytes
+        if flexible:
+            cb = Reader.compact_nullable_bytes if nullable else Reader.compact_bytes
+            return lambda r: None if (v := cb(r)) is None else bytes(v)
+        nb = Reader.nullable_bytes if nullable else Reader.bytes_
+        return lambda r: None if (v := nb(r)) is None else bytes(v)
+    if isinstance(t, ArrayOf):
+        elem = _reader_for(t.element, version, flexible, False)
+
+        def read_array(r: Reader) -> tuple[Any, ...] | None:
+            n = r.array_length(flexible)
+            if n < 0:
+                if not nullable:
+                    raise MalformedFrame(f"null array for a non-nullable field at offset {r.pos}")
+                return None
+            return tuple([elem(r) for _ in range(n)])
+
+        return read_array
+    struct_cls = t
+    return lambda r: _codec(struct_cls, version, flexible).decode(r)
+
+
+def _writer_for(t: KType, version: int, flexible: bool, nullable: bool) -> WriteFn:
+    if isinstance(t, Prim):
+        fixed = _FIXED_WRITERS.get(t)
+        if fixed is not None:
+            return fixed
+        if t is STRING:
+            return lambda w, v: w.string(v, nullable, flexible)
+        if t is RECORDS:
+            return lambda w, v: w.bytes_(v, True, flexible)
+        return lambda w, v: w.bytes_(v, nullable, flexible)
+    if isinstance(t, ArrayOf):
+        elem = _writer_for(t.element, version, flexible, False)
+
+        def write_array(w: Writer, v: tuple[Any, ...] | None) -> None:
+            if v is None:
+                if not nullable:
+                    raise InvalidValue("None given for a non-nullable array")
+                w.array_length(None, flexible)
+                return
+            w.array_length(len(v), flexible)
+            for item in v:
+                elem(w, item)
+
+        return write_array
+    struct_cls = t
+    return lambda w, v: _codec(struct_cls, version, flexible).encode(w, v)
+
+
+class _StructCodec:
+    """Decoder and encoder of one struct class at one version."""
+
+    __slots__ = ("cls", "flexible", "regular", "tagged", "tagged_by_tag")
+
+    def __init__(self, cls: type[Struct], version: int, flexible: bool) -> None:
+        self.cls = cls
+        self.flexible = flexible
+        self.regular: list[tuple[str, ReadFn, WriteFn]] = []
+        self.tagged: list[tuple[int, str, ReadFn, WriteFn, Any]] = []
+        for name, spec, default in schema_fields(cls):
+            if version not in spec.versions:
+                continue
+            nullable = version in spec.nullable
+            rd = _reader_for(spec.type, version, flexible, nullable)
+            wr = _writer_for(spec.type, version, flexible, nullable)
+            if spec.tag is not None:
+                if flexible and version in spec.tagged_versions:
+                    self.tagged.append((spec.tag, name, rd, wr, default))
+                continue
+            self.regular.append((name, rd, wr))
+        self.tagged.sort(key=lambda x: x[0])
+        self.tagged_by_tag = {t[0]: t for t in self.tagged}
+
+    def decode(self, r: Reader) -> Any:
+        kw: dict[str, Any] = {name: rd(r) for name, rd, _ in self.regular}
+        if self.flexible:
+            unknown: list[tuple[int, bytes]] = []
+            for tag, data in r.tagged_fields():
+                known = self.tagged_by_tag.get(tag)
+                if known is None:
+                    unknown.append((tag, bytes(data)))
+                    continue
+                sub = Reader(data)
+                kw[known[1]] = known[2](sub)
+                sub.expect_end()
+            if unknown:
+                kw["unknown_tagged_fields"] = tuple(unknown)
+        return self.cls(**kw)
+
+    def encode(self, w: Writer, obj: Any) -> None:
+        if not isinstance(obj, self.cls):
+            raise InvalidValue(f"expected {self.cls.__name__}, got {type(obj).__name__}")
+        for name, _, wr in self.regular:
+            wr(w, getattr(obj, name))
+        if self.flexible:
+            fields: list[tuple[int, bytes]] = []
+            for tag, name, _, wr, default in self.tagged:
+                value = getattr(obj, name)
+                # Like Kafka, a tagged field equal to its default is simply left out.
+                if value != default:
+                    sub = Writer()
+                    wr(sub, value)
+                    fields.append((tag, bytes(sub.out)))
+            unknown = obj.unknown_tagged_fields
+            if unknown:
+                fields.extend((int(t), bytes(d)) for t, d in unknown)
+                fields.sort(key=lambda x: x[0])
+                tags = [t for t, _ in fields]
+                if len(set(tags)) != len(tags):
+                    raise InvalidValue(f"duplicate tagged fields in {self.cls.__name__}: {tags}")
+            w.tagged_fields(fields)
+
+
+_CODECS: dict[tuple[type[Struct], int, bool], _StructCodec] = {}
+
+
+def _codec(cls: type[Struct], version: int, flexible: bool) -> _StructCodec:
+    key = (cls, version, flexible)
+    c = _CODECS.get(key)
+    if c is None:
+        c = _CODECS[key] = _StructCodec(cls, version, flexible)
+    return c
+
+
+S = TypeVar("S", bound=Struct)
+
+# Exceptions the generic codec may hit on garbage input or bad values; callers only see ours.
+_LOW_LEVEL = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeError, KeyError,
+              RecursionError)
+
+
+def decode_struct(cls: type[S], version: int, data: Buffer | Reader, flexible: bool) -> S:
+    """Decode ``cls`` at ``version``; with a buffer, every byte must be consumed."""
+    try:
+        if isinstance(data, Reader):
+            obj: S = _codec(cls, version, flexible).decode(data)
+            return obj
+        r = Reader(data)
+        obj = _codec(cls, version, flexible).decode(r)
+        r.expect_end()
+        return obj
+    except ProtocolError:
+        raise
+    except _LOW_LEVEL as e:
+        raise MalformedFrame(f"cannot decode {cls.__name__} v{version}: {e!r}") from None
+
+
+def encode_struct(obj: Struct, version: int, flexible: bool, w: Writer | None = None) -> bytes:
+    """Encode ``obj`` at ``version`` (into ``w`` if given; the bytes written are returned)."""
+    out = w if w is not None else Writer()
+    start = len(out.out)
+    try:
+        _codec(type(obj), version, flexible).encode(out, obj)
+    except ProtocolError:
+        raise
+    except _LOW_LEVEL as e:
+        raise InvalidValue(f"cannot encode {type(obj).__name__} v{version}: {e!r}") from None
+    return bytes(out.out[start:])
+
+
+def check_version(cls: type[Message], version: int) -> None:
+    """Raise :class:`UnsupportedVersion` unless ``version`` is one the codec knows for ``cls``."""
+    lo, hi = cls.VALID_VERSIONS
+    if not lo <= version <= hi:
+        raise UnsupportedVersion(f"{cls.__name__} v{version} is not supported (known: v{lo}-v{hi})")
+
+
+def is_flexible_version(cls: type[Message], version: int) -> bool:
+    """Whether ``version`` of ``cls`` uses the flexible encoding."""
+    return cls.FLEXIBLE_FROM is not None and version >= cls.FLEXIBLE_FROM

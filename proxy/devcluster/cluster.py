@@ -1,0 +1,556 @@
+"""A real Apache Kafka cluster on loopback: one KRaft controller and N brokers as local JVM processes.
+
+The controller is a separate process so that pausing or killing brokers never costs the quorum:
+ISR changes keep being committed while two of three brokers are down.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proxy.devcluster.distribution import (
+    java_executable,
+    kafka_libs,
+    kafka_major,
+    selected_version,
+)
+from proxy.devcluster.probe import (
+    ClusterInfo,
+    ProbeConnection,
+    ProbeError,
+    encode_record_batch,
+    metadata_from_any,
+)
+
+#: Every JVM of a dev cluster carries this system property, so leftovers can always be found.
+JVM_MARKER = "-Dinsync.proxy.devcluster="
+CONTROLLER_NODE_ID = 0
+READY_TOPIC = "__insync_proxy_ready"
+
+RETRIABLE_ERRORS = {3, 5, 6, 7, 15, 19, 20}  # unknown topic, no leader, not leader, timeout, coord, ISR
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not start or did not reach the asked state; the message says why."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG: the kernel SIGKILLs the JVM if this Python process dies, even by SIGKILL.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+@dataclass
+class KafkaNode:
+    """One JVM: the controller (node 0) or a broker."""
+
+    node_id: int
+    role: str  # "controller" | "broker"
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+
+    @property
+    def config_file(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / "logs" / "server.log"
+
+    @property
+    def stdout_file(self) -> Path:
+        return self.directory / "logs" / "stdout.log"
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        out = []
+        for path in (self.stdout_file, self.log_file):
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"--- {path} ---\n" + "\n".join(text))
+        return "\n".join(out)
+
+
+@dataclass
+class ClusterSettings:
+    """What a cluster looks like; the defaults fit 2 cores and a few hundred MB per JVM."""
+
+    version: str | None = None
+    brokers: int = 3
+    broker_ports: list[int] | None = None
+    controller_port: int | None = None
+    data_dir: Path | None = None
+    broker_heap: str = "384m"
+    controller_heap: str = "256m"
+    replica_lag_time_max_ms: int = 5000
+    min_insync_replicas: int | None = None  # broker default; None keeps Kafka's default (1)
+    extra_broker_config: dict[str, str] = field(default_factory=dict)
+    die_with_parent: bool = True
+
+
+class LocalKafkaCluster:
+    """Starts, controls and stops a KRaft cluster of Apache Kafka JVMs on 127.0.0.1."""
+
+    def __init__(self, settings: ClusterSettings | None = None, progress: Callable[[str], None] | None = None):
+        self.settings = settings or ClusterSettings()
+        self.version = selected_version(self.settings.version)
+        self._say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._owns_data_dir = self.settings.data_dir is None
+        self.data_dir = self.settings.data_dir or Path(tempfile.mkdtemp(prefix="insync-kafka-"))
+        self.cluster_id = _random_cluster_id()
+        ports = self.settings.broker_ports or [free_port() for _ in range(self.settings.brokers)]
+        if len(ports) != self.settings.brokers:
+            raise ClusterError(f"{self.settings.brokers} brokers need as many ports, got {ports}")
+        self.controller = KafkaNode(
+            CONTROLLER_NODE_ID, "controller", self.settings.controller_port or free_port(),
+            self.data_dir / "controller",
+        )
+        self.brokers: dict[int, KafkaNode] = {
+            i + 1: KafkaNode(i + 1, "broker", port, self.data_dir / f"broker-{i + 1}")
+            for i, port in enumerate(ports)
+        }
+        self.libs: Path | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.brokers.values())
+
+    @property
+    def broker_addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", n.port) for n in self.brokers.values()]
+
+    def nodes(self) -> list[KafkaNode]:
+        return [self.controller, *self.brokers.values()]
+
+    def start(self, timeout: float = 180.0) -> LocalKafkaCluster:
+        """Fetch jars if needed, format storage, start every JVM, and wait until ready."""
+        started = time.monotonic()
+        self.libs = kafka_libs(self.version, self._say)
+        for node in self.nodes():
+            (node.directory / "logs").mkdir(parents=True, exist_ok=True)
+            (node.directory / "data").mkdir(parents=True, exist_ok=True)
+            node.config_file.write_text(self._properties(node))
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2)
+        (self.data_dir / "log4j.properties").write_text(_LOG4J1)
+        self._format_storage()
+        try:
+            self._launch(self.controller)
+            for broker in self.brokers.values():
+                self._launch(broker)
+            self.wait_until_ready(timeout - (time.monotonic() - started))
+        except BaseException:
+            self.stop()
+            raise
+        self._say(
+            f"Kafka {self.version}: {len(self.brokers)} brokers ready at {self.bootstrap_servers} "
+            f"in {time.monotonic() - started:.1f}s (data: {self.data_dir})"
+        )
+        return self
+
+    def stop(self, graceful_timeout: float = 15.0) -> None:
+        """Stop every JVM (brokers first, then the controller); never leaves a process behind."""
+        for node in [*self.brokers.values(), self.controller]:
+            if node.paused and node.alive():
+                self._signal(node, signal.SIGCONT)
+                node.paused = False
+        brokers = [n for n in self.brokers.values() if n.alive()]
+        for node in brokers:
+            self._signal(node, signal.SIGTERM)
+        self._reap(brokers, graceful_timeout)
+        if self.controller.alive():
+            self._signal(self.controller, signal.SIGTERM)
+            self._reap([self.controller], graceful_timeout)
+
+    def cleanup(self) -> None:
+        """Remove the data directory if this cluster created it."""
+        if self._owns_data_dir and self.data_dir.exists():
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalKafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.cleanup()
+
+    # ----------------------------------------------------------------- broker controls
+    def stop_broker(self, node_id: int, timeout: float = 60.0) -> None:
+        """SIGTERM: a controlled shutdown; waits for the process to exit."""
+        node = self.brokers[node_id]
+        if node.paused:
+            self.resume_broker(node_id)
+        self._signal(node, signal.SIGTERM)
+        self._reap([node], timeout)
+
+    def kill_broker(self, node_id: int) -> None:
+        """SIGKILL: the broker dies without a word."""
+        node = self.brokers[node_id]
+        self._signal(node, signal.SIGKILL)
+        self._reap([node], 10.0)
+        node.paused = False
+
+    def pause_broker(self, node_id: int) -> None:
+        """SIGSTOP: the broker freezes with its sockets open, as in a long GC pause or a hung host."""
+        node = self.brokers[node_id]
+        self._signal(node, signal.SIGSTOP)
+        node.paused = True
+
+    def resume_broker(self, node_id: int) -> None:
+        """SIGCONT after pause_broker."""
+        node = self.brokers[node_id]
+        self._signal(node, signal.SIGCONT)
+        node.paused = False
+
+    def start_broker(self, node_id: int, timeout: float = 120.0) -> None:
+        """Start a stopped or killed broker again and wait until it is registered."""
+        node = self.brokers[node_id]
+        if node.alive():
+            raise ClusterError(f"broker {node_id} is already running")
+        self._launch(node)
+        self.wait_for(
+            lambda: node_id in self.metadata([]).brokers,
+            timeout,
+            f"broker {node_id} to register again",
+            nodes=[node],
+        )
+
+    # ----------------------------------------------------------------- observation
+    def live_addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", n.port) for n in self.brokers.values() if n.alive() and not n.paused]
+
+    def metadata(self, topics: list[str] | None = None) -> ClusterInfo:
+        return metadata_from_any(self.live_addresses() or self.broker_addresses, topics)
+
+    def wait_for(
+        self,
+        condition: Callable[[], bool],
+        timeout: float,
+        what: str,
+        nodes: list[KafkaNode] | None = None,
+        interval: float = 0.2,
+    ) -> None:
+        """Poll `condition` until true; fail with `what` (and dead JVMs' logs) after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            for node in nodes if nodes is not None else self.nodes():
+                if node.process is not None and not node.alive():
+                    raise ClusterError(
+                        f"{node.role} {node.node_id} exited with {node.process.returncode} while waiting "
+                        f"for {what}\n{node.log_tail()}"
+                    )
+            try:
+                if condition():
+                    return
+            except (OSError, ProbeError, KeyError) as exc:
+                last_error = exc
+            time.sleep(interval)
+        raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})")
+
+    def wait_for_isr(self, topic: str, partition: int, size: int, timeout: float = 90.0) -> list[int]:
+        """Wait until the partition's ISR has exactly `size` replicas; returns the ISR."""
+        seen: list[int] = []
+
+        def check() -> bool:
+            nonlocal seen
+            seen = self.metadata([topic]).topics[topic].partitions[partition].isr
+            return len(seen) == size
+
+        self.wait_for(check, timeout, f"ISR of {topic}-{partition} to reach size {size} (now {seen})", nodes=[])
+        return seen
+
+    def wait_for_leader(self, topic: str, partition: int, timeout: float = 90.0) -> int:
+        """Wait until the partition has a live leader; returns its node id."""
+        leader = -1
+
+        def check() -> bool:
+            nonlocal leader
+            p = self.metadata([topic]).topics[topic].partitions[partition]
+            leader = p.leader
+            node = self.brokers.get(leader)
+            return p.error_code == 0 and node is not None and node.alive() and not node.paused
+
+        self.wait_for(check, timeout, f"a live leader for {topic}-{partition}", nodes=[])
+        return leader
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        return self.metadata([topic]).topics[topic].partitions[partition].leader
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        configs: Mapping[str, str] | None = None,
+        assignments: dict[int, list[int]] | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        """Create a topic and wait until every partition has a leader and a full ISR."""
+        host, port = (self.live_addresses() or self.broker_addresses)[0]
+        with ProbeConnection(host, port, timeout=30) as conn:
+            code = conn.create_topic(name, partitions, replication_factor, dict(configs or {}), assignments)
+        if code not in (0, 36):
+            raise ClusterError(f"CreateTopics {name} failed with error code {code}")
+        count = len(assignments) if assignments else partitions
+        rf = len(next(iter(assignments.values()))) if assignments else replication_factor
+
+        def ready() -> bool:
+            info = self.metadata([name]).topics.get(name)
+            if info is None or info.error_code != 0 or len(info.partitions) != count:
+                return False
+            return all(p.leader >= 0 and len(p.isr) == rf for p in info.partitions.values())
+
+        self.wait_for(ready, timeout, f"topic {name} to have leaders and full ISRs", nodes=[])
+
+    def wait_until_ready(self, timeout: float = 180.0) -> None:
+        """Ready: every broker registered, and a replication-factor-3 topic accepts acks=all."""
+        deadline = time.monotonic() + timeout
+        expected = set(self.brokers)
+        self.wait_for(
+            lambda: set(self.metadata([]).brokers) >= expected,
+            max(1.0, deadline - time.monotonic()),
+            f"brokers {sorted(expected)} to register",
+        )
+        rf = min(3, len(self.brokers))
+        self.create_topic(READY_TOPIC, 1, rf, timeout=max(1.0, deadline - time.monotonic()))
+        batch = encode_record_batch([b"ready"])
+
+        def produced() -> bool:
+            leader = self.metadata([READY_TOPIC]).topics[READY_TOPIC].partitions[0].leader
+            node = self.brokers[leader]
+            with ProbeConnection("127.0.0.1", node.port, timeout=15) as conn:
+                code = conn.produce(READY_TOPIC, 0, batch, acks=-1)
+            if code != 0 and code not in RETRIABLE_ERRORS:
+                raise ClusterError(f"acks=all produce to {READY_TOPIC} failed with error {code}")
+            return code == 0
+
+        self.wait_for(produced, max(1.0, deadline - time.monotonic()), "an acks=all produce to succeed")
+
+    # ----------------------------------------------------------------- detached state (dev-cluster up/down)
+    def state(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "cluster_id": self.cluster_id,
+            "bootstrap_servers": self.bootstrap_servers,
+            "data_dir": str(self.data_dir),
+            "nodes": [
+                {
+                    "node_id": n.node_id,
+                    "role": n.role,
+                    "port": n.port,
+                    "pid": n.process.pid if n.process else None,
+                    "log": str(n.log_file),
+                }
+                for n in self.nodes()
+            ],
+        }
+
+    # ----------------------------------------------------------------- internals
+    def _java_command(self, node: KafkaNode, main: str, *args: str) -> list[str]:
+        assert self.libs is not None
+        heap = self.settings.controller_heap if node.role == "controller" else self.settings.broker_heap
+        logging = (
+            [f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}"]
+            if kafka_major(self.version) >= 4
+            else [f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}"]
+        )
+        return [
+            java_executable(),
+            f"-Xmx{heap}",
+            "-Xms64m",
+            "-XX:+UseSerialGC",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"{JVM_MARKER}{self.cluster_id}",
+            f"-Dkafka.logs.dir={node.directory / 'logs'}",
+            *logging,
+            "-cp",
+            f"{self.libs}/*",
+            main,
+            *args,
+        ]
+
+    def _format_storage(self) -> None:
+        procs = []
+        for node in self.nodes():
+            cmd = self._java_command(
+                node, "kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(node.config_file),
+                "--ignore-formatted",
+            )
+            out = open(node.directory / "logs" / "format.log", "wb")  # noqa: SIM115 - closed below
+            procs.append((node, out, subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            )))
+        failures = []
+        for node, out, proc in procs:
+            code = proc.wait(timeout=120)
+            out.close()
+            if code != 0:
+                failures.append(f"{node.role} {node.node_id}: exit {code}\n" + (
+                    node.directory / "logs" / "format.log").read_text(errors="replace")[-2000:])
+        if failures:
+            raise ClusterError("formatting KRaft storage failed:\n" + "\n".join(failures))
+
+    def _launch(self, node: KafkaNode) -> None:
+        out = open(node.stdout_file, "ab")  # noqa: SIM115 - the child keeps it
+        node.process = subprocess.Popen(
+            self._java_command(node, "kafka.Kafka", str(node.config_file)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches us, and we stop the JVMs in order
+            preexec_fn=_die_with_parent if self.settings.die_with_parent else None,
+        )
+        out.close()
+        node.paused = False
+
+    def _signal(self, node: KafkaNode, sig: signal.Signals) -> None:
+        if node.process is not None and node.process.poll() is None:
+            try:
+                node.process.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def _reap(self, nodes: list[KafkaNode], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for node in nodes:
+            if node.process is None:
+                continue
+            try:
+                node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                node.process.kill()
+                node.process.wait(timeout=30)
+
+    def _properties(self, node: KafkaNode) -> str:
+        voters = f"{CONTROLLER_NODE_ID}@127.0.0.1:{self.controller.port}"
+        common = {
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(node.directory / "data"),
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "background.threads": "2",
+        }
+        if node.role == "controller":
+            props = {
+                **common,
+                "process.roles": "controller",
+                "listeners": f"CONTROLLER://127.0.0.1:{node.port}",
+            }
+        else:
+            props = {
+                **common,
+                "process.roles": "broker",
+                "listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "num.partitions": "1",
+                "default.replication.factor": str(min(3, self.settings.brokers)),
+                "offsets.topic.replication.factor": str(min(3, self.settings.brokers)),
+                "offsets.topic.num.partitions": "3",
+                "transaction.state.log.replication.factor": str(min(3, self.settings.brokers)),
+                "transaction.state.log.min.isr": "1",
+                "transaction.state.log.num.partitions": "3",
+                "group.initial.rebalance.delay.ms": "0",
+                "replica.lag.time.max.ms": str(self.settings.replica_lag_time_max_ms),
+                "replica.fetch.wait.max.ms": "200",
+                "log.segment.bytes": str(16 * 1024 * 1024),
+                "log.cleaner.enable": "false",
+                "share.coordinator.state.topic.replication.factor": str(min(3, self.settings.brokers)),
+                "share.coordinator.state.topic.min.isr": "1",
+            }
+        if self.settings.min_insync_replicas is not None:
+            props["min.insync.replicas"] = str(self.settings.min_insync_replicas)
+        props.update(self.settings.extra_broker_config if node.role == "broker" else {})
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def _random_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def find_devcluster_jvms() -> list[tuple[int, str]]:
+    """Every running JVM started by any dev cluster on this machine: (pid, cluster id)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for arg in cmdline:
+            if arg.startswith(JVM_MARKER.encode()):
+                found.append((int(entry.name), arg[len(JVM_MARKER):].decode(errors="replace")))
+                break
+    return found
+
+
+def kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def write_state(path: Path, cluster: LocalKafkaCluster) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cluster.state(), indent=2))
+
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+_LOG4J1 = """\
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=${kafka.logs.dir}/server.log
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.request.logger=WARN
+"""

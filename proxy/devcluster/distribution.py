@@ -1,0 +1,128 @@
+"""Apache Kafka's own jars, resolved with Maven from Maven Central into a cache outside the repo."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+#: The newest complete Apache Kafka 4.x release on Maven Central (4.4.0 is published only in part).
+DEFAULT_KAFKA_VERSION = "4.3.1"
+#: The newest 3.9.x, the second version the project is tested against.
+KAFKA_39_VERSION = "3.9.2"
+SUPPORTED_KAFKA_VERSIONS = (DEFAULT_KAFKA_VERSION, KAFKA_39_VERSION)
+
+KAFKA_VERSION_ENV = "INSYNC_PROXY_KAFKA_VERSION"
+KAFKA_LIBS_ENV = "INSYNC_PROXY_KAFKA_LIBS"
+CACHE_ENV = "INSYNC_PROXY_CACHE"
+
+_POM = Path(__file__).with_name("pom.xml")
+_COMPLETE_MARKER = ".complete"
+
+
+class DistributionError(RuntimeError):
+    """Kafka's jars or a JVM could not be found or fetched; the message says how to fix it."""
+
+
+def cache_dir() -> Path:
+    """Where jars and dev-cluster state live: $INSYNC_PROXY_CACHE or ~/.cache/insync-proxy."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "insync-proxy"
+
+
+def selected_version(version: str | None = None) -> str:
+    """The Kafka version to run: the argument, else $INSYNC_PROXY_KAFKA_VERSION, else the default."""
+    chosen = version or os.environ.get(KAFKA_VERSION_ENV) or DEFAULT_KAFKA_VERSION
+    if not re.fullmatch(r"\d+\.\d+\.\d+", chosen):
+        raise DistributionError(
+            f"Kafka version {chosen!r} is not of the form X.Y.Z; set {KAFKA_VERSION_ENV} to e.g. "
+            f"{DEFAULT_KAFKA_VERSION} or {KAFKA_39_VERSION}"
+        )
+    return chosen
+
+
+def java_executable() -> str:
+    """The `java` to start brokers with: $JAVA_HOME/bin/java, else `java` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("java")
+    if not found:
+        raise DistributionError(
+            "No Java found: the local Kafka cluster runs Apache Kafka's jars on a JVM. Install a JDK 17+ "
+            "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME."
+        )
+    return found
+
+
+def kafka_major(version: str) -> int:
+    return int(version.split(".", 1)[0])
+
+
+def kafka_libs(version: str | None = None, progress: Callable[[str], None] | None = None) -> Path:
+    """A directory holding every jar Kafka `version` needs, fetched by Maven on first use.
+
+    $INSYNC_PROXY_KAFKA_LIBS points at an existing directory of jars instead (e.g. the libs/ of an
+    unpacked Kafka distribution), for machines without Maven.
+    """
+    override = os.environ.get(KAFKA_LIBS_ENV)
+    if override:
+        libs = Path(override).expanduser()
+        if not any(libs.glob("kafka_2.13-*.jar")):
+            raise DistributionError(f"{KAFKA_LIBS_ENV}={override} holds no kafka_2.13-*.jar")
+        return libs
+    version = selected_version(version)
+    libs = cache_dir() / f"kafka-{version}" / "libs"
+    if (libs / _COMPLETE_MARKER).exists():
+        return libs
+    say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise DistributionError(
+            "Maven (mvn) is needed once to fetch Apache Kafka's jars from Maven Central: install it "
+            f"(e.g. `apt-get install maven`), or set {KAFKA_LIBS_ENV} to a Kafka distribution's libs/ directory."
+        )
+    if libs.exists():
+        shutil.rmtree(libs)
+    libs.mkdir(parents=True)
+    say(f"Fetching Apache Kafka {version} jars from Maven Central into {libs} (first run only) ...")
+    cmd = [
+        mvn,
+        "-B",
+        "-f",
+        str(_POM),
+        f"-Dkafka.version={version}",
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={libs}",
+    ]
+    if kafka_major(version) >= 4:
+        cmd.append("-Dkafka.logging=log4j2")
+    fetched = 0
+    tail: list[str] = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-30:]
+            if "Downloaded from" in line and line.rstrip().endswith(")"):
+                fetched += 1
+                if fetched % 10 == 1:
+                    name = line.split("/")[-1].split(" ")[0]
+                    say(f"  ... {fetched} artifacts fetched (latest: {name})")
+        code = proc.wait()
+    if code != 0:
+        raise DistributionError(
+            f"Maven could not fetch Kafka {version} (exit {code}). Last lines:\n" + "\n".join(tail)
+        )
+    (libs / _COMPLETE_MARKER).write_text(version)
+    say(f"Kafka {version}: {sum(1 for _ in libs.glob('*.jar'))} jars ready.")
+    return libs
