@@ -1,0 +1,388 @@
+"""Produce fast paths: read/patch ``acks`` in place, index record sets, split and answer requests.
+
+The proxy calls these on every Produce request, so nothing here decodes or copies record batches:
+the index keeps byte spans into the original frame, the forward request is a list of slices of it,
+and only the (small) responses are built with the generic codec.
+
+All frames here are frame payloads: request/response header + body, without the size prefix.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Container, Iterator, Mapping
+from dataclasses import dataclass
+
+from .api_keys import ApiKey
+from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
+from .headers import encode_response_with_header, peek_request_header, split_response
+from .messages import (
+    PartitionProduceResponse,
+    ProduceResponse,
+    TopicProduceResponse,
+    decode_response,
+    encode_response,
+)
+from .primitives import Buffer, Reader, encode_uvarint, read_uvarint_at
+
+__all__ = [
+    "PartitionKey",
+    "PartitionSpan",
+    "ProduceRequestIndex",
+    "TopicSpan",
+    "build_forward_request",
+    "build_forward_request_chunks",
+    "build_produce_error_response",
+    "index_produce_request",
+    "merge_produce_responses",
+    "patch_produce_acks",
+    "produce_acks_offset",
+    "read_produce_acks",
+]
+
+#: A partition as the request names it: (topic name, or topic_id for v13+, partition index).
+PartitionKey = tuple[str | uuid.UUID, int]
+
+_MAX_PRODUCE_VERSION = 13
+_HEAD = struct.Struct(">hhih")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def produce_acks_offset(frame: Buffer) -> int:
+    """Offset of the int16 ``acks`` inside a Produce request frame (header + body).
+
+    v0-v2: the body starts with acks; v3+: after ``transactional_id`` (int16-length nullable
+    string, compact for the flexible v9+).
+    """
+    try:
+        api_key, version, _, n = _HEAD.unpack_from(frame, 0)
+        if api_key != ApiKey.PRODUCE:
+            raise MalformedFrame(f"not a Produce request (api_key {api_key})")
+        if version < 0 or version > _MAX_PRODUCE_VERSION:
+            raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{_MAX_PRODUCE_VERSION})")
+        if n < -1:
+            raise MalformedFrame(f"negative client_id length {n}")
+        pos = 10 + n if n > 0 else 10
+        if version >= 9:
+            # Header v2 tagged fields, then a compact nullable transactional_id.
+            c = frame[pos]
+            if c == 0:
+                pos += 1
+            else:
+                r = Reader(frame, pos)
+                r.tagged_fields()
+                pos = r.pos
+            c = frame[pos]
+            if c < 0x80:
+                pos += c if c else 1
+            else:
+                length, pos = read_uvarint_at(frame, pos)
+                pos += length - 1 if length else 0
+        elif version >= 3:
+            tl = _I16.unpack_from(frame, pos)[0]
+            if tl < -1:
+                raise MalformedFrame(f"negative transactional_id length {tl}")
+            pos += 2 + tl if tl > 0 else 2
+    except (struct.error, IndexError):
+        raise TruncatedData("Produce request ends before acks") from None
+    if pos + 2 > len(frame):
+        raise TruncatedData("Produce request ends before acks")
+    return pos
+
+
+def read_produce_acks(frame: Buffer) -> int:
+    """The ``acks`` of a Produce request frame."""
+    acks: int = _I16.unpack_from(frame, produce_acks_offset(frame))[0]
+    return acks
+
+
+def patch_produce_acks(buf: bytearray | memoryview, offset: int, acks: int) -> None:
+    """Overwrite ``acks`` in place (``buf`` must be writable; the record bytes stay untouched)."""
+    try:
+        _I16.pack_into(buf, offset, acks)
+    except (struct.error, TypeError, IndexError) as e:
+        raise ProtocolError(f"cannot patch acks at offset {offset}: {e}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSpan:
+    """One partition of a Produce request: where its entry and its record set are in the frame."""
+
+    topic: str | uuid.UUID
+    partition: int
+    #: The whole partition entry (index, records, tagged fields): what a forward request copies.
+    start: int
+    end: int
+    #: The record set bytes; ``records_size`` is -1 for null records.
+    records_start: int
+    records_size: int
+
+    @property
+    def key(self) -> PartitionKey:
+        """(topic, partition)."""
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpan:
+    """One topic entry of a Produce request."""
+
+    topic: str | uuid.UUID
+    #: The topic's name (or topic_id) bytes as encoded.
+    key_start: int
+    key_end: int
+    partitions: tuple[PartitionSpan, ...]
+    #: The topic's tagged-field section (empty span in non-flexible versions).
+    tagged_start: int
+    tagged_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequestIndex:
+    """A Produce request located byte by byte, without copying any record."""
+
+    frame: memoryview
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    header_size: int
+    transactional_id: str | None
+    acks_offset: int
+    acks: int
+    timeout_ms: int
+    topics: tuple[TopicSpan, ...]
+    #: Top-level tagged-field section (empty span in non-flexible versions).
+    tagged_start: int
+    tagged_end: int
+
+    @property
+    def flexible(self) -> bool:
+        """Whether the request uses the flexible encoding (v9+)."""
+        return self.api_version >= 9
+
+    def partitions(self) -> Iterator[PartitionSpan]:
+        """Every partition, in request order."""
+        for t in self.topics:
+            yield from t.partitions
+
+    def records(self, span: PartitionSpan) -> memoryview | None:
+        """The record set of a partition (a view into the frame) or None."""
+        if span.records_size < 0:
+            return None
+        return self.frame[span.records_start : span.records_start + span.records_size]
+
+
+def index_produce_request(frame: Buffer) -> ProduceRequestIndex:
+    """Index a Produce request frame (header + body): topics, partitions, record-set spans."""
+    mv = frame if isinstance(frame, memoryview) else memoryview(frame)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    peek = peek_request_header(mv)
+    acks_offset = produce_acks_offset(mv)
+    version = peek.api_version
+    flexible = version >= 9
+    try:
+        r = Reader(mv, peek.header_size)
+        transactional_id: str | None = None
+        if version >= 3:
+            transactional_id = r.compact_nullable_string() if flexible else r.nullable_string()
+        acks = r.int16()
+        timeout_ms = r.int32()
+        topics: list[TopicSpan] = []
+        n_topics = r.array_length(flexible)
+        if n_topics < 0:
+            raise MalformedFrame("null topic_data in Produce request")
+        for _ in range(n_topics):
+            key_start = r.pos
+            topic: str | uuid.UUID
+            if version >= 13:
+                topic = r.uuid()
+            else:
+                topic = r.compact_string() if flexible else r.string()
+            key_end = r.pos
+            n_parts = r.array_length(flexible)
+            if n_parts < 0:
+                raise MalformedFrame("null partition_data in Produce request")
+            parts: list[PartitionSpan] = []
+            for _ in range(n_parts):
+                start = r.pos
+                index = r.int32()
+                if flexible:
+                    size = r.uvarint() - 1
+                else:
+                    size = r.int32()
+                    if size < -1:
+                        raise MalformedFrame(f"negative records length {size}")
+                records_start = r.pos
+                if size > 0:
+                    r.take(size)
+                if flexible:
+                    r.tagged_fields()
+                parts.append(PartitionSpan(topic, index, start, r.pos, records_start, size))
+            tagged_start = r.pos
+            if flexible:
+                r.tagged_fields()
+            topics.append(TopicSpan(topic, key_start, key_end, tuple(parts), tagged_start, r.pos))
+        tagged_start = r.pos
+        if flexible:
+            r.tagged_fields()
+        r.expect_end()
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, IndexError) as e:
+        raise MalformedFrame(f"cannot index Produce request: {e!r}") from None
+    return ProduceRequestIndex(
+        frame=mv,
+        api_version=version,
+        correlation_id=peek.correlation_id,
+        client_id=peek.client_id,
+        header_size=peek.header_size,
+        transactional_id=transactional_id,
+        acks_offset=acks_offset,
+        acks=acks,
+        timeout_ms=timeout_ms,
+        topics=tuple(topics),
+        tagged_start=tagged_start,
+        tagged_end=r.pos,
+    )
+
+
+def _count(n: int, flexible: bool) -> bytes:
+    return encode_uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def build_forward_request_chunks(
+    index: ProduceRequestIndex, keep: Container[PartitionKey], acks: int | None = None
+) -> list[bytes | memoryview]:
+    """The request restricted to the ``keep`` partitions, as chunks ready for ``writelines``.
+
+    The first chunk is the 4-byte size prefix; the rest are slices of the original frame (records
+    are never copied) plus re-encoded array counts. Header and correlation id are unchanged;
+    ``acks`` replaces the request's acks if given. Topics left without partitions are dropped.
+    """
+    frame = index.frame
+    flexible = index.flexible
+    a = index.acks_offset
+    out: list[bytes | memoryview] = [b"", frame[:a], _I16.pack(index.acks if acks is None else acks),
+                                     frame[a + 2 : a + 6]]
+    kept_topics: list[list[bytes | memoryview]] = []
+    for t in index.topics:
+        parts = [frame[p.start : p.end] for p in t.partitions if (p.topic, p.partition) in keep]
+        if not parts:
+            continue
+        chunk: list[bytes | memoryview] = [frame[t.key_start : t.key_end], _count(len(parts), flexible)]
+        chunk.extend(parts)
+        if t.tagged_end > t.tagged_start:
+            chunk.append(frame[t.tagged_start : t.tagged_end])
+        kept_topics.append(chunk)
+    out.append(_count(len(kept_topics), flexible))
+    for chunk in kept_topics:
+        out.extend(chunk)
+    if index.tagged_end > index.tagged_start:
+        out.append(frame[index.tagged_start : index.tagged_end])
+    out[0] = _I32.pack(sum(len(c) for c in out))
+    return out
+
+
+def build_forward_request(
+    index: ProduceRequestIndex, keep: Container[PartitionKey], acks: int | None = None
+) -> bytes:
+    """Like :func:`build_forward_request_chunks`, joined, without the size prefix."""
+    return b"".join(build_forward_request_chunks(index, keep, acks)[1:])
+
+
+def _error_partition(partition: int, error_code: int, error_message: str | None) -> PartitionProduceResponse:
+    return PartitionProduceResponse(
+        index=partition,
+        error_code=error_code,
+        base_offset=-1,
+        log_append_time_ms=-1,
+        log_start_offset=-1,
+        record_errors=(),
+        error_message=error_message,
+    )
+
+
+def _topic_response(
+    version: int, topic: str | uuid.UUID, partitions: tuple[PartitionProduceResponse, ...],
+    unknown: tuple[tuple[int, bytes], ...] = (),
+) -> TopicProduceResponse:
+    if isinstance(topic, uuid.UUID):
+        return TopicProduceResponse(topic_id=topic, partition_responses=partitions, unknown_tagged_fields=unknown)
+    return TopicProduceResponse(name=topic, partition_responses=partitions, unknown_tagged_fields=unknown)
+
+
+def build_produce_error_response(
+    index: ProduceRequestIndex,
+    errors: Mapping[PartitionKey, int],
+    *,
+    error_message: str | None = None,
+    throttle_time_ms: int = 0,
+) -> bytes:
+    """A Produce response (header + body) answering the ``errors`` partitions, in request order.
+
+    Each answered partition gets its error code (e.g. 19 NOT_ENOUGH_REPLICAS, 21
+    INVALID_REQUIRED_ACKS), base_offset/log_append_time/log_start_offset -1, no record errors.
+    """
+    return merge_produce_responses(index, None, errors, error_message=error_message,
+                                   throttle_time_ms=throttle_time_ms)
+
+
+def merge_produce_responses(
+    index: ProduceRequestIndex,
+    broker_response: Buffer | None,
+    proxy_errors: Mapping[PartitionKey, int],
+    *,
+    error_message: str | None = None,
+    throttle_time_ms: int = 0,
+) -> bytes:
+    """One response (header + body) for the original request, from the broker's and the proxy's.
+
+    ``broker_response`` is the broker's response frame to the forward request (same correlation
+    id), or None when the proxy answered everything. Partitions keep the original request order;
+    those in ``proxy_errors`` get the proxy's error; a partition answered by neither (a broker bug)
+    gets UNKNOWN_SERVER_ERROR so the client is never left waiting. Throttle time, node endpoints
+    and tagged fields come from the broker's response.
+    """
+    version = index.api_version
+    broker_parts: dict[PartitionKey, PartitionProduceResponse] = {}
+    broker_topic_tags: dict[str | uuid.UUID, tuple[tuple[int, bytes], ...]] = {}
+    broker: ProduceResponse | None = None
+    if broker_response is not None:
+        _, body = split_response(broker_response, ApiKey.PRODUCE, version)
+        decoded = decode_response(ApiKey.PRODUCE, version, body)
+        assert isinstance(decoded, ProduceResponse)
+        broker = decoded
+        for bt in broker.responses:
+            tkey: str | uuid.UUID = bt.topic_id if version >= 13 else bt.name
+            if bt.unknown_tagged_fields:
+                broker_topic_tags[tkey] = bt.unknown_tagged_fields
+            for bp in bt.partition_responses:
+                broker_parts[(tkey, bp.index)] = bp
+    topics: list[TopicProduceResponse] = []
+    for t in index.topics:
+        parts: list[PartitionProduceResponse] = []
+        for p in t.partitions:
+            key = (p.topic, p.partition)
+            code = proxy_errors.get(key)
+            if code is not None:
+                parts.append(_error_partition(p.partition, code, error_message))
+            elif broker is not None:
+                got = broker_parts.get(key)
+                parts.append(got if got is not None else _error_partition(
+                    p.partition, ErrorCode.UNKNOWN_SERVER_ERROR, "no answer from the broker for this partition"))
+        if parts:
+            topics.append(_topic_response(version, t.topic, tuple(parts), broker_topic_tags.get(t.topic, ())))
+    if broker is not None:
+        response = ProduceResponse(
+            responses=tuple(topics),
+            throttle_time_ms=broker.throttle_time_ms,
+            node_endpoints=broker.node_endpoints,
+            unknown_tagged_fields=broker.unknown_tagged_fields,
+        )
+    else:
+        response = ProduceResponse(responses=tuple(topics), throttle_time_ms=throttle_time_ms)
+    body_bytes = encode_response(response, version)
+    return encode_response_with_header(ApiKey.PRODUCE, version, index.correlation_id, body_bytes)
