@@ -41,7 +41,9 @@ __all__ = [
     "Struct",
     "VersionRange",
     "decode_struct",
+    "decode_value",
     "encode_struct",
+    "encode_value",
     "kfield",
     "schema_fields",
 ]
@@ -377,3 +379,28 @@ def check_version(cls: type[Message], version: int) -> None:
 def is_flexible_version(cls: type[Message], version: int) -> bool:
     """Whether ``version`` of ``cls`` uses the flexible encoding."""
     return cls.FLEXIBLE_FROM is not None and version >= cls.FLEXIBLE_FROM
+
+
+def decode_value(type_: KType, version: int, flexible: bool, data: Buffer, nullable: bool = False) -> Any:
+    """Decode one standalone value (e.g. the content of a tagged field); all bytes must be used."""
+    try:
+        r = Reader(data)
+        value = _reader_for(type_, version, flexible, nullable)(r)
+        r.expect_end()
+        return value
+    except ProtocolError:
+        raise
+    except _LOW_LEVEL as e:
+        raise MalformedFrame(f"cannot decode value: {e!r}") from None
+
+
+def encode_value(type_: KType, version: int, flexible: bool, value: Any, nullable: bool = False) -> bytes:
+    """Encode one standalone value."""
+    w = Writer()
+    try:
+        _writer_for(type_, version, flexible, nullable)(w, value)
+    except ProtocolError:
+        raise
+    except _LOW_LEVEL as e:
+        raise InvalidValue(f"cannot encode value: {e!r}") from None
+    return bytes(w.out)

@@ -1,0 +1,120 @@
+"""Shared fixtures: one real Kafka cluster for the whole run, a fresh topic per test.
+
+Backend: INSYNC_PROXY_KAFKA_BACKEND=local (default: Apache Kafka's jars as local JVMs) or
+testcontainers (the apache/kafka image; needs a Docker engine). Version: INSYNC_PROXY_KAFKA_VERSION
+(default the newest 4.x); tests marked `kafka39` get the 3.9.x cluster. Only one cluster runs at a
+time (2 cores): the pool stops one version before starting another, and kafka39 tests run last.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from proxy.devcluster.cluster import (
+    ClusterSettings,
+    LocalKafkaCluster,
+    find_devcluster_jvms,
+    kill_pids,
+)
+from proxy.devcluster.containers import BACKEND_ENV, ContainerKafkaCluster, docker_unavailable_reason
+from proxy.devcluster.distribution import KAFKA_39_VERSION, selected_version
+
+LOG_KEEP_DIR = Path(os.environ.get("INSYNC_PROXY_TEST_LOGS", "test-logs"))
+
+
+class ClusterPool:
+    """Hands out the running cluster of a version, starting it (and stopping another) on demand."""
+
+    def __init__(self) -> None:
+        self.current: LocalKafkaCluster | None = None
+        self.backend = os.environ.get(BACKEND_ENV, "local")
+        self.failed = False
+
+    def get(self, version: str) -> LocalKafkaCluster:
+        if self.current is not None and self.current.version == version:
+            return self.current
+        self.release()
+        cls: type[LocalKafkaCluster]
+        if self.backend == "testcontainers":
+            reason = docker_unavailable_reason()
+            if reason:
+                pytest.skip(f"testcontainers backend selected but {reason}")
+            cls = ContainerKafkaCluster
+        elif self.backend == "local":
+            cls = LocalKafkaCluster
+        else:
+            raise pytest.UsageError(f"{BACKEND_ENV}={self.backend!r}: use 'local' or 'testcontainers'")
+        cluster = cls(ClusterSettings(version=version))
+        cluster.start()
+        self.current = cluster
+        return cluster
+
+    def release(self) -> None:
+        if self.current is None:
+            return
+        cluster, self.current = self.current, None
+        cluster.stop()
+        if self.failed and cluster.data_dir.exists():
+            # Keep broker logs of a failed run for the post-mortem; drop the data.
+            target = LOG_KEEP_DIR / f"kafka-{cluster.version}-{cluster.cluster_id}"
+            for node_dir in cluster.data_dir.iterdir():
+                if (node_dir / "logs").is_dir():
+                    shutil.copytree(node_dir / "logs", target / node_dir.name, dirs_exist_ok=True)
+            print(f"\nKafka logs of the failed run kept in {target}", file=sys.stderr)
+        cluster.cleanup()
+
+
+_POOL = ClusterPool()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        _POOL.failed = True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # One cluster at a time: every test on the 3.9 cluster runs after all the others.
+    items.sort(key=lambda item: 1 if item.get_closest_marker("kafka39") else 0)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _POOL.release()
+    leftovers = [(pid, cid) for pid, cid in find_devcluster_jvms() if cid not in _DETACHED_OK]
+    if leftovers:
+        kill_pids([pid for pid, _ in leftovers])
+        print(f"\nFAILED: Kafka JVMs left running after the suite (now killed): {leftovers}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    else:
+        print("\nNo Kafka JVM left running after the suite.", file=sys.stderr)
+
+
+# Cluster ids of dev clusters a person started with `insync-proxy dev-cluster up` before the run.
+_DETACHED_OK = {cid for _, cid in find_devcluster_jvms()}
+
+
+@pytest.fixture(scope="session")
+def cluster_pool() -> ClusterPool:
+    return _POOL
+
+
+@pytest.fixture
+def kafka_cluster(request: pytest.FixtureRequest) -> LocalKafkaCluster:
+    """The running cluster: 3.9.x for tests marked kafka39, else the selected (default newest 4.x)."""
+    version = KAFKA_39_VERSION if request.node.get_closest_marker("kafka39") else selected_version()
+    return _POOL.get(version)
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+

@@ -1,0 +1,130 @@
+"""The real cluster behaves like Kafka: acks=all against a shrinking ISR, directly (no proxy yet)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from proxy.devcluster.cluster import LocalKafkaCluster
+from tests.helpers import wait_until
+
+
+def produce_batch(producer: Producer, topic: str, values: list[bytes], timeout: float = 60.0) -> dict[bytes, Any]:
+    """Produce values; return value -> delivery error (None when acknowledged)."""
+    results: dict[bytes, Any] = {}
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        results[msg.value()] = err
+
+    for value in values:
+        producer.produce(topic, value=value, partition=0, on_delivery=on_delivery)
+    producer.flush(timeout)
+    assert len(results) == len(values), f"only {len(results)} of {len(values)} delivery reports"
+    return results
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    try:
+
+        def read_enough() -> bool:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+            return len(values) >= expected
+
+        wait_until(read_enough, timeout, interval=0, what=f"{expected} records from {topic}")
+        # Drain briefly: nothing beyond the acknowledged records may be there.
+        for _ in range(4):
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def exercise_acks_all_with_shrinking_isr(cluster: LocalKafkaCluster, topic: str) -> None:
+    # Given a replication-factor-3 topic with min.insync.replicas=2
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    leader = cluster.wait_for_leader(topic, 0)
+    followers = [b for b in cluster.brokers if b != leader]
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5})
+    acknowledged: list[bytes] = []
+
+    first = produce_batch(producer, topic, [f"full-{i}".encode() for i in range(50)])
+    assert all(err is None for err in first.values()), first
+    acknowledged += first
+
+    paused: list[int] = []
+    try:
+        # When one follower is paused, the ISR shrinks to 2 and acks=all still succeeds
+        cluster.pause_broker(followers[0])
+        paused.append(followers[0])
+        cluster.wait_for_isr(topic, 0, 2)
+        second = produce_batch(producer, topic, [f"isr2-{i}".encode() for i in range(50)])
+        assert all(err is None for err in second.values()), second
+        acknowledged += second
+
+        # When a second follower is paused, the ISR is 1 < 2: the broker answers NOT_ENOUGH_REPLICAS
+        cluster.pause_broker(followers[1])
+        paused.append(followers[1])
+        cluster.wait_for_isr(topic, 0, 1)
+        strict = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "acks": "all",
+                "retries": 0,
+                "enable.idempotence": False,
+                "message.timeout.ms": 30000,
+            }
+        )
+        third = produce_batch(strict, topic, [f"isr1-{i}".encode() for i in range(5)])
+        codes = {err.code() if err else None for err in third.values()}
+        assert codes == {KafkaError.NOT_ENOUGH_REPLICAS}, codes
+    finally:
+        for node_id in paused:
+            cluster.resume_broker(node_id)
+
+    # Then resuming both brings the ISR back to 3, and a consumer reads exactly the acknowledged records
+    cluster.wait_for_isr(topic, 0, 3)
+    consumed = consume_all(cluster.bootstrap_servers, topic, len(acknowledged))
+    assert sorted(consumed) == sorted(acknowledged)
+
+
+def test_acks_all_fails_with_not_enough_replicas_only_below_min_isr(
+    kafka_cluster: LocalKafkaCluster, topic_name: str
+) -> None:
+    exercise_acks_all_with_shrinking_isr(kafka_cluster, topic_name)
+
+
+@pytest.mark.kafka39
+def test_acks_all_fails_with_not_enough_replicas_only_below_min_isr_on_kafka_39(
+    kafka_cluster: LocalKafkaCluster, topic_name: str
+) -> None:
+    assert kafka_cluster.version.startswith("3.9.")
+    exercise_acks_all_with_shrinking_isr(kafka_cluster, topic_name)
+
+
+def test_killed_broker_restarts_and_rejoins_the_isr(kafka_cluster: LocalKafkaCluster, topic_name: str) -> None:
+    # Given a healthy RF-3 topic
+    kafka_cluster.create_topic(topic_name, 1, 3)
+    leader = kafka_cluster.wait_for_leader(topic_name, 0)
+    victim = next(b for b in kafka_cluster.brokers if b != leader)
+    # When a follower is killed, the ISR drops to 2; when it starts again, the ISR is 3 again
+    kafka_cluster.kill_broker(victim)
+    kafka_cluster.wait_for_isr(topic_name, 0, 2)
+    kafka_cluster.start_broker(victim)
+    kafka_cluster.wait_for_isr(topic_name, 0, 3)
