@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Container, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .api_keys import ApiKey
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
@@ -39,6 +39,7 @@ __all__ = [
     "patch_produce_acks",
     "produce_acks_offset",
     "read_produce_acks",
+    "rewrite_produce_node_endpoints",
 ]
 
 #: A partition as the request names it: (topic name, or topic_id for v13+, partition index).
@@ -386,3 +387,26 @@ def merge_produce_responses(
         response = ProduceResponse(responses=tuple(topics), throttle_time_ms=throttle_time_ms)
     body_bytes = encode_response(response, version)
     return encode_response_with_header(ApiKey.PRODUCE, version, index.correlation_id, body_bytes)
+
+
+def rewrite_produce_node_endpoints(
+    frame: Buffer, api_version: int, addresses: Mapping[int, tuple[str, int]]
+) -> Buffer:
+    """Replace host/port in a Produce v10+ response's ``node_endpoints`` (frame = header + body).
+
+    Returns ``frame`` itself when the version has no node endpoints or none of them is mapped.
+    """
+    if api_version < 10:
+        return frame
+    correlation_id, body = split_response(frame, ApiKey.PRODUCE, api_version)
+    decoded = decode_response(ApiKey.PRODUCE, api_version, body)
+    assert isinstance(decoded, ProduceResponse)
+    if not any(ep.node_id in addresses for ep in decoded.node_endpoints):
+        return frame
+    endpoints = tuple(
+        replace(ep, host=addresses[ep.node_id][0], port=addresses[ep.node_id][1]) if ep.node_id in addresses
+        else ep
+        for ep in decoded.node_endpoints
+    )
+    body_bytes = encode_response(replace(decoded, node_endpoints=endpoints), api_version)
+    return encode_response_with_header(ApiKey.PRODUCE, api_version, correlation_id, body_bytes)
