@@ -22,11 +22,11 @@ from protocol.fetch import find_fetch_node_endpoints, rewrite_fetch_node_endpoin
 from protocol.framing import FrameSplitter
 from protocol.headers import decode_request_header, peek_request_header, split_response
 from protocol.messages import (
+    MetadataResponseKip637,
     NodeEndpoint,
     PartitionProduceData,
     ProduceRequest,
     TopicProduceData,
-    MetadataResponseKip637,
     decode_metadata_response_kip637,
     decode_request,
     decode_response,
