@@ -1,0 +1,409 @@
+"""Batch durability report over the proxy's audit stream: Parquet tables, an HTML report, a summary.
+
+Run it as ``python -m pipeline.report --input 'audit/**/*.jsonl' --output out/`` (see ``--help``),
+through ``spark-submit pipeline/report_job.py ...``, or from Python with :func:`run_report` on an
+existing SparkSession (tests, notebooks). :func:`main` is what ``insync-proxy report`` wires to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.spark_env import PipelineError, Progress
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DEFAULT_SHUFFLE_PARTITIONS = 8
+
+
+@dataclass(frozen=True)
+class KafkaInput:
+    """The audit topic as a batch input: everything between two offsets specs (Spark's syntax)."""
+
+    bootstrap: str
+    topic: str
+    starting_offsets: str = "earliest"
+    ending_offsets: str = "latest"
+
+
+@dataclass
+class ReportResult:
+    """What a report run produced. ``tables`` holds every written table as Python rows (timestamps as
+    aware UTC datetimes) plus the report's derived views; ``counts`` the input accounting."""
+
+    output_dir: Path
+    html_path: Path
+    summary_path: Path
+    counts: dict[str, int]
+    rejected_by_reason: dict[str, int]
+    tables: dict[str, list[dict[str, Any]]]
+    table_paths: dict[str, Path]
+    summary: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+
+def _collect(df: DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts; timestamps are sent as epoch microseconds so they come back as exact UTC datetimes
+    whatever the Python process's local time zone is."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    ts_cols = {f.name for f in df.schema.fields if isinstance(f.dataType, T.TimestampType)}
+    selected = df.select(*[F.unix_micros(F.col(c)).alias(c) if c in ts_cols else F.col(c) for c in df.columns])
+    out = []
+    for row in selected.collect():
+        record = row.asDict(recursive=True)
+        for c in ts_cols:
+            if record[c] is not None:
+                record[c] = datetime.fromtimestamp(record[c] // 1_000_000, UTC).replace(
+                    microsecond=record[c] % 1_000_000
+                )
+        out.append(record)
+    return out
+
+
+def _sort_key(row: dict[str, Any], keys: Sequence[str]) -> tuple[Any, ...]:
+    # None sorts first, and values of one column share a type, so the tuple compares cleanly.
+    return tuple((row.get(k) is not None, row.get(k) if row.get(k) is not None else 0) for k in keys)
+
+
+def _derived_views(tables: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Per-partition and overall views for the HTML report, summed over dates from the tables."""
+    views: dict[str, list[dict[str, Any]]] = {}
+
+    below: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in tables["isr_below_min_intervals"]:
+        agg = below.setdefault(
+            (r["topic"], r["partition"]),
+            {"topic": r["topic"], "partition": r["partition"], "intervals": 0, "open_intervals": 0,
+             "below_min_s": 0.0, "lowest_isr": r["lowest_isr"], "min_isr": r["min_isr"]},
+        )
+        agg["intervals"] += 1
+        agg["open_intervals"] += int(bool(r["open"]))
+        agg["below_min_s"] += r["duration_s"] or 0.0
+        agg["lowest_isr"] = min(agg["lowest_isr"], r["lowest_isr"])
+        agg["min_isr"] = max(agg["min_isr"], r["min_isr"])
+    views["below_min_by_partition"] = sorted(below.values(), key=lambda a: (-a["below_min_s"], a["topic"], a["partition"]))
+
+    by_partition: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in tables["decisions_by_kind"]:
+        agg = by_partition.setdefault((r["topic"], r["partition"]), {"topic": r["topic"], "partition": r["partition"],
+                                                                      "total": 0})
+        kind = r["decision"] or "unknown"
+        agg[kind] = agg.get(kind, 0) + r["decisions"]
+        agg["total"] += r["decisions"]
+    views["decisions_by_partition"] = sorted(by_partition.values(), key=lambda a: (-a["total"], a["topic"], a["partition"]))
+
+    from pipeline.html_report import acks_label
+
+    matrix: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for r in tables["decisions_by_acks"]:
+        key = (r["acks_requested"], r["acks_sent"])
+        agg = matrix.setdefault(key, {"acks_mode": acks_label(*key), "acks_requested": key[0], "acks_sent": key[1],
+                                      "decisions": 0, "record_bytes": 0})
+        agg["decisions"] += r["decisions"]
+        agg["record_bytes"] += r["record_bytes"] or 0
+    views["acks_matrix"] = sorted(matrix.values(), key=lambda a: _sort_key(a, ("acks_requested", "acks_sent")))
+
+    exposure: dict[str, dict[str, Any]] = {}
+    byte_cols = ("bytes_sent", "bytes_acks_all", "bytes_acks_1", "bytes_acks_0", "bytes_acks_other",
+                 "bytes_answered_by_proxy")
+    for r in tables["durability_exposure"]:
+        agg = exposure.setdefault(r["topic"], {"topic": r["topic"], **dict.fromkeys(byte_cols, 0)})
+        for c in byte_cols:
+            agg[c] += r[c]
+    for agg in exposure.values():
+        agg["exposed_share"] = (agg["bytes_acks_0"] + agg["bytes_acks_1"]) / agg["bytes_sent"] if agg["bytes_sent"] else None
+    views["exposure_by_topic"] = sorted(exposure.values(), key=lambda a: a["topic"])
+
+    clients: dict[str | None, dict[str, Any]] = {}
+    for r in tables["top_clients"]:
+        agg = clients.setdefault(r["client_id"], {"client_id": r["client_id"], "answered_errors": 0,
+                                                  "not_enough_replicas": 0, "invalid_required_acks": 0,
+                                                  "_partitions": set()})
+        for c in ("answered_errors", "not_enough_replicas", "invalid_required_acks"):
+            agg[c] += r[c]
+        agg["_partitions"].add((r["topic"], r["partition"]))
+    ranked = sorted(clients.values(), key=lambda a: (-a["answered_errors"], a["client_id"] is None, a["client_id"] or ""))
+    views["top_clients_overall"] = [
+        {**{k: v for k, v in a.items() if k != "_partitions"}, "partitions": len(a["_partitions"]), "rank": i + 1}
+        for i, a in enumerate(ranked)
+    ]
+    return views
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value)}")
+
+
+def run_report(
+    spark: SparkSession,
+    inputs: Sequence[str] | str,
+    output_dir: str | Path,
+    *,
+    kafka: KafkaInput | None = None,
+    progress: Progress | None = None,
+) -> ReportResult:
+    """Read audit events, write the Parquet tables, ``rejected/``, ``report.html`` and ``summary.json``.
+
+    ``inputs`` are JSON Lines files, directories (read recursively for ``*.jsonl``) or globs; with
+    ``kafka`` the audit topic is read as well (or alone, with ``inputs=[]``). Each table directory
+    under ``output_dir`` is replaced as a whole. Raises :class:`PipelineError` for a missing input.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from pipeline import html_report, schema, sources, tables
+    from pipeline.spark_env import configure_session
+
+    started = time.monotonic()
+    progress = progress or Progress()
+    inputs = [inputs] if isinstance(inputs, str) else list(inputs)
+    if not inputs and kafka is None:
+        raise PipelineError("no input: give --input paths and/or --kafka-bootstrap with --topic")
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    configure_session(spark)
+
+    progress.stage(f"reading audit events from {', '.join(inputs) or '-'}" + (f" + kafka topic {kafka.topic}" if kafka else ""))
+    frames = [sources.read_audit_files(spark, inputs)] if inputs else []
+    if kafka is not None:
+        frames.append(sources.read_audit_kafka(spark, kafka.bootstrap, kafka.topic, kafka.starting_offsets,
+                                               kafka.ending_offsets))
+    lines = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+
+    # Parsed once and cached: every table and the accounting read this instead of re-parsing JSON.
+    parsed = schema.parse_audit_events(lines, source_col="source").persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        progress.stage("parsing and validating against audit schema v1")
+        stats = (
+            parsed.groupBy("reject_reason", "event")
+            .agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"))
+        )
+        stat_rows = _collect(stats)
+        counts = {"lines": 0, "valid": 0, "rejected": 0, "produce_decisions": 0, "isr_changes": 0}
+        rejected_by_reason: dict[str, int] = defaultdict(int)
+        first_ts: datetime | None = None
+        last_ts: datetime | None = None
+        for r in stat_rows:
+            counts["lines"] += r["n"]
+            if r["reject_reason"] is not None:
+                counts["rejected"] += r["n"]
+                rejected_by_reason[r["reject_reason"]] += r["n"]
+                continue
+            counts["valid"] += r["n"]
+            counts["produce_decisions" if r["event"] == schema.EVENT_PRODUCE_DECISION else "isr_changes"] += r["n"]
+            first_ts = r["first_ts"] if first_ts is None else min(first_ts, r["first_ts"])
+            last_ts = r["last_ts"] if last_ts is None else max(last_ts, r["last_ts"])
+        progress.stage(
+            f"  {counts['lines']:,} lines: {counts['valid']:,} valid ({counts['produce_decisions']:,} produce "
+            f"decisions, {counts['isr_changes']:,} isr changes), {counts['rejected']:,} rejected"
+            + (f" {dict(rejected_by_reason)}" if rejected_by_reason else "")
+        )
+
+        rejected_dir = out / "rejected"
+        progress.stage(f"writing rejected lines to {rejected_dir}")
+        # JSON Lines so an operator can read the offending lines and reasons without Spark.
+        schema.rejected_events(parsed).coalesce(1).write.mode("overwrite").json(str(rejected_dir))
+
+        events = schema.valid_events(parsed)
+        span = (last_ts - first_ts).total_seconds() if first_ts and last_ts else 0.0
+        bucket = tables.timeline_bucket_seconds(span)
+        frames_by_table: dict[str, DataFrame] = {
+            "decisions_by_kind": tables.decisions_by_kind(events),
+            "decisions_by_acks": tables.decisions_by_acks(events),
+            "isr_below_min_intervals": tables.isr_below_min_intervals(events),
+            "latency_by_acks": tables.latency_by_acks(events),
+            "durability_exposure": tables.durability_exposure(events),
+            "top_clients": tables.top_clients(events),
+            "decisions_timeline": tables.decisions_timeline(events, bucket),
+        }
+        collected: dict[str, list[dict[str, Any]]] = {}
+        table_paths: dict[str, Path] = {}
+        for i, (name, frame) in enumerate(frames_by_table.items(), 1):
+            path = out / name
+            progress.stage(f"[{i}/{len(frames_by_table)}] computing {name}")
+            frame.write.mode("overwrite").partitionBy("date").parquet(str(path))
+            # Read back the small written table rather than recomputing it for the report.
+            collected[name] = _collect(spark.read.parquet(str(path)))
+            table_paths[name] = path
+            progress.stage(f"  wrote {len(collected[name]):,} rows to {path}")
+
+        progress.stage("computing overall latency by acks mode")
+        collected["latency_overall"] = _collect(tables.latency_overall(events))
+    finally:
+        parsed.unpersist()
+
+    for name, keys in {
+        "decisions_by_kind": ("date", "topic", "partition", "decision"),
+        "decisions_by_acks": ("date", "topic", "partition", "acks_requested", "acks_sent"),
+        "isr_below_min_intervals": ("topic", "partition", "start"),
+        "latency_by_acks": ("date", "topic", "partition", "acks_requested", "acks_sent"),
+        "latency_overall": ("acks_requested", "acks_sent"),
+        "durability_exposure": ("date", "topic", "partition"),
+        "top_clients": ("date", "topic", "partition", "client_id"),
+        "decisions_timeline": ("bucket_start", "decision"),
+    }.items():
+        collected[name].sort(key=lambda r, k=keys: _sort_key(r, k))  # type: ignore[misc]
+    collected.update(_derived_views(collected))
+
+    exposure = collected["exposure_by_topic"]
+    bytes_sent = sum(r["bytes_sent"] for r in exposure)
+    summary: dict[str, Any] = {
+        "first_ts": first_ts,
+        "last_ts": last_ts,
+        "topic_partitions": len({(r["topic"], r["partition"]) for r in collected["decisions_by_kind"]}
+                                | {(r["topic"], r["partition"]) for r in collected["isr_below_min_intervals"]}),
+        "proxy_answered_errors": sum(r["answered_errors"] for r in collected["top_clients_overall"]),
+        "exposed_share": (sum(r["bytes_acks_0"] + r["bytes_acks_1"] for r in exposure) / bytes_sent) if bytes_sent else None,
+        "below_min_intervals": len(collected["isr_below_min_intervals"]),
+        "open_intervals": sum(1 for r in collected["isr_below_min_intervals"] if r["open"]),
+        "timeline_bucket_seconds": bucket,
+        "percentile_accuracy": tables.PERCENTILE_ACCURACY,
+    }
+
+    html_path = out / "report.html"
+    progress.stage(f"rendering {html_path}")
+    html_path.write_text(
+        html_report.render_html(counts=counts, rejected_by_reason=rejected_by_reason, tables=collected,
+                                summary=summary, inputs=inputs + ([f"kafka:{kafka.topic}"] if kafka else [])),
+        encoding="utf-8",
+    )
+    summary_path = out / "summary.json"
+    summary_path.write_text(
+        json.dumps({"counts": counts, "rejected_by_reason": rejected_by_reason, "summary": summary,
+                    "latency_overall": collected["latency_overall"], "top_clients": collected["top_clients_overall"][:20],
+                    "below_min_by_partition": collected["below_min_by_partition"]},
+                   indent=2, default=_json_default),
+        encoding="utf-8",
+    )
+    return ReportResult(
+        output_dir=out, html_path=html_path, summary_path=summary_path, counts=counts,
+        rejected_by_reason=dict(rejected_by_reason), tables=collected, table_paths=table_paths,
+        summary=summary, elapsed_s=time.monotonic() - started,
+    )
+
+
+def console_summary(result: ReportResult) -> str:
+    """A short plain-text summary of a report run for the terminal."""
+    c, s = result.counts, result.summary
+    lines = [
+        f"audit lines: {c['lines']:,}  valid: {c['valid']:,}  rejected: {c['rejected']:,}"
+        + (f" ({', '.join(f'{k}: {v:,}' for k, v in sorted(result.rejected_by_reason.items()))})" if c["rejected"] else ""),
+        f"events from {s['first_ts']} to {s['last_ts']} over {s['topic_partitions']:,} topic-partitions",
+        f"below-min-ISR intervals: {s['below_min_intervals']:,} ({s['open_intervals']:,} still open)",
+    ]
+    for r in result.tables["below_min_by_partition"][:5]:
+        lines.append(f"  {r['topic']}-{r['partition']}: {r['below_min_s']:.1f} s below min ISR in {r['intervals']} intervals"
+                     f" (lowest ISR {r['lowest_isr']}, min ISR {r['min_isr']})")
+    from pipeline.html_report import acks_label
+
+    for r in result.tables["latency_overall"]:
+        lines.append(f"latency {acks_label(r['acks_requested'], r['acks_sent'])}: p50 {r['p50_ms']:.2f} ms, "
+                     f"p95 {r['p95_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms (n={r['requests']:,})")
+    share = s["exposed_share"]
+    lines.append("bytes sent with acks 0/1: " + ("n/a" if share is None else f"{share:.1%}"))
+    for r in result.tables["top_clients_overall"][:5]:
+        lines.append(f"  client {r['client_id']}: {r['answered_errors']:,} proxy-answered errors")
+    lines.append(f"report: {result.html_path}  (tables under {result.output_dir}, {result.elapsed_s:.1f} s)")
+    return "\n".join(lines)
+
+
+def build_parser(prog: str = "python -m pipeline.report") -> argparse.ArgumentParser:
+    """The command-line interface shared by ``python -m pipeline.report``, spark-submit and the CLI."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Durability report over insync-proxy audit events (schema v1): per topic and partition, "
+            "decisions by kind and by acks asked/sent, intervals with ISR below min ISR, produce latency "
+            "p50/p95/p99 by acks mode, bytes written with acks 0/1, and the clients the proxy answered "
+            "with errors. Writes date-partitioned Parquet tables, rejected/ (lines that failed "
+            "validation, with the reason), report.html (self-contained) and summary.json."
+        ),
+        epilog=(
+            "examples:\n"
+            "  python -m pipeline.report --input '/var/log/insync/**/*.jsonl' --output /tmp/durability\n"
+            "  python -m pipeline.report --kafka-bootstrap localhost:9092 --topic insync-audit --output out/\n"
+            "  spark-submit --master yarn pipeline/report_job.py --input hdfs:///audit/ --output hdfs:///report/\n"
+            "exit status: 0 done, 2 bad arguments/missing input/no Java, 1 Spark job failed"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--input", "-i", nargs="+", action="extend", default=[], metavar="PATH",
+                        help="audit JSON Lines: files, directories (read recursively for *.jsonl) or globs "
+                             "(quote them); repeatable; may be hdfs:// or s3a:// URIs")
+    parser.add_argument("--output", "-o", required=True, metavar="DIR",
+                        help="output directory (tables, rejected/, report.html, summary.json); tables in it are replaced")
+    parser.add_argument("--master", default=None,
+                        help="Spark master: local[*] (default when not under spark-submit), local[N], spark://HOST:PORT, yarn")
+    parser.add_argument("--kafka-bootstrap", metavar="HOST:PORT[,...]",
+                        help="read the audit topic too (Spark's Kafka source; jars resolved with Maven into "
+                             "~/.cache/insync-proxy/spark-jars/)")
+    parser.add_argument("--topic", help="audit topic (comma-separated list allowed) with --kafka-bootstrap")
+    parser.add_argument("--starting-offsets", default="earliest", help="Kafka startingOffsets (default earliest)")
+    parser.add_argument("--ending-offsets", default="latest", help="Kafka endingOffsets (default latest)")
+    parser.add_argument("--shuffle-partitions", type=int, default=DEFAULT_SHUFFLE_PARTITIONS,
+                        help=f"spark.sql.shuffle.partitions (default {DEFAULT_SHUFFLE_PARTITIONS}; raise it on a cluster)")
+    parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory when started from Python (default 2g)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines, only the summary")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: parse ``argv``, run the report, print the summary; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if bool(args.kafka_bootstrap) != bool(args.topic):
+        parser.error("--kafka-bootstrap and --topic go together")
+    if not args.input and not args.kafka_bootstrap:
+        parser.error("give --input and/or --kafka-bootstrap with --topic")
+    progress = Progress(enabled=not args.quiet)
+    try:
+        from pipeline import sources
+        from pipeline.spark_env import build_session, check_master
+
+        if args.master:
+            check_master(args.master)
+        sources.check_inputs(args.input)  # fail fast, before paying for a JVM start
+        jars = None
+        if args.kafka_bootstrap:
+            from pipeline.jars import kafka_jars
+
+            progress.stage("resolving Spark's Kafka connector jars")
+            jars = kafka_jars()
+        progress.stage(f"starting Spark ({args.master or 'default master'})")
+        spark = build_session(args.master, "insync-proxy durability report", shuffle_partitions=args.shuffle_partitions,
+                              driver_memory=args.driver_memory, jars=jars)
+        kafka = KafkaInput(args.kafka_bootstrap, args.topic, args.starting_offsets, args.ending_offsets) \
+            if args.kafka_bootstrap else None
+        result = run_report(spark, args.input, args.output, kafka=kafka, progress=progress)
+    except PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a failed Spark job: its first line; INSYNC_DEBUG=1 shows the whole trace
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: the report job failed: {first} (set INSYNC_DEBUG=1 for the full trace)", file=sys.stderr)
+        if os.environ.get("INSYNC_DEBUG"):
+            raise
+        return 1
+    print(console_summary(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

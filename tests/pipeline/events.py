@@ -1,0 +1,67 @@
+"""Builders for audit events whose report answers are known by construction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+T0 = datetime(2026, 11, 21, 7, 0, 0, tzinfo=timezone.utc)
+
+
+def ts(seconds: float) -> str:
+    """RFC 3339 UTC with microseconds, ``seconds`` after :data:`T0`."""
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def at(seconds: float) -> datetime:
+    """The aware datetime ``seconds`` after :data:`T0`."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def decision(
+    t: float,
+    *,
+    topic: str = "orders",
+    partition: int = 0,
+    decision: str = "forwarded",
+    acks_requested: int | None = -1,
+    acks_sent: int | None = -1,
+    isr_size: int | None = 3,
+    min_isr: int | None = 2,
+    latency_ms: float | None = 5.0,
+    record_bytes: int | None = 100,
+    client_id: str | None = "app-1",
+    proxy_id: str = "sidecar-a",
+    error_code: int | None = 0,
+) -> dict[str, Any]:
+    """A ``produce_decision`` event at ``t`` seconds after T0."""
+    return {
+        "schema_version": 1, "event": "produce_decision", "ts": ts(t), "proxy_id": proxy_id,
+        "listener": "broker-1", "client_id": client_id, "topic": topic, "partition": partition,
+        "acks_requested": acks_requested, "acks_sent": acks_sent, "isr_size": isr_size, "min_isr": min_isr,
+        "decision": decision, "error_code": error_code, "latency_ms": latency_ms, "record_bytes": record_bytes,
+        "api_version": 11, "correlation_id": 7, "leader_id": None,
+    }
+
+
+def isr_change(t: float, isr_size: int | None, *, topic: str = "orders", partition: int = 0, min_isr: int | None = 2,
+               proxy_id: str = "sidecar-a") -> dict[str, Any]:
+    """An ``isr_change`` event at ``t`` seconds after T0."""
+    return {
+        "schema_version": 1, "event": "isr_change", "ts": ts(t), "proxy_id": proxy_id, "listener": None,
+        "client_id": None, "topic": topic, "partition": partition, "acks_requested": None, "acks_sent": None,
+        "isr_size": isr_size, "min_isr": min_isr, "decision": None, "error_code": None, "latency_ms": None,
+        "record_bytes": None, "api_version": None, "correlation_id": None, "leader_id": 1,
+    }
+
+
+def write_jsonl(path: Path, events: Iterable[dict[str, Any] | str]) -> Path:
+    """Write events (dicts as JSON, strings verbatim) one per line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for e in events:
+            fh.write((e if isinstance(e, str) else json.dumps(e)) + "\n")
+    return path
