@@ -1,0 +1,73 @@
+# syntax=docker/dockerfile:1
+# insync-proxy container image: a Kafka wire-protocol sidecar (see docs/operations.md).
+#
+#   docker build -t insync-proxy:0.1.0 .
+#   docker run --rm -e INSYNC_PROXY_BOOTSTRAP_SERVERS=kafka-1:9092 -p 9092:9092 -p 9190:9190 insync-proxy:0.1.0
+#
+# Stage 1 builds the project's wheel plus wheels of its runtime dependencies (uvloop, prometheus-client);
+# stage 2 installs only those wheels, offline, into a slim image that runs as a non-root user.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY protocol ./protocol
+COPY proxy ./proxy
+COPY pipeline ./pipeline
+# One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels).
+RUN pip wheel --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE} AS runtime
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="insync-proxy" \
+      org.opencontainers.image.description="Kafka sidecar proxy: min.insync.replicas in Metadata (KIP-637), acks=-2 (KIP-926), acks validation (KIP-1)" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# A fixed numeric uid/gid, so Kubernetes' runAsNonRoot can verify it without a passwd lookup.
+RUN groupadd --system --gid 10001 insync \
+    && useradd --system --uid 10001 --gid insync --no-create-home --home-dir /var/lib/insync-proxy \
+       --shell /usr/sbin/nologin insync \
+    && mkdir -p /etc/insync-proxy /var/lib/insync-proxy/audit \
+    && chown -R 10001:10001 /var/lib/insync-proxy
+
+# Install from the builder's wheels only (no index): the image holds exactly what was built, and the
+# wheels never land in a layer of their own. The import check fails the build if uvloop is missing.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl \
+    && python -c "import uvloop, prometheus_client, proxy; print('insync-proxy', proxy.__version__)"
+
+# Default configuration: binds 0.0.0.0, advertises 127.0.0.1 (sidecar), audit under /var/lib.
+# Mount your own at /etc/insync-proxy/config.toml (Kubernetes: a ConfigMap), or override with
+# INSYNC_PROXY_* environment variables (e.g. INSYNC_PROXY_BOOTSTRAP_SERVERS).
+COPY --chown=10001:10001 deploy/docker/config.toml /etc/insync-proxy/config.toml
+
+WORKDIR /var/lib/insync-proxy
+VOLUME ["/var/lib/insync-proxy/audit"]
+
+# 9092: client bootstrap listener (producers connect here: bootstrap.servers=localhost:9092).
+# 9100-9199: one listener per upstream broker at broker_port_base (9100) + broker node id;
+#            Metadata responses advertise advertised_host:9100+id, so these must be reachable too.
+# 9190: admin HTTP: /metrics (Prometheus), /healthz (process alive), /readyz (upstream reachable).
+#       9190 sits inside the per-broker range: node id 90 would collide, keep node ids below 90.
+EXPOSE 9092 9100-9189 9190
+
+USER 10001:10001
+
+# /healthz answers while the process lives. Set INSYNC_PROXY_ADMIN_PORT if admin_port is not 9190
+# (only the env var is visible here; note it also overrides admin_port of the TOML file).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('INSYNC_PROXY_ADMIN_PORT', '9190'), timeout=4)"]
+
+# SIGTERM: stop accepting, drain in-flight requests (drain_timeout_seconds, default 30), exit.
+# Exec form: the proxy is PID 1 and receives the signal itself. Give `docker stop -t` more than the drain.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["insync-proxy"]
+CMD ["run", "--config", "/etc/insync-proxy/config.toml"]
