@@ -31,7 +31,8 @@ __all__ = [
     "split_response",
 ]
 
-_HEAD = struct.Struct(">hhih")
+_HEAD_V0 = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -80,12 +81,13 @@ class RequestHeaderPeek(NamedTuple):
 def peek_request_header(frame: Buffer) -> RequestHeaderPeek:
     """Read the request header of ``frame`` (size prefix stripped) without touching the body."""
     try:
-        api_key, api_version, correlation_id, n = _HEAD.unpack_from(frame, 0)
+        api_key, api_version, correlation_id = _HEAD_V0.unpack_from(frame, 0)
+        hv = request_header_version(api_key, api_version)
+        if hv == 0:
+            return RequestHeaderPeek(api_key, api_version, correlation_id, None, 8)
+        n = _I16.unpack_from(frame, 8)[0]
     except struct.error:
         raise TruncatedData(f"request header needs 10 bytes, frame has {len(frame)}") from None
-    hv = request_header_version(api_key, api_version)
-    if hv == 0:
-        return RequestHeaderPeek(api_key, api_version, correlation_id, None, 8)
     pos = 10
     client_id: str | None = None
     # client_id keeps its int16 length even in header v2 (flexibleVersions "none" in Kafka's spec).
