@@ -1,0 +1,71 @@
+"""The admin HTTP port: /metrics (Prometheus), /healthz (alive), /readyz (upstream known).
+
+A minimal HTTP/1.1 server on asyncio, so the image needs no web framework.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+if TYPE_CHECKING:
+    from proxy.server import InsyncProxy
+
+log = logging.getLogger("insync_proxy.admin")
+
+
+class AdminServer:
+    def __init__(self, proxy: InsyncProxy, host: str, port: int) -> None:
+        self.proxy = proxy
+        self.host = host
+        self.port = port
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), 10)
+            while True:  # headers are not needed
+                line = await asyncio.wait_for(reader.readline(), 10)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+            parts = request_line.decode("latin-1").split()
+            path = parts[1].split("?", 1)[0] if len(parts) >= 2 else "/"
+            method = parts[0] if parts else ""
+            status, content_type, body = self._route(method, path)
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + (body if method != "HEAD" else b""))
+            await writer.drain()
+        except (asyncio.TimeoutError, ConnectionError, UnicodeDecodeError):
+            pass
+        finally:
+            writer.close()
+
+    def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "text/plain", b"GET only\n"
+        if path == "/metrics":
+            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.proxy.metrics.registry)
+        if path == "/healthz":
+            return "200 OK", "text/plain", b"ok\n"
+        if path == "/readyz":
+            ready, reason = self.proxy.ready
+            return ("200 OK" if ready else "503 Service Unavailable"), "text/plain", (reason + "\n").encode()
+        return "404 Not Found", "text/plain", b"try /metrics, /healthz or /readyz\n"

@@ -1,0 +1,79 @@
+"""Address rewrite: every broker address a client learns leads back through a proxy listener.
+
+Metadata is rewritten by the MetadataEnricher in the same single pass that enriches it; this object
+covers FindCoordinator, DescribeCluster, Produce v10+ and Fetch v16+ node endpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+
+from protocol import (
+    ApiKey,
+    DescribeClusterResponse,
+    FindCoordinatorResponse,
+    decode_response,
+    encode_response,
+    encode_response_with_header,
+    rewrite_fetch_node_endpoints,
+    rewrite_produce_node_endpoints,
+    split_response,
+)
+from proxy.exchange import BehaviourBase, Exchange, Frame
+
+
+class ListenerAddresses(Mapping[int, tuple[str, int]]):
+    """node id -> the address of that broker's listener in one listener group (computed on lookup)."""
+
+    def __init__(self, host: str, port_base: int) -> None:
+        self.host = host
+        self.port_base = port_base
+
+    def __getitem__(self, node_id: int) -> tuple[str, int]:
+        if node_id < 0:
+            raise KeyError(node_id)
+        return (self.host, self.port_base + node_id)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __contains__(self, node_id: object) -> bool:
+        return isinstance(node_id, int) and node_id >= 0
+
+
+class AddressRewrite(BehaviourBase):
+    """Rewrites host/port in FindCoordinator, DescribeCluster, Produce and Fetch responses."""
+
+    response_keys = frozenset({ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.PRODUCE, ApiKey.FETCH})
+
+    def on_response(self, exchange: Exchange, frame: Frame) -> Frame:
+        addresses = exchange.connection.listener.group.addresses
+        key, version = exchange.api_key, exchange.api_version
+        if key == ApiKey.PRODUCE:
+            return rewrite_produce_node_endpoints(frame, version, addresses) if version >= 10 else frame
+        if key == ApiKey.FETCH:
+            return rewrite_fetch_node_endpoints(frame, version, addresses) if version >= 16 else frame
+        correlation_id, body = split_response(frame, key, version)
+        response = decode_response(key, version, body)
+        if isinstance(response, FindCoordinatorResponse):
+            if version < 4:
+                if response.node_id >= 0:
+                    host, port = addresses[response.node_id]
+                    response = replace(response, host=host, port=port)
+                else:
+                    response = replace(response, host="", port=-1)
+            else:
+                response = replace(response, coordinators=tuple(
+                    replace(c, host=addresses[c.node_id][0], port=addresses[c.node_id][1])
+                    if c.node_id >= 0 else replace(c, host="", port=-1)
+                    for c in response.coordinators
+                ))
+        elif isinstance(response, DescribeClusterResponse):
+            response = replace(response, brokers=tuple(
+                replace(b, host=addresses[b.broker_id][0], port=addresses[b.broker_id][1]) for b in response.brokers
+            ))
+        return encode_response_with_header(key, version, correlation_id, encode_response(response, version))

@@ -1,0 +1,88 @@
+"""ApiVersions: advertise only what the proxy can carry safely.
+
+For APIs the proxy decodes or rewrites, max version = min(broker's, what protocol/ supports);
+APIs whose every version carries broker addresses the proxy does not rewrite are not advertised;
+every other API is advertised exactly as the broker does (its min versions kept).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+
+from protocol import (
+    ApiKey,
+    ApiVersionsResponse,
+    ErrorCode,
+    decode_response,
+    encode_response,
+    encode_response_with_header,
+    split_response,
+)
+from protocol.messages import ApiVersion
+from proxy.exchange import BehaviourBase, Exchange, Frame
+
+#: Highest version of each API whose requests or responses the proxy reads or rewrites.
+VERSION_CAPS: dict[int, int] = {
+    ApiKey.PRODUCE: 13,
+    ApiKey.FETCH: 18,
+    ApiKey.METADATA: 13,
+    ApiKey.FIND_COORDINATOR: 6,
+    ApiKey.API_VERSIONS: 4,
+    ApiKey.DESCRIBE_CLUSTER: 2,
+    # DescribeQuorum v2 carries controller endpoints the proxy does not rewrite.
+    ApiKey.DESCRIBE_QUORUM: 1,
+}
+#: APIs whose every version carries broker endpoints the proxy does not rewrite.
+HIDDEN_APIS = frozenset({ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
+#: Metadata max version a `metadata_schema = "kip637"` listener advertises (KIP-637's literal "v10").
+KIP637_METADATA_VERSION = 10
+
+_KNOWN = frozenset(int(k) for k in ApiKey)
+
+
+class ApiVersionsNegotiation(BehaviourBase):
+    """Caps advertised versions; answers a too-new ApiVersions request as a broker would."""
+
+    request_keys = frozenset({ApiKey.API_VERSIONS})
+    response_keys = frozenset({ApiKey.API_VERSIONS})
+
+    def on_request(self, exchange: Exchange) -> None:
+        cap = VERSION_CAPS[ApiKey.API_VERSIONS]
+        if exchange.api_version > cap:
+            # A broker answers an unknown ApiVersions version with a v0 body: error 35 and its range.
+            body = encode_response(
+                ApiVersionsResponse(
+                    error_code=ErrorCode.UNSUPPORTED_VERSION,
+                    api_keys=(ApiVersion(api_key=ApiKey.API_VERSIONS, min_version=0, max_version=cap),),
+                ),
+                0,
+            )
+            exchange.upstream_frame = None
+            exchange.local_response = encode_response_with_header(
+                ApiKey.API_VERSIONS, 0, exchange.correlation_id, body
+            )
+
+    def on_response(self, exchange: Exchange, frame: Frame) -> Frame:
+        correlation_id, body = split_response(frame, ApiKey.API_VERSIONS, exchange.api_version)
+        (error_code,) = struct.unpack_from(">h", body, 0)
+        # UNSUPPORTED_VERSION answers always come in the v0 layout.
+        version = 0 if error_code == ErrorCode.UNSUPPORTED_VERSION else exchange.api_version
+        response = decode_response(ApiKey.API_VERSIONS, version, body)
+        assert isinstance(response, ApiVersionsResponse)
+        kip637 = exchange.connection.listener.group.config.metadata_schema == "kip637"
+        api_keys = []
+        for entry in response.api_keys:
+            key = entry.api_key
+            if key in HIDDEN_APIS or key not in _KNOWN:
+                continue
+            max_version = entry.max_version
+            if key == ApiKey.METADATA and kip637:
+                max_version = KIP637_METADATA_VERSION
+            elif key in VERSION_CAPS:
+                max_version = min(max_version, VERSION_CAPS[key])
+            if max_version < entry.min_version:
+                continue  # nothing the proxy can carry
+            api_keys.append(entry if max_version == entry.max_version else replace(entry, max_version=max_version))
+        new_body = encode_response(replace(response, api_keys=tuple(api_keys)), version)
+        return encode_response_with_header(ApiKey.API_VERSIONS, version, correlation_id, new_body)

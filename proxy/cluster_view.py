@@ -1,0 +1,95 @@
+"""The proxy's view of the cluster: brokers' real addresses, and each partition's leader, replicas and ISR.
+
+Fed by every Metadata response that passes through the proxy and by the control connection's own
+periodic refresh. Only the proxy reads the real addresses; clients only ever see listener addresses.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from protocol import MetadataResponse
+
+NULL_TOPIC_ID = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    leader_id: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    seen_at: float
+
+
+class ClusterView:
+    """Brokers and partition states, last writer wins (Metadata answers are point-in-time snapshots)."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.known_brokers: dict[int, tuple[str, int]] = {}  # every broker ever seen, for late connections
+        self.partitions: dict[tuple[str, int], PartitionState] = {}
+        self.topic_ids: dict[uuid.UUID, str] = {}
+        self.topic_partition_counts: dict[str, int] = {}
+        self.updated_at = 0.0
+        self.on_brokers_changed: list[Callable[[dict[int, tuple[str, int]]], None]] = []
+        self.on_partition_changed: list[Callable[[str, int, PartitionState | None, PartitionState], None]] = []
+
+    def update(self, response: MetadataResponse, all_topics: bool = False) -> None:
+        """Take in a decoded MetadataResponse; `all_topics` when it answered a request for every topic."""
+        now = time.monotonic()
+        brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+        if brokers and brokers != self.brokers:
+            self.brokers = brokers
+            self.known_brokers.update(brokers)
+            for callback in self.on_brokers_changed:
+                callback(brokers)
+        seen_topics: set[str] = set()
+        for topic in response.topics:
+            name = topic.name
+            if name is None:
+                name = self.topic_ids.get(topic.topic_id)
+                if name is None:
+                    continue
+            if topic.error_code != 0:
+                if topic.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION: it is gone
+                    self.forget_topic(name)
+                continue
+            seen_topics.add(name)
+            if topic.topic_id != NULL_TOPIC_ID:
+                self.topic_ids[topic.topic_id] = name
+            self.topic_partition_counts[name] = len(topic.partitions)
+            for p in topic.partitions:
+                key = (name, p.partition_index)
+                old = self.partitions.get(key)
+                # Java ignores partition metadata whose leader epoch went backwards: so do we.
+                if old is not None and p.leader_epoch >= 0 and p.leader_epoch < old.leader_epoch:
+                    continue
+                state = PartitionState(p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes), now)
+                self.partitions[key] = state
+                if old is None or old.isr != state.isr or old.leader_id != state.leader_id:
+                    for callback in self.on_partition_changed:
+                        callback(name, p.partition_index, old, state)
+        if all_topics:
+            for name in set(self.topic_partition_counts) - seen_topics:
+                self.forget_topic(name)
+        self.updated_at = now
+
+    def forget_topic(self, name: str) -> None:
+        count = self.topic_partition_counts.pop(name, 0)
+        for i in range(count):
+            self.partitions.pop((name, i), None)
+        for topic_id, known in list(self.topic_ids.items()):
+            if known == name:
+                del self.topic_ids[topic_id]
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None:
+        return self.partitions.get((topic, partition))
+
+    def topic_name(self, topic: str | uuid.UUID) -> str | None:
+        if isinstance(topic, uuid.UUID):
+            return self.topic_ids.get(topic)
+        return topic

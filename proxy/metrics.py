@@ -1,0 +1,162 @@
+"""Prometheus metrics of one proxy instance (its own registry, served on the admin port).
+
+Names follow Prometheus conventions: `insync_proxy_` prefix, base units, `_total` counters,
+`_seconds` histograms. Per-topic labels are bounded (`topic_label_limit`); topics beyond the limit
+share the label value OVERFLOW_TOPIC. README's metrics reference is checked against this module.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from proxy import __version__
+
+OVERFLOW_TOPIC = "__overflow__"
+
+# Sub-millisecond resolution matters: the proxy's own cost is measured in tens of microseconds.
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+
+
+class TopicLabels:
+    """Maps topic names to label values, at most `limit` distinct ones; the rest share OVERFLOW_TOPIC."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._known: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, topic: str) -> str:
+        if topic in self._known:
+            return topic
+        with self._lock:
+            if len(self._known) < self.limit:
+                self._known.add(topic)
+                return topic
+        return OVERFLOW_TOPIC
+
+
+class ProxyMetrics:
+    """Every metric the proxy exports. One instance per proxy; tests get isolated registries."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, topic_label_limit: int = 200) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.topic = TopicLabels(topic_label_limit)
+        r = self.registry
+        p = "insync_proxy_"
+
+        self.build_info = Info(p + "build", "Build of the running proxy", registry=r)
+        self.build_info.info({"version": __version__, "python": platform.python_version()})
+
+        # Connections
+        self.client_connections_active = Gauge(
+            p + "client_connections_active", "Client connections open now", ["listener"], registry=r
+        )
+        self.client_connections_total = Counter(
+            p + "client_connections", "Client connections accepted", ["listener"], registry=r
+        )
+        self.client_connection_errors_total = Counter(
+            p + "client_connection_errors", "Client connections closed by an error", ["listener", "kind"],
+            registry=r,
+        )
+        self.upstream_connections_active = Gauge(
+            p + "upstream_connections_active", "Connections to brokers open now", ["broker"], registry=r
+        )
+        self.upstream_connections_total = Counter(
+            p + "upstream_connections", "Connections opened to brokers", ["broker"], registry=r
+        )
+        self.upstream_connection_errors_total = Counter(
+            p + "upstream_connection_errors", "Failed or broken connections to brokers", ["broker", "kind"],
+            registry=r,
+        )
+        self.upstream_up = Gauge(
+            p + "upstream_up", "1 when the control connection reached a broker at its last attempt", registry=r
+        )
+
+        # Requests
+        self.requests_total = Counter(
+            p + "requests", "Requests received from clients", ["api"], registry=r
+        )
+        self.request_latency_seconds = Histogram(
+            p + "request_latency_seconds",
+            "Client-observed latency: request received to response written back",
+            ["api"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.upstream_latency_seconds = Histogram(
+            p + "upstream_latency_seconds",
+            "Broker latency: request forwarded to response received",
+            ["api"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.network_bytes_total = Counter(
+            p + "network_bytes", "Bytes moved, by direction (client_in, client_out, upstream_in, upstream_out)",
+            ["direction"], registry=r,
+        )
+        self.frame_errors_total = Counter(
+            p + "frame_errors", "Bad frames from clients or brokers, by kind", ["kind"], registry=r
+        )
+
+        # KIP-637 caches
+        self.metadata_cache_hits_total = Counter(
+            p + "metadata_cache_hits", "min.insync.replicas lookups answered from the cache", registry=r
+        )
+        self.metadata_cache_misses_total = Counter(
+            p + "metadata_cache_misses", "min.insync.replicas lookups not in the cache", registry=r
+        )
+        self.metadata_cache_refreshes_total = Counter(
+            p + "metadata_cache_refreshes", "Cache refreshes by kind and outcome", ["kind", "outcome"], registry=r
+        )
+        self.metadata_cache_age_seconds = Gauge(
+            p + "metadata_cache_age_seconds", "Age of the oldest min.insync.replicas entry", registry=r
+        )
+        self.metadata_cache_entries = Gauge(
+            p + "metadata_cache_entries", "Topics with a cached min.insync.replicas", registry=r
+        )
+        self.describe_configs_latency_seconds = Histogram(
+            p + "describe_configs_latency_seconds", "DescribeConfigs round trips of the control connection",
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.describe_configs_errors_total = Counter(
+            p + "describe_configs_errors", "DescribeConfigs failures by error", ["error"], registry=r
+        )
+        self.min_insync_unauthorized_total = Counter(
+            p + "min_insync_unauthorized", "Topics left unenriched: no DESCRIBE_CONFIGS for the proxy", registry=r
+        )
+        self.topics_enriched_total = Counter(
+            p + "topics_enriched", "Topics in Metadata responses that got min_insync_replicas", registry=r
+        )
+        self.partitions_below_min_isr = Gauge(
+            p + "partitions_below_min_isr", "Partitions whose ISR is below the effective min ISR, as the proxy sees them",
+            registry=r,
+        )
+        self.partitions_hidden_total = Counter(
+            p + "partitions_hidden", "Partitions presented as leaderless by hide_unready_partitions", registry=r
+        )
+
+        # Acks policy (per partition decision)
+        self.produce_partitions_total = Counter(
+            p + "produce_partitions", "Produce partition decisions by acks requested and sent",
+            ["topic", "acks_requested", "acks_sent", "decision"], registry=r,
+        )
+        self.proxy_answered_errors_total = Counter(
+            p + "proxy_answered_errors", "Partitions the proxy answered itself, by Kafka error code",
+            ["topic", "error_code"], registry=r,
+        )
+        self.precheck_total = Counter(
+            p + "precheck", "ISR prechecks (acks=-2, fast_fail) by outcome (passed, failed, unknown)",
+            ["topic", "outcome"], registry=r,
+        )
+        self.acks_floor_applied_total = Counter(
+            p + "acks_floor_applied", "Partitions whose acks an acks_floor policy raised", ["topic"], registry=r
+        )
+
+        # Audit
+        self.audit_events_written_total = Counter(
+            p + "audit_events_written", "Audit events written, by sink", ["sink"], registry=r
+        )
+        self.audit_events_dropped_total = Counter(
+            p + "audit_events_dropped", "Audit events dropped, by reason", ["reason"], registry=r
+        )
