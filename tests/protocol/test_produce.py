@@ -58,6 +58,13 @@ def topic(name: str, version: int) -> str | uuid.UUID:
     return {"orders": ORDERS_ID, "payments": PAYMENTS_ID}[name] if version >= 13 else name
 
 
+def summary(request: ProduceRequest, version: int) -> list[tuple[object, list[tuple[int, bytes | None]]]]:
+    """(topic key, [(partition, records)]) as the version identifies topics."""
+    return [(t.topic_id if version >= 13 else t.name,
+             [(p.index, None if p.records is None else bytes(p.records)) for p in t.partition_data])
+            for t in request.topic_data]
+
+
 def body_of(frame: bytes) -> memoryview:
     return memoryview(frame)[peek_request_header(frame).header_size:]
 
@@ -80,7 +87,7 @@ def test_acks_patched_in_place_keeps_record_bytes(version: int) -> None:
     decoded = decode_request(0, version, body_of(bytes(frame)))
     assert isinstance(decoded, ProduceRequest)
     assert decoded.acks == -1
-    assert decoded.topic_data == produce_request(version).topic_data
+    assert summary(decoded, version) == summary(produce_request(version), version)
 
 
 @given(st.text(max_size=300) | st.none(), st.integers(-(2**15), 2**15 - 1), st.sampled_from(list(ALL_VERSIONS)),
