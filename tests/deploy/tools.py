@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 import subprocess
@@ -158,3 +159,28 @@ METRIC_NAME = re.compile(r"\binsync_proxy_[a-z0-9_]+")
 def metric_names_in(expr: str) -> set[str]:
     """insync_proxy_* metric names an expression refers to."""
     return set(METRIC_NAME.findall(expr))
+
+
+def exported_metric_names() -> set[str]:
+    """Every sample name ProxyMetrics exports (with _total, _bucket, _sum, _count, _info suffixes)."""
+    from proxy.metrics import ProxyMetrics
+    from tests.deploy.sample_metrics import add_sample_traffic
+
+    metrics = ProxyMetrics()
+    add_sample_traffic(metrics, random.Random(1))
+    return {sample.name for family in metrics.registry.collect() for sample in family.samples}
+
+
+def exported_metric_families() -> set[str]:
+    """Metric family names of ProxyMetrics, as Prometheus shows them (counters with _total)."""
+    from proxy.metrics import ProxyMetrics
+
+    names = set()
+    for family in ProxyMetrics().registry.collect():
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        elif family.type == "info":
+            names.add(family.name + "_info")
+        else:
+            names.add(family.name)
+    return names

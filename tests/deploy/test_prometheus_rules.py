@@ -1,0 +1,107 @@
+"""Alert rules (deploy/prometheus/alerts.yml): promtool checks, unit tests, and a real Prometheus run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import PrometheusFactory
+from tests.deploy.tools import (
+    ALERTS,
+    DEPLOY,
+    REPO,
+    exported_metric_names,
+    find_tool,
+    http_get_json,
+    metric_names_in,
+    wait_until,
+)
+
+PROMETHEUS_DIR = DEPLOY / "prometheus"
+OPERATIONS = REPO / "docs" / "operations.md"
+REQUIRED_ANNOTATIONS = ("summary", "description", "runbook", "runbook_url")
+
+
+def _promtool() -> str:
+    path, reason = find_tool("promtool")
+    if path is None:
+        print(f"SKIP promtool: {reason}")
+        pytest.skip(reason)
+    return path
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=PROMETHEUS_DIR)
+
+
+def _alert_rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(ALERTS.read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def test_promtool_check_rules_accepts_alerts() -> None:
+    result = _run([_promtool(), "check", "rules", str(ALERTS)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_unit_tests_of_alerts_pass() -> None:
+    result = _run([_promtool(), "test", "rules", str(PROMETHEUS_DIR / "alerts_test.yml")])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_check_config_accepts_example_prometheus_yml() -> None:
+    result = _run([_promtool(), "check", "config", str(PROMETHEUS_DIR / "prometheus.yml")])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_severity_and_runbook_annotations_linked_to_operations_doc() -> None:
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in OPERATIONS.read_text().splitlines()
+        if line.startswith("#")
+    }
+    for rule in _alert_rules():
+        name = rule["alert"]
+        assert rule.get("labels", {}).get("severity") in ("critical", "warning", "info"), name
+        missing = [a for a in REQUIRED_ANNOTATIONS if not rule.get("annotations", {}).get(a)]
+        assert not missing, f"{name}: missing annotations {missing}"
+        anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
+        assert anchor in anchors, f"{name}: runbook_url anchor #{anchor} has no heading in docs/operations.md"
+
+
+def test_alerts_use_only_metrics_the_proxy_exports() -> None:
+    exported = exported_metric_names()
+    for rule in _alert_rules():
+        unknown = metric_names_in(rule["expr"]) - exported
+        assert not unknown, f"{rule['alert']}: {sorted(unknown)} not in proxy/metrics.py"
+
+
+def test_every_alert_has_a_firing_unit_test() -> None:
+    tests = yaml.safe_load((PROMETHEUS_DIR / "alerts_test.yml").read_text())["tests"]
+    fired = {case["alertname"] for t in tests for case in t["alert_rule_test"] if case["exp_alerts"]}
+    quiet = {case["alertname"] for t in tests for case in t["alert_rule_test"] if not case["exp_alerts"]}
+    names = {rule["alert"] for rule in _alert_rules()}
+    assert names - fired == set(), f"alerts never expected to fire in alerts_test.yml: {names - fired}"
+    assert names - quiet == set(), f"alerts never expected to stay quiet in alerts_test.yml: {names - quiet}"
+
+
+def test_alert_rules_evaluate_healthy_in_a_real_prometheus(
+    prometheus_server: PrometheusFactory, sample_metrics_target: str
+) -> None:
+    """Given Prometheus scraping ProxyMetrics with alerts.yml loaded, every rule evaluates without error."""
+    url = prometheus_server([sample_metrics_target], rule_files=[ALERTS])
+
+    def evaluated_rules() -> list[dict[str, Any]] | None:
+        groups = http_get_json(f"{url}/api/v1/rules")["data"]["groups"]
+        rules = [rule for group in groups for rule in group["rules"]]
+        done = rules and all(not rule["lastEvaluation"].startswith("0001-") for rule in rules)
+        return rules if done else None
+
+    rules = wait_until(evaluated_rules, timeout=30, what="every alert rule to be evaluated once")
+    assert {rule["name"] for rule in rules} == {rule["alert"] for rule in _alert_rules()}
+    unhealthy = {rule["name"]: rule.get("lastError") for rule in rules if rule["health"] != "ok"}
+    assert not unhealthy, unhealthy
