@@ -175,7 +175,13 @@ class Reader:
     # -- variable width ----------------------------------------------------------------------
     def uvarint(self) -> int:
         """Unsigned varint of at most 32 bits."""
-        v, self.pos = read_uvarint_at(self.buf, self.pos, 5)
+        pos = self.pos
+        if pos < len(self.buf):
+            b = self.buf[pos]
+            if b < 0x80:  # the common one-byte case, without the general loop
+                self.pos = pos + 1
+                return b
+        v, self.pos = read_uvarint_at(self.buf, pos, 5)
         return v
 
     def varint(self) -> int:
@@ -267,7 +273,7 @@ class Reader:
         if compact:
             n = self.uvarint() - 1
         else:
-            n = self.int32()
+            n = _I32.unpack_from(self.buf, self._need(4))[0]
             if n < -1:
                 raise MalformedFrame(f"negative array length {n} at offset {self.pos - 4}")
         # Each element takes at least one byte: a bigger count is corrupt, and refusing it early
@@ -279,6 +285,8 @@ class Reader:
     def tagged_fields(self) -> list[tuple[int, memoryview]]:
         """A tagged-field section: uvarint count, then (uvarint tag, uvarint size, bytes) ascending."""
         count = self.uvarint()
+        if count == 0:
+            return []
         if count > len(self.buf) - self.pos:
             raise TruncatedData(f"{count} tagged fields cannot fit in {len(self.buf) - self.pos} bytes")
         out: list[tuple[int, memoryview]] = []

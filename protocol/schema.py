@@ -198,6 +198,13 @@ _FIXED_WRITERS: dict[Prim, WriteFn] = {
 }
 
 
+#: struct codes of the fixed-width numbers that can be read several at a time (not bool, not uuid:
+#: Kafka's bool must stay 0/1 strict to re-encode byte-identically).
+_STRUCT_CODES: dict[Prim, str] = {
+    INT8: "b", INT16: "h", INT32: "i", INT64: "q", UINT16: "H", UINT32: "I", FLOAT64: "d",
+}
+
+
 def _reader_for(t: KType, version: int, flexible: bool, nullable: bool) -> ReadFn:
     if isinstance(t, Prim):
         fixed = _FIXED_READERS.get(t)
@@ -215,6 +222,20 @@ def _reader_for(t: KType, version: int, flexible: bool, nullable: bool) -> ReadF
         nb = Reader.nullable_bytes if nullable else Reader.bytes_
         return lambda r: None if (v := nb(r)) is None else bytes(v)
     if isinstance(t, ArrayOf):
+        code = _STRUCT_CODES.get(t.element) if isinstance(t.element, Prim) else None
+        if code is not None:
+            width = struct.calcsize(">" + code)
+
+            def read_number_array(r: Reader) -> tuple[Any, ...] | None:
+                n = r.array_length(flexible)
+                if n < 0:
+                    if not nullable:
+                        raise MalformedFrame(f"null array for a non-nullable field at offset {r.pos}")
+                    return None
+                # One unpack for the whole array: per-element calls dominate big responses.
+                return struct.unpack_from(f">{n}{code}", r.buf, r._need(n * width))
+
+            return read_number_array
         elem = _reader_for(t.element, version, flexible, False)
 
         def read_array(r: Reader) -> tuple[Any, ...] | None:
@@ -241,6 +262,19 @@ def _writer_for(t: KType, version: int, flexible: bool, nullable: bool) -> Write
             return lambda w, v: w.bytes_(v, True, flexible)
         return lambda w, v: w.bytes_(v, nullable, flexible)
     if isinstance(t, ArrayOf):
+        code = _STRUCT_CODES.get(t.element) if isinstance(t.element, Prim) else None
+        if code is not None:
+
+            def write_number_array(w: Writer, v: tuple[Any, ...] | None) -> None:
+                if v is None:
+                    if not nullable:
+                        raise InvalidValue("None given for a non-nullable array")
+                    w.array_length(None, flexible)
+                    return
+                w.array_length(len(v), flexible)
+                w.out += struct.pack(f">{len(v)}{code}", *v)
+
+            return write_number_array
         elem = _writer_for(t.element, version, flexible, False)
 
         def write_array(w: Writer, v: tuple[Any, ...] | None) -> None:
@@ -261,7 +295,7 @@ def _writer_for(t: KType, version: int, flexible: bool, nullable: bool) -> Write
 class _StructCodec:
     """Decoder and encoder of one struct class at one version."""
 
-    __slots__ = ("cls", "flexible", "regular", "tagged", "tagged_by_tag")
+    __slots__ = ("cls", "flexible", "regular", "steps", "tagged", "tagged_by_tag")
 
     def __init__(self, cls: type[Struct], version: int, flexible: bool) -> None:
         self.cls = cls
@@ -281,9 +315,33 @@ class _StructCodec:
             self.regular.append((name, rd, wr))
         self.tagged.sort(key=lambda x: x[0])
         self.tagged_by_tag = {t[0]: t for t in self.tagged}
+        # Runs of consecutive fixed-width numbers become one struct (un)pack call.
+        codes = {name: _STRUCT_CODES.get(spec.type) if isinstance(spec.type, Prim) else None
+                 for name, spec, _ in schema_fields(cls)}
+        self.steps: list[tuple[struct.Struct | None, tuple[str, ...], ReadFn | None, WriteFn | None]] = []
+        run: list[str] = []
+
+        def flush() -> None:
+            if run:
+                fmt = struct.Struct(">" + "".join(codes[n] or "" for n in run))
+                self.steps.append((fmt, tuple(run), None, None))
+                run.clear()
+
+        for name, rd, wr in self.regular:
+            if codes.get(name) is not None:
+                run.append(name)
+                continue
+            flush()
+            self.steps.append((None, (name,), rd, wr))
+        flush()
 
     def decode(self, r: Reader) -> Any:
-        kw: dict[str, Any] = {name: rd(r) for name, rd, _ in self.regular}
+        kw: dict[str, Any] = {}
+        for fmt, names, rd, _ in self.steps:
+            if fmt is not None:
+                kw.update(zip(names, fmt.unpack_from(r.buf, r._need(fmt.size)), strict=True))
+            else:
+                kw[names[0]] = rd(r)  # type: ignore[misc]
         if self.flexible:
             unknown: list[tuple[int, bytes]] = []
             for tag, data in r.tagged_fields():
@@ -301,8 +359,11 @@ class _StructCodec:
     def encode(self, w: Writer, obj: Any) -> None:
         if not isinstance(obj, self.cls):
             raise InvalidValue(f"expected {self.cls.__name__}, got {type(obj).__name__}")
-        for name, _, wr in self.regular:
-            wr(w, getattr(obj, name))
+        for fmt, names, _, wr in self.steps:
+            if fmt is not None:
+                w.out += fmt.pack(*[getattr(obj, n) for n in names])
+            else:
+                wr(w, getattr(obj, names[0]))  # type: ignore[misc]
         if self.flexible:
             fields: list[tuple[int, bytes]] = []
             for tag, name, _, wr, default in self.tagged:
