@@ -74,8 +74,11 @@ class _PrometheusProcess:
                         "--storage.tsdb.retention.time=1h",
                         "--log.level=warn",
                     ],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    cwd=self.workdir, start_new_session=True,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=self.workdir,
+                    start_new_session=True,
                 )
             try:
                 wait_until(self._ready, timeout=START_TIMEOUT, what=f"Prometheus at {self.url} to be ready")
@@ -138,7 +141,8 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom
         url = process.start()
         if wait_up:
             wait_until(
-                lambda: targets_up(url, job, len(targets)), timeout=START_TIMEOUT,
+                lambda: targets_up(url, job, len(targets)),
+                timeout=START_TIMEOUT,
                 what=f"targets {list(targets)} to be up in Prometheus",
             )
         return url
@@ -158,4 +162,3 @@ def sample_metrics_target() -> Iterator[str]:
         yield server.address
     finally:
         server.stop()
-

@@ -34,7 +34,9 @@ def test_hadolint_reports_no_findings() -> None:
         pytest.skip(reason)
     result = subprocess.run(
         [hadolint, "--no-color", "--failure-threshold", "style", "--format", "json", str(DOCKERFILE)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     findings = json.loads(result.stdout or "[]")
     report = "\n".join(f"line {f['line']}: {f['code']} {f['level']}: {f['message']}" for f in findings)
@@ -75,7 +77,11 @@ def test_image_default_config_is_valid_for_a_container() -> None:
     and binds every interface while advertising localhost (sidecar)."""
     path = REPO / "deploy" / "docker" / "config.toml"
     config = load_config(str(path), env={"INSYNC_PROXY_BOOTSTRAP_SERVERS": "kafka-1:9092,kafka-2:9092"})
-    assert (config.bind_host, config.admin_host, config.advertised_host) == ("0.0.0.0", "0.0.0.0", "127.0.0.1")
+    assert (config.bind_host, config.admin_host, config.advertised_host) == (
+        "0.0.0.0",
+        "0.0.0.0",
+        "127.0.0.1",
+    )
     assert config.admin_port == 9190 and config.listeners[0].bootstrap_port == 9092
     assert config.listeners[0].broker_port_base == 9100
     assert config.audit.directory == "/var/lib/insync-proxy/audit"

@@ -66,20 +66,46 @@ def _check_servicemonitor(doc: dict[str, Any]) -> None:
     assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "ServiceMonitor"
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"])
     spec = doc["spec"]
-    assert set(spec) <= {"selector", "namespaceSelector", "endpoints", "jobLabel", "targetLabels", "podTargetLabels"}
+    assert set(spec) <= {
+        "selector",
+        "namespaceSelector",
+        "endpoints",
+        "jobLabel",
+        "targetLabels",
+        "podTargetLabels",
+    }
     assert spec["selector"]["matchLabels"], "ServiceMonitor selects no Service"
     for endpoint in spec["endpoints"]:
-        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "scheme", "relabelings",
-                                 "metricRelabelings", "honorLabels"}
-        assert re.fullmatch(r"\d+[smh]", endpoint["interval"]) and re.fullmatch(r"\d+[smh]", endpoint["scrapeTimeout"])
+        assert set(endpoint) <= {
+            "port",
+            "path",
+            "interval",
+            "scrapeTimeout",
+            "scheme",
+            "relabelings",
+            "metricRelabelings",
+            "honorLabels",
+        }
+        assert re.fullmatch(r"\d+[smh]", endpoint["interval"]) and re.fullmatch(
+            r"\d+[smh]", endpoint["scrapeTimeout"]
+        )
         for relabel in endpoint.get("relabelings", []):
-            assert relabel.get("action", "replace") in ("replace", "keep", "drop", "labelmap", "labeldrop", "labelkeep")
+            assert relabel.get("action", "replace") in (
+                "replace",
+                "keep",
+                "drop",
+                "labelmap",
+                "labeldrop",
+                "labelkeep",
+            )
 
 
 def test_service_monitor_scrapes_the_admin_port_of_the_service_as_job_insync_proxy() -> None:
     service, monitor = _one("Service"), _one("ServiceMonitor")
     for key, value in monitor["spec"]["selector"]["matchLabels"].items():
-        assert service["metadata"]["labels"].get(key) == value, "the ServiceMonitor does not select the Service"
+        assert service["metadata"]["labels"].get(key) == value, (
+            "the ServiceMonitor does not select the Service"
+        )
     port_names = {p["name"] for p in service["spec"]["ports"]}
     endpoint = monitor["spec"]["endpoints"][0]
     assert endpoint["port"] in port_names and endpoint["path"] == "/metrics"
@@ -87,7 +113,10 @@ def test_service_monitor_scrapes_the_admin_port_of_the_service_as_job_insync_pro
     pod_labels = _one("Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items(), "the Service selects no pod"
     admin = next(p for p in _proxy_container()["ports"] if p["name"] == "admin")
-    assert next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])["targetPort"] == admin["name"]
+    assert (
+        next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])["targetPort"]
+        == admin["name"]
+    )
 
 
 def test_sidecar_probes_resources_and_security() -> None:
@@ -98,7 +127,11 @@ def test_sidecar_probes_resources_and_security() -> None:
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(proxy["resources"][kind])
     security = proxy["securityContext"]
-    assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+    assert (
+        security["runAsNonRoot"]
+        and security["readOnlyRootFilesystem"]
+        and not security["allowPrivilegeEscalation"]
+    )
     assert security["runAsUser"] == 10001  # the image's user (Dockerfile)
     assert {p["containerPort"] for p in proxy["ports"]} == {9092, 9190}
 
@@ -138,7 +171,11 @@ def test_configmap_config_loads_and_matches_the_mounts(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(raw.replace("/etc/insync-proxy/tls/", f"{tmp_path}/"))
     config = load_config(str(path), env={"INSYNC_PROXY_CONTROL_SASL_PASSWORD": "secret"})
-    assert (config.bind_host, config.admin_host, config.advertised_host) == ("0.0.0.0", "0.0.0.0", "127.0.0.1")
+    assert (config.bind_host, config.admin_host, config.advertised_host) == (
+        "0.0.0.0",
+        "0.0.0.0",
+        "127.0.0.1",
+    )
     assert config.control_sasl.password == "secret" and config.upstream_tls.enabled
     mounts = {m["name"]: m["mountPath"] for m in _proxy_container()["volumeMounts"]}
     assert config.audit.directory == mounts["insync-proxy-audit"]

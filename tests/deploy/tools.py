@@ -33,7 +33,9 @@ def find_tool(name: str, pip_package: str | None = None) -> tuple[str | None, st
     if path is None and pip_package is not None:
         result = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", pip_package],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
