@@ -60,11 +60,12 @@ class ClientConnection(asyncio.Protocol):
         self._upstream_out = proxy.metrics.network_bytes_total.labels("upstream_out")
         self._connect_task: asyncio.Task[None] | None = None
         self.client_id: str | None = None
+        self._early: list[bytes] = []
 
     # ------------------------------------------------------------------ client side
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but have the same methods.
+        self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         transport.set_write_buffer_limits(_WRITE_HIGH_WATER, _WRITE_LOW_WATER)
@@ -89,7 +90,10 @@ class ClientConnection(asyncio.Protocol):
             if self.closed:
                 self.upstream.close()
                 return
-            if self.transport is not None:
+            early, self._early = self._early, []
+            for data in early:
+                self._process(data)
+            if self.transport is not None and not self.closed:
                 self.transport.resume_reading()
             return
         log.warning(
@@ -101,6 +105,13 @@ class ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._bytes_in.inc(len(data))
+        if self.upstream is None:
+            # uvloop may deliver bytes before pause_reading() in connection_made takes effect.
+            self._early.append(data)
+            return
+        self._process(data)
+
+    def _process(self, data: bytes) -> None:
         try:
             for frame in self.splitter.feed(data):
                 self._on_request(frame)
@@ -306,8 +317,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._bytes_out = metrics.network_bytes_total.labels("upstream_out")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but have the same methods.
+        self.transport = transport  # type: ignore[assignment]
         transport.set_write_buffer_limits(_WRITE_HIGH_WATER, _WRITE_LOW_WATER)
         self._metrics.upstream_connections_total.labels(self.label).inc()
         self._metrics.upstream_connections_active.labels(self.label).inc()

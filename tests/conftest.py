@@ -36,6 +36,7 @@ class ClusterPool:
         self.current: LocalKafkaCluster | None = None
         self.backend = os.environ.get(BACKEND_ENV, "local")
         self.failed = False
+        self.started_cluster_ids: set[str] = set()
 
     def get(self, version: str) -> LocalKafkaCluster:
         if self.current is not None and self.current.version == version:
@@ -52,6 +53,7 @@ class ClusterPool:
         else:
             raise pytest.UsageError(f"{BACKEND_ENV}={self.backend!r}: use 'local' or 'testcontainers'")
         cluster = cls(ClusterSettings(version=version))
+        self.started_cluster_ids.add(cluster.cluster_id)
         cluster.start()
         self.current = cluster
         return cluster
@@ -89,17 +91,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _POOL.release()
-    leftovers = [(pid, cid) for pid, cid in find_devcluster_jvms() if cid not in _DETACHED_OK]
+    # Only this run's clusters count: a developer's dev cluster or a parallel run is not ours to kill.
+    leftovers = [(pid, cid) for pid, cid in find_devcluster_jvms() if cid in _POOL.started_cluster_ids]
     if leftovers:
         kill_pids([pid for pid, _ in leftovers])
         print(f"\nFAILED: Kafka JVMs left running after the suite (now killed): {leftovers}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     else:
         print("\nNo Kafka JVM left running after the suite.", file=sys.stderr)
-
-
-# Cluster ids of dev clusters a person started with `insync-proxy dev-cluster up` before the run.
-_DETACHED_OK = {cid for _, cid in find_devcluster_jvms()}
 
 
 @pytest.fixture(scope="session")

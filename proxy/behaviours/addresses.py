@@ -41,6 +41,9 @@ class ListenerAddresses(Mapping[int, tuple[str, int]]):
     def __len__(self) -> int:
         return 0
 
+    def __bool__(self) -> bool:
+        return True  # covers every node id, though it lists none
+
     def __contains__(self, node_id: object) -> bool:
         return isinstance(node_id, int) and node_id >= 0
 

@@ -70,16 +70,18 @@ class MetadataEnricher:
         if missing:
             # A client may connect to a broker's listener as soon as it reads this answer.
             return self._after_listeners(exchange, frame, missing)
-        return self._rewrite(exchange, frame)
+        return self._rewrite(exchange, frame, broker_ids)
 
     async def _after_listeners(self, exchange: Exchange, frame: Frame, missing: list[int]) -> Frame:
         await self.proxy.learn_brokers_from_response(frame, exchange.api_version)
-        return self._rewrite(exchange, frame)
+        return self._rewrite(exchange, frame, metadata_broker_ids(frame, exchange.api_version))
 
-    def _rewrite(self, exchange: Exchange, frame: Frame) -> Frame:
+    def _rewrite(self, exchange: Exchange, frame: Frame, broker_ids: list[int]) -> Frame:
         version = exchange.api_version
-        group = exchange.connection.listener.group
-        new = enrich_metadata_response(frame, version, broker_addresses=group.addresses)
+        addresses = exchange.connection.listener.group.addresses
+        new = enrich_metadata_response(
+            frame, version, broker_addresses={node_id: addresses[node_id] for node_id in broker_ids}
+        )
         self.proxy.loop.call_soon(self._learn, frame, version)
         return new
 
