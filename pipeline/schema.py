@@ -167,7 +167,8 @@ def parse_audit_events(lines: DataFrame, value_col: str = "value", source_col: s
         *[F.col(name) for name, _ in AUDIT_FIELDS],
         F.to_date(F.col("ts")).alias("date"),
         F.col("reject_reason"),
-        F.col("source"),
+        # Source and raw text matter only for rejected lines; nulls keep a cached parse small.
+        F.when(F.col("reject_reason").isNotNull(), F.col("source")).alias("source"),
         F.when(F.col("reject_reason").isNotNull(), F.col("_line")).alias("line"),
     )
 

@@ -53,7 +53,7 @@ class AdminServer:
             )
             writer.write(head.encode() + (body if method != "HEAD" else b""))
             await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError, UnicodeDecodeError):
+        except (TimeoutError, ConnectionError, UnicodeDecodeError):
             pass
         finally:
             writer.close()

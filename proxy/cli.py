@@ -177,6 +177,17 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
     from proxy.devcluster.distribution import DistributionError, cache_dir
 
     state_file = _state_file()
+    if args.action == "fetch":
+        from proxy.devcluster.distribution import SUPPORTED_KAFKA_VERSIONS, kafka_libs
+
+        versions = [args.kafka_version] if args.kafka_version else list(SUPPORTED_KAFKA_VERSIONS)
+        try:
+            for version in versions:
+                print(f"Kafka {version}: {kafka_libs(version)}")
+        except DistributionError as exc:
+            print(f"insync-proxy: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.action == "status":
         if not state_file.exists():
             print("no dev cluster (start one with: insync-proxy dev-cluster up)")
@@ -309,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
 
     dev = sub.add_parser("dev-cluster", help="a local 3-broker Kafka for development (up, down, status)")
-    dev.add_argument("action", choices=["up", "down", "status"])
+    dev.add_argument("action", choices=["up", "down", "status", "fetch"],
+                     help="up: start (detached); down: stop and delete its data; status: show; "
+                          "fetch: only download the Kafka jars (both supported versions)")
     dev.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
 
     sub.add_parser("report", help="PySpark durability report over audit files (needs insync-proxy[pipeline]); "

@@ -71,8 +71,8 @@ class ClusterView:
                 state = PartitionState(p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes), now)
                 self.partitions[key] = state
                 if old is None or old.isr != state.isr or old.leader_id != state.leader_id:
-                    for callback in self.on_partition_changed:
-                        callback(name, p.partition_index, old, state)
+                    for on_change in self.on_partition_changed:
+                        on_change(name, p.partition_index, old, state)
         if all_topics:
             for name in set(self.topic_partition_counts) - seen_topics:
                 self.forget_topic(name)

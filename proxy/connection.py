@@ -9,6 +9,7 @@ stays as the client set it up.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import struct
@@ -63,9 +64,9 @@ class ClientConnection(asyncio.Protocol):
         self._early: list[bytes] = []
 
     # ------------------------------------------------------------------ client side
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    def connection_made(self, transport: Any) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have the same methods.
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         transport.set_write_buffer_limits(_WRITE_HIGH_WATER, _WRITE_LOW_WATER)
@@ -83,7 +84,7 @@ class ClientConnection(asyncio.Protocol):
             broker = f"{host}:{port}"
             try:
                 self.upstream = await self.proxy.open_upstream(self, host, port)
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 last_error = exc
                 self._metrics.upstream_connection_errors_total.labels(broker, "connect").inc()
                 continue
@@ -190,7 +191,7 @@ class ClientConnection(asyncio.Protocol):
             result = self._run_response_chain(exchange, frame, behaviours or [], hooks)
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)
-            task.add_done_callback(lambda t, ex=exchange: self._async_done(ex, t))
+            task.add_done_callback(functools.partial(self._async_done, exchange))
         else:
             self._complete(exchange, result)
 
@@ -293,7 +294,7 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
-        self.proxy.connections.discard(self)
+        self.proxy.connection_closed(self)
         self._metrics.client_connections_active.labels(self.listener.name).dec()
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
@@ -316,9 +317,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._bytes_in = metrics.network_bytes_total.labels("upstream_in")
         self._bytes_out = metrics.network_bytes_total.labels("upstream_out")
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    def connection_made(self, transport: Any) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have the same methods.
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
         transport.set_write_buffer_limits(_WRITE_HIGH_WATER, _WRITE_LOW_WATER)
         self._metrics.upstream_connections_total.labels(self.label).inc()
         self._metrics.upstream_connections_active.labels(self.label).inc()

@@ -28,7 +28,8 @@ from protocol import (
     response_header_version,
 )
 from protocol.headers import decode_response_header
-from protocol.messages import DescribeConfigsResource, MetadataRequestTopic, Message
+from protocol.messages import DescribeConfigsResource, MetadataRequestTopic
+from protocol.schema import Message
 from proxy.sasl import authenticate
 
 log = logging.getLogger("insync_proxy.control")
@@ -82,7 +83,7 @@ class ControlConnection:
                         ),
                         self.timeout,
                     )
-                except (OSError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, OSError) as exc:
                     errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
                     continue
                 self._reader, self._writer = reader, writer
@@ -146,7 +147,7 @@ class ControlConnection:
         self._writer.write(struct.pack(">i", len(payload)) + payload)
         try:
             frame = await asyncio.wait_for(future, self.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._pending.pop(correlation_id, None)
             self._drop(ControlError("request timed out"))
             raise ControlError(f"{ApiKey(api_key).name} timed out after {self.timeout}s") from None

@@ -118,6 +118,7 @@ class InsyncProxy:
         self._tasks: list[asyncio.Task[Any]] = []
         self._listener_lock = asyncio.Lock()
         self._stopping = False
+        self._drained = asyncio.Event()
         self.started_at = time.monotonic()
         self._requests: dict[int, Any] = {}
         self._request_latency: dict[int, Any] = {}
@@ -142,6 +143,11 @@ class InsyncProxy:
         if child is None:
             child = self._upstream_latency[api_key] = self.metrics.upstream_latency_seconds.labels(api_name(api_key))
         return child
+
+    def connection_closed(self, connection: ClientConnection) -> None:
+        self.connections.discard(connection)
+        if self._stopping and not self.connections:
+            self._drained.set()
 
     def on_exchange_done(self, exchange: Exchange) -> None:
         """Called once an exchange's response was written to the client (audit hooks in here)."""
@@ -282,7 +288,8 @@ class InsyncProxy:
             return
         self._stopping = True
         timeout = self.config.drain_timeout_seconds if drain_timeout is None else drain_timeout
-        listeners = [g.bootstrap for g in self.groups if g.bootstrap] + [l for g in self.groups for l in g.brokers.values()]
+        listeners = [g.bootstrap for g in self.groups if g.bootstrap]
+        listeners += [listener for g in self.groups for listener in g.brokers.values()]
         for listener in listeners:
             listener.server.close()
         in_flight = sum(len(c.pending) for c in self.connections)
@@ -290,9 +297,12 @@ class InsyncProxy:
                  len(self.connections), in_flight, timeout)
         for connection in list(self.connections):
             connection.drain()
-        deadline = time.monotonic() + timeout
-        while self.connections and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        if self.connections:
+            try:
+                await asyncio.wait_for(self._drained.wait(), timeout)
+            except TimeoutError:
+                log.warning("drain timeout: closing %d connection(s) with requests still in flight",
+                            len(self.connections))
         for connection in list(self.connections):
             connection.close()
         for task in self._tasks:

@@ -21,7 +21,7 @@ from protocol import (
 )
 from protocol.headers import response_header_version
 from protocol.primitives import Reader
-from proxy.exchange import BehaviourBase, Exchange, Frame
+from proxy.exchange import Exchange, Frame
 
 if TYPE_CHECKING:
     from proxy.server import InsyncProxy

@@ -25,7 +25,7 @@ BACKEND_ENV = "INSYNC_PROXY_KAFKA_BACKEND"
 def docker_unavailable_reason() -> str | None:
     """None when a Docker engine answers; else a one-line reason."""
     try:
-        import docker  # type: ignore[import-untyped]
+        import docker
     except ImportError:
         return "the docker/testcontainers Python packages are not installed (pip install '.[test]')"
     try:
