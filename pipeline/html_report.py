@@ -105,7 +105,10 @@ def svg_isr_timeline(intervals: Sequence[Row], start: datetime | None, end: date
     width = 900
     plot_w = width - left - right
     height = top + row_h * len(shown) + 40
-    x = lambda t: left + (t - t0) / (t1 - t0) * plot_w  # noqa: E731
+
+    def x(t: float) -> float:
+        return left + (t - t0) / (t1 - t0) * plot_w
+
     parts = [
         f"<svg width='{width}' height='{height}' role='img' "
         f"aria-label='ISR below min ISR timeline per partition'>",
@@ -169,7 +172,10 @@ def svg_decisions_over_time(timeline: Sequence[Row]) -> str:
     left, right, top, plot_h, width = 70, 20, 30, 220, 900
     plot_w = width - left - right
     bar_w = plot_w / n
-    y = lambda v: top + plot_h - v / peak * plot_h  # noqa: E731
+
+    def y(v: float) -> float:
+        return top + plot_h - v / peak * plot_h
+
     parts = [
         f"<svg width='{width}' height='{top + plot_h + 45}' role='img' "
         f"aria-label='Produce decisions over time'>",

@@ -96,10 +96,15 @@ def _reject_reason(j: str, value: Column) -> Column:
     A cheap test over the already-parsed struct clears the common (valid) line first; the key-presence
     and per-field type probes, which re-read the JSON text, run only for lines that failed it.
     """
-    col = lambda name: F.col(f"{j}.{name}")  # noqa: E731 - short accessor for the parsed struct
     keys = F.json_object_keys(value)
+
+    def col(name: str) -> Column:
+        return F.col(f"{j}.{name}")
+
+    def has_key(name: str) -> Column:
+        return F.coalesce(F.array_contains(keys, name), F.lit(False))
+
     corrupt = col(_CORRUPT).isNotNull()
-    has_key = lambda name: F.coalesce(F.array_contains(keys, name), F.lit(False))  # noqa: E731
 
     invalid = _first_named(
         [

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -150,7 +150,7 @@ def build_session(
 class Progress:
     """Console progress for long runs: numbered stage names with elapsed time and counts."""
 
-    def __init__(self, enabled: bool = True, stream: object = None) -> None:
+    def __init__(self, enabled: bool = True, stream: TextIO | None = None) -> None:
         """``enabled=False`` silences it (tests); output goes to stderr unless ``stream`` is given."""
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
@@ -160,4 +160,4 @@ class Progress:
         """Print one progress line prefixed with the elapsed time since the run started."""
         if self.enabled:
             elapsed = time.monotonic() - self.started
-            print(f"[{elapsed:7.1f}s] {message}", file=self.stream, flush=True)  # type: ignore[call-overload]
+            print(f"[{elapsed:7.1f}s] {message}", file=self.stream, flush=True)

@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.spark_env import PipelineError, Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 DEFAULT_WINDOW = "1 minute"
 DEFAULT_WATERMARK = "5 minutes"
@@ -86,9 +87,13 @@ def start_streams(
     configure_session(spark)
     parsed = parse_audit_events(lines, source_col="source")
     out, ckpt = Path(output), Path(checkpoint)
-    trigger_kw: dict[str, object] = {"availableNow": True} if available_now else (
-        {"processingTime": trigger} if trigger else {})
-    aggregates = (
+
+    def with_trigger(writer: DataStreamWriter) -> DataStreamWriter:
+        if available_now:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=trigger) if trigger else writer
+
+    aggregates = with_trigger(
         windowed_aggregates(valid_events(parsed), window, watermark)
         .writeStream.queryName("insync_durability_windows")
         .outputMode("append")  # with a watermark each window is emitted once, when it is final
@@ -96,19 +101,15 @@ def start_streams(
         .partitionBy("date")
         .option("path", str(out / "windows"))
         .option("checkpointLocation", str(ckpt / "windows"))
-        .trigger(**trigger_kw)  # type: ignore[arg-type]
-        .start()
-    )
-    rejected = (
+    ).start()
+    rejected = with_trigger(
         rejected_events(parsed)
         .writeStream.queryName("insync_rejected")
         .outputMode("append")
         .format("json")
         .option("path", str(out / "rejected"))
         .option("checkpointLocation", str(ckpt / "rejected"))
-        .trigger(**trigger_kw)  # type: ignore[arg-type]
-        .start()
-    )
+    ).start()
     return [aggregates, rejected]
 
 
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             for query in queries:
                 query.stop()
         for query in queries:
-            progress_info = query.lastProgress or {}
+            progress_info: dict[str, Any] = dict(query.lastProgress or {})
             progress.stage(f"{query.name}: last batch {progress_info.get('numInputRows', 0)} rows")
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)

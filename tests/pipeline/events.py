@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-T0 = datetime(2026, 11, 21, 7, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 21, 7, 0, 0, tzinfo=UTC)
 
 
 def ts(seconds: float) -> str:

@@ -1,0 +1,79 @@
+"""Audit lines that do not match schema v1 are counted and set aside with a reason, never dropped."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from pipeline.schema import parse_audit_events, rejected_events, valid_events
+
+from .events import decision, isr_change
+
+
+def _parse(spark: SparkSession, lines: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    df = spark.createDataFrame([(line, f"test:{i}") for i, line in enumerate(lines)], "value string, source string")
+    parsed = parse_audit_events(df, source_col="source").cache()
+    valid = [r.asDict() for r in valid_events(parsed).collect()]
+    rejected = [r.asDict() for r in rejected_events(parsed).collect()]
+    return valid, rejected
+
+
+def _with(**changes: Any) -> str:
+    event = decision(1.0)
+    for key, value in changes.items():
+        if value is _DROP:
+            del event[key]
+        else:
+            event[key] = value
+    return json.dumps(event)
+
+
+_DROP = object()
+
+
+def test_each_malformed_line_is_rejected_with_its_reason(spark: SparkSession) -> None:
+    # Given one valid line of each kind and one line per way of breaking the schema
+    cases = {
+        "bad_json": "{not json",
+        "empty_line": "   ",
+        "unknown_schema_version": _with(schema_version=2),
+        "missing_field:topic": _with(topic=_DROP),
+        "missing_field:isr_size": _with(isr_size=_DROP),
+        "missing_field:ts": _with(ts=None),
+        "wrong_type:partition": _with(partition="3"),
+        "wrong_type:latency_ms": _with(latency_ms="fast"),
+        "wrong_type:acks_sent": _with(acks_sent=1.5),
+        "unknown_event": _with(event="leader_change"),
+        "invalid_value:ts": _with(ts="yesterday"),
+        "invalid_value:partition": _with(partition=-1),
+        "invalid_value:decision": _with(decision="dropped"),
+        "invalid_value:record_bytes": _with(record_bytes=-5),
+    }
+    good = [json.dumps(decision(0.0)), json.dumps(isr_change(0.5, None)), _with(isr_size=None, extra_field="ignored")]
+    # When parsed
+    valid, rejected = _parse(spark, good + list(cases.values()) + ["[1, 2]"])
+    # Then every valid line is kept (unknown fields ignored, a null ISR is allowed) ...
+    assert len(valid) == 3
+    # ... and every broken line is rejected exactly once with the expected reason and its raw text.
+    reasons = sorted(r["reason"] for r in rejected)
+    assert reasons == sorted([*cases, "bad_json"])
+    by_reason = {r["reason"]: r for r in rejected if r["reason"] != "bad_json"}
+    for reason, line in cases.items():
+        if reason != "bad_json":
+            assert by_reason[reason]["line"] == line
+            assert by_reason[reason]["source"].startswith("test:")
+
+
+def test_valid_events_are_typed_and_dated_in_utc(spark: SparkSession) -> None:
+    # Given an event just before midnight UTC
+    event = decision(0.0)
+    event["ts"] = "2026-11-21T23:59:59.999999Z"
+    # When parsed
+    valid, rejected = _parse(spark, [json.dumps(event)])
+    # Then its date is the UTC date and the values keep their types
+    assert rejected == []
+    (row,) = valid
+    assert str(row["date"]) == "2026-11-21"
+    assert row["partition"] == 0 and row["record_bytes"] == 100 and row["latency_ms"] == 5.0
