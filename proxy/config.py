@@ -101,6 +101,8 @@ class ProxyConfig:
     topic_label_limit: int = 200
     log_level: str = "INFO"
     use_uvloop: bool = True
+    #: Tests: scan every response written to clients for a real broker host+port; count and log each.
+    debug_address_leak_check: bool = False
 
     def validate(self) -> ProxyConfig:
         """Return self, or raise ConfigError with what is wrong and how to fix it."""

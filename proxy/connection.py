@@ -242,6 +242,8 @@ class ClientConnection(asyncio.Protocol):
             payload = done.response
             assert payload is not None
             size = len(payload)
+            if self.proxy.config.debug_address_leak_check:
+                self.proxy.check_address_leak(done, payload)
             transport.writelines((_SIZE.pack(size), payload))
             self._bytes_out.inc(size + 4)
             self.proxy.request_latency(done.api_key).observe(now - done.received_at)

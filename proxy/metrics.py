@@ -99,6 +99,11 @@ class ProxyMetrics:
             p + "frame_errors", "Bad frames from clients or brokers, by kind", ["kind"], registry=r
         )
 
+        self.address_leaks_total = Counter(
+            p + "address_leaks", "Responses that carried a real broker address to a client "
+            "(counted only with debug_address_leak_check)", ["api"], registry=r,
+        )
+
         # KIP-637 caches
         self.metadata_cache_hits_total = Counter(
             p + "metadata_cache_hits", "min.insync.replicas lookups answered from the cache", registry=r

@@ -149,6 +149,15 @@ class InsyncProxy:
         if self._stopping and not self.connections:
             self._drained.set()
 
+    def check_address_leak(self, exchange: Exchange, payload: Any) -> None:
+        """Debug aid for tests: a real broker's host immediately followed by its int32 port."""
+        data = bytes(payload)
+        for host, port in self.cluster_view.known_brokers.values():
+            if host.encode() + port.to_bytes(4, "big") in data:
+                self.metrics.address_leaks_total.labels(api_name(exchange.api_key)).inc()
+                log.error("ADDRESS LEAK: %s v%d response to %s carries broker address %s:%d",
+                          api_name(exchange.api_key), exchange.api_version, exchange.connection.peer, host, port)
+
     def on_exchange_done(self, exchange: Exchange) -> None:
         """Called once an exchange's response was written to the client (audit hooks in here)."""
 

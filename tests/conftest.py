@@ -25,6 +25,7 @@ from proxy.devcluster.cluster import (
 )
 from proxy.devcluster.containers import BACKEND_ENV, ContainerKafkaCluster, docker_unavailable_reason
 from proxy.devcluster.distribution import KAFKA_39_VERSION, selected_version
+from tests.proxy_harness import ProxyProcess
 
 LOG_KEEP_DIR = Path(os.environ.get("INSYNC_PROXY_TEST_LOGS", "test-logs"))
 
@@ -41,6 +42,7 @@ class ClusterPool:
     def get(self, version: str) -> LocalKafkaCluster:
         if self.current is not None and self.current.version == version:
             return self.current
+        _PROXIES.release()
         self.release()
         cls: type[LocalKafkaCluster]
         if self.backend == "testcontainers":
@@ -90,7 +92,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _PROXIES.release()
     _POOL.release()
+    if _PROXIES.leaks_seen:
+        print(f"\nFAILED: the proxy sent {_PROXIES.leaks_seen:.0f} response(s) carrying a real broker address",
+              file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     # Only this run's clusters count: a developer's dev cluster or a parallel run is not ours to kill.
     leftovers = [(pid, cid) for pid, cid in find_devcluster_jvms() if cid in _POOL.started_cluster_ids]
     if leftovers:
@@ -117,3 +124,42 @@ def kafka_cluster(request: pytest.FixtureRequest) -> LocalKafkaCluster:
 def topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
+
+
+class ProxyPool:
+    """One proxy process per running cluster, restarted when the cluster changes or the proxy died."""
+
+    def __init__(self) -> None:
+        self.current: ProxyProcess | None = None
+        self.leaks_seen = 0.0
+
+    def get(self, cluster: LocalKafkaCluster) -> ProxyProcess:
+        if self.current is not None and self.current.cluster is cluster and self.current.alive():
+            return self.current
+        self.release()
+        self.current = ProxyProcess(cluster).start()
+        return self.current
+
+    def release(self) -> None:
+        if self.current is None:
+            return
+        proxy, self.current = self.current, None
+        if proxy.alive():
+            try:
+                self.leaks_seen += proxy.metric("insync_proxy_address_leaks_total")
+            except OSError:
+                pass
+        proxy.stop()
+        if _POOL.failed:
+            target = LOG_KEEP_DIR / f"proxy-{proxy.dir.name}.log"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(proxy.log_file, target)
+
+
+_PROXIES = ProxyPool()
+
+
+@pytest.fixture
+def proxy(kafka_cluster: LocalKafkaCluster) -> ProxyProcess:
+    """The proxy (a separate process) in front of the running cluster; clients use proxy.bootstrap()."""
+    return _PROXIES.get(kafka_cluster)

@@ -1,0 +1,158 @@
+"""Runs the real proxy as its own process (`python -m proxy run`) in front of a test cluster.
+
+A separate process, as in production: it gets its own core and GIL, and a test sees exactly what a
+client sees. One proxy serves several listener groups, so one process covers the default schema,
+a KIP-637 listener and a producer-only listener that hides unready partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
+
+GROUPS = ("default", "kip637", "producers")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_base(span: int = 8) -> int:
+    """A base port such that base+1 .. base+span are free (per-broker listener ports)."""
+    for _ in range(200):
+        base = random.randrange(20000, 60000, 10)
+        if all(_port_free(base + i) for i in range(1, span + 1)):
+            return base
+    raise RuntimeError("no free port range found")
+
+
+class ProxyProcess:
+    """The proxy under test; `bootstrap(group)` is what clients get."""
+
+    def __init__(self, cluster: LocalKafkaCluster, extra_toml: str = "", groups: tuple[str, ...] = GROUPS) -> None:
+        self.cluster = cluster
+        self.dir = Path(tempfile.mkdtemp(prefix="insync-proxy-test-"))
+        self.audit_dir = self.dir / "audit"
+        self.admin_port = free_port()
+        self.ports: dict[str, tuple[int, int]] = {}
+        listeners = []
+        for name in groups:
+            bootstrap, base = free_port(), free_port_base()
+            self.ports[name] = (bootstrap, base)
+            extra = {"kip637": 'metadata_schema = "kip637"\n', "producers": "hide_unready_partitions = true\n"}
+            listeners.append(
+                f'[[listener]]\nname = "{name}"\nbootstrap_port = {bootstrap}\nbroker_port_base = {base}\n'
+                + extra.get(name, "")
+            )
+        servers = json.dumps(cluster.bootstrap_servers.split(","))
+        self.config_file = self.dir / "config.toml"
+        self.config_file.write_text(
+            f"bootstrap_servers = {servers}\nadmin_port = {self.admin_port}\nproxy_id = \"test-proxy\"\n"
+            "metadata_refresh_seconds = 2\nmin_insync_ttl_seconds = 5\nlog_level = \"INFO\"\n"
+            "debug_address_leak_check = true\n"
+            + extra_toml + "\n" + "\n".join(listeners)
+            + f'\n[audit]\ndirectory = "{self.audit_dir}"\n'
+        )
+        self.log_file = self.dir / "proxy.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> ProxyProcess:
+        with open(self.log_file, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "proxy", "run", "--config", str(self.config_file)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"proxy exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.admin_url}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"proxy not ready after {timeout}s:\n{self.log_tail()}")
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def bootstrap(self, group: str = "default") -> str:
+        return f"127.0.0.1:{self.ports[group][0]}"
+
+    def broker_port(self, node_id: int, group: str = "default") -> int:
+        return self.ports[group][1] + node_id
+
+    def listener_ports(self) -> set[int]:
+        ports = set()
+        for bootstrap, base in self.ports.values():
+            ports.add(bootstrap)
+            ports.update(base + node_id for node_id in range(0, 10))
+        return ports
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"{self.admin_url}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` whose labels include `labels` (0 when none)."""
+        total = 0.0
+        for line in self.metrics_text().splitlines():
+            if line.startswith("#"):
+                continue
+            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$", line)
+            if not m or m.group(1) != name:
+                continue
+            found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(m.group(4))
+        return total
+
+    def audit_events(self) -> list[dict[str, object]]:
+        events = []
+        for path in sorted(self.audit_dir.glob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    events.append(json.loads(line))
+        return events
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, timeout: float = 40.0) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        return self.process.returncode
