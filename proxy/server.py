@@ -14,6 +14,7 @@ from proxy.admin import AdminServer
 from proxy.behaviours.acks import AcksPolicy
 from proxy.behaviours.addresses import AddressRewrite, ListenerAddresses
 from proxy.behaviours.api_versions import ApiVersionsNegotiation
+from proxy.behaviours.config_changes import TopicConfigWatcher
 from proxy.behaviours.metadata import MetadataEnricher
 from proxy.cluster_view import ClusterView
 from proxy.config import ListenerConfig, ProxyConfig, TlsConfig
@@ -21,6 +22,7 @@ from proxy.connection import ClientConnection, UpstreamConnection
 from proxy.control import ControlConnection, ControlError
 from proxy.exchange import BehaviourRegistry, Exchange, api_name
 from proxy.metrics import ProxyMetrics
+from proxy.min_insync import MinInsyncCache, effective_min_isr
 
 log = logging.getLogger("insync_proxy")
 
@@ -106,10 +108,14 @@ class InsyncProxy:
             timeout=config.connect_timeout_seconds,
             max_frame_bytes=config.max_frame_bytes,
         )
+        self.min_insync = MinInsyncCache(
+            self.control, self.metrics, config.min_insync_ttl_seconds, config.min_insync_miss_wait_ms / 1000
+        )
         self.behaviours: list[Any] = [
             ApiVersionsNegotiation(),
             MetadataEnricher(self),
             AddressRewrite(),
+            TopicConfigWatcher(self),
             AcksPolicy(self),
         ]
         self.registry = BehaviourRegistry(self.behaviours)
@@ -167,6 +173,7 @@ class InsyncProxy:
         for group in self.groups:
             group.bootstrap = await self._listen(group, None, group.config.bootstrap_port)
         await self.admin.start()
+        self.min_insync.start()
         try:
             await self.refresh_metadata()
         except ControlError as exc:
@@ -227,7 +234,20 @@ class InsyncProxy:
         self.metrics.metadata_cache_refreshes_total.labels("metadata", "ok").inc()
         self.cluster_view.update(response, all_topics=True)
         await self.sync_broker_listeners(remove_missing=True)
+        # Keep min.insync.replicas warm for every topic, so prechecks rarely meet a cold cache.
+        cold = [t for t in self.cluster_view.topic_partition_counts if not self.min_insync.has_fresh(t)]
+        if cold:
+            self.min_insync.fetch(cold).add_done_callback(lambda f: f.exception())
+        self.metrics.partitions_below_min_isr.set(self.count_partitions_below_min_isr())
         return response
+
+    def count_partitions_below_min_isr(self) -> int:
+        count = 0
+        for (topic, _), state in self.cluster_view.partitions.items():
+            min_isr = effective_min_isr(self.min_insync.peek(topic), len(state.replicas))
+            if min_isr is not None and len(state.isr) < min_isr:
+                count += 1
+        return count
 
     async def learn_brokers_from_response(self, frame: Any, version: int) -> None:
         """A client's Metadata answer named a broker with no listener yet: create it before the client reads it."""
@@ -316,6 +336,7 @@ class InsyncProxy:
             connection.close()
         for task in self._tasks:
             task.cancel()
+        self.min_insync.stop()
         await self.control.close()
         await self.admin.stop()
         log.info("stopped")
