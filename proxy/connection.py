@@ -152,6 +152,8 @@ class ClientConnection(asyncio.Protocol):
             self.pending.append(exchange)
         if exchange.upstream_frame is not None:
             self._forward(exchange)
+            if not exchange.expects_response and exchange.context:
+                self.proxy.on_exchange_done(exchange, None)  # acks=0: nothing will come back
         elif exchange.local_response is not None and not exchange.response_hooks:
             self._complete(exchange, exchange.local_response)
         elif exchange.expects_response and exchange.response is None:
@@ -246,8 +248,10 @@ class ClientConnection(asyncio.Protocol):
                 self.proxy.check_address_leak(done, payload)
             transport.writelines((_SIZE.pack(size), payload))
             self._bytes_out.inc(size + 4)
-            self.proxy.request_latency(done.api_key).observe(now - done.received_at)
-            self.proxy.on_exchange_done(done)
+            latency = now - done.received_at
+            self.proxy.request_latency(done.api_key).observe(latency)
+            if done.context:
+                self.proxy.on_exchange_done(done, latency)
         if self.draining and not pending:
             self.close()
 

@@ -71,7 +71,7 @@ class Exchange:
         self.correlation_id = correlation_id
         self.client_id = client_id
         self.request_frame = request_frame
-        self.upstream_frame: Frame | list[Frame] | None = request_frame
+        self.upstream_frame: Frame | list[Any] | None = request_frame
         self.local_response: Frame | None = None
         self.expects_response = True
         self.response_hooks: list[Callable[[Exchange, Frame], ResponseResult]] = []

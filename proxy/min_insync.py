@@ -73,7 +73,7 @@ class MinInsyncCache:
         entry = self.entries.get(topic)
         return entry is not None and time.monotonic() - entry.fetched_at < self.ttl
 
-    async def wait_for(self, topics: Iterable[str], timeout: float | None = None) -> None:
+    async def wait_for(self, topics: Iterable[str], bound_seconds: float | None = None) -> None:
         """Fetch the topics not freshly cached; wait at most `timeout` (default: the miss bound).
 
         The fetch keeps going in the background after the wait gives up.
@@ -83,7 +83,8 @@ class MinInsyncCache:
             return
         future = self.fetch(missing)
         try:
-            await asyncio.wait_for(asyncio.shield(future), self.miss_wait if timeout is None else timeout)
+            async with asyncio.timeout(self.miss_wait if bound_seconds is None else bound_seconds):
+                await asyncio.shield(future)
         except TimeoutError:
             pass
         except Exception as exc:  # the background fetch logs and counts its own failures

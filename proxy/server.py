@@ -11,6 +11,7 @@ from typing import Any
 
 from protocol import ApiKey, MetadataResponse, decode_response, split_response
 from proxy.admin import AdminServer
+from proxy.audit import AuditLog
 from proxy.behaviours.acks import AcksPolicy
 from proxy.behaviours.addresses import AddressRewrite, ListenerAddresses
 from proxy.behaviours.api_versions import ApiVersionsNegotiation
@@ -111,12 +112,14 @@ class InsyncProxy:
         self.min_insync = MinInsyncCache(
             self.control, self.metrics, config.min_insync_ttl_seconds, config.min_insync_miss_wait_ms / 1000
         )
+        self.audit = AuditLog(config.audit, config.proxy_id, self.metrics) if config.audit.enabled else None
+        self.acks_policy = AcksPolicy(self)
         self.behaviours: list[Any] = [
             ApiVersionsNegotiation(),
             MetadataEnricher(self),
             AddressRewrite(),
             TopicConfigWatcher(self),
-            AcksPolicy(self),
+            self.acks_policy,
         ]
         self.registry = BehaviourRegistry(self.behaviours)
         self.admin = AdminServer(self, config.admin_host, config.admin_port)
@@ -164,8 +167,22 @@ class InsyncProxy:
                 log.error("ADDRESS LEAK: %s v%d response to %s carries broker address %s:%d",
                           api_name(exchange.api_key), exchange.api_version, exchange.connection.peer, host, port)
 
-    def on_exchange_done(self, exchange: Exchange) -> None:
-        """Called once an exchange's response was written to the client (audit hooks in here)."""
+    def on_exchange_done(self, exchange: Exchange, latency_seconds: float | None) -> None:
+        """Called once an exchange's response was written (or, for acks=0, once it was forwarded)."""
+        if "acks" in exchange.context:
+            self.acks_policy.record(exchange, latency_seconds)
+
+    def refresh_topics_soon(self, topics: list[str]) -> None:
+        """Re-read some topics' partitions (leader, ISR) in the background."""
+        self.loop.create_task(self._refresh_topics(topics))
+
+    async def _refresh_topics(self, topics: list[str]) -> None:
+        try:
+            response = await self.control.metadata(topics)
+        except ControlError as exc:
+            log.debug("ISR refresh of %s failed: %s", topics, exc)
+            return
+        self.cluster_view.update(response)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -174,6 +191,8 @@ class InsyncProxy:
             group.bootstrap = await self._listen(group, None, group.config.bootstrap_port)
         await self.admin.start()
         self.min_insync.start()
+        if self.audit is not None:
+            self.audit.start()
         try:
             await self.refresh_metadata()
         except ControlError as exc:
@@ -337,6 +356,8 @@ class InsyncProxy:
         for task in self._tasks:
             task.cancel()
         self.min_insync.stop()
+        if self.audit is not None:
+            self.audit.close()
         await self.control.close()
         await self.admin.stop()
         log.info("stopped")

@@ -1,0 +1,138 @@
+"""The audit stream: one JSON object per line for each acks decision and each ISR change the proxy sees.
+
+Schema: docs/audit-events.md and proxy/audit/schema-v1.json (schema_version 1). Writing never blocks
+or slows the produce path: events go through a bounded queue to a writer thread; when the queue is
+full the event is dropped and counted (insync_proxy_audit_events_dropped_total), never waited for.
+Files rotate by size; the oldest are deleted beyond the configured total (bounded disk).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from proxy.config import AuditConfig
+from proxy.metrics import ProxyMetrics
+
+log = logging.getLogger("insync_proxy.audit")
+
+SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).with_name("schema-v1.json")
+_STOP = object()
+
+
+def format_ts(epoch_seconds: float) -> str:
+    """RFC 3339 UTC with microseconds, e.g. 2026-11-21T07:33:16.123456Z."""
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class AuditLog:
+    """Bounded queue + writer thread + size-rotated JSON Lines files."""
+
+    def __init__(self, config: AuditConfig, proxy_id: str, metrics: ProxyMetrics) -> None:
+        self.config = config
+        self.proxy_id = proxy_id
+        self.metrics = metrics
+        self.directory = Path(config.directory)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=config.queue_size)
+        self._thread: threading.Thread | None = None
+        self._file: Any = None
+        self._file_path: Path | None = None
+        self._file_bytes = 0
+        self._written = metrics.audit_events_written_total.labels("file")
+        self._dropped_full = metrics.audit_events_dropped_total.labels("queue_full")
+        self._dropped_error = metrics.audit_events_dropped_total.labels("write_error")
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="insync-proxy-audit", daemon=True)
+        self._thread.start()
+        log.info("audit events go to %s (files up to %d bytes, %d bytes in all)", self.directory.resolve(),
+                 self.config.max_file_bytes, self.config.max_total_bytes)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Queue one event (the timestamp is taken now); drops and counts when the queue is full."""
+        event["_t"] = time.time()
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self._dropped_full.inc()
+
+    def close(self, timeout: float = 5.0) -> None:
+        if self._thread is None:
+            return
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            pass
+        self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ writer thread
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch = [item]
+            while len(batch) < 1000:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = any(e is _STOP for e in batch)
+            lines = []
+            for event in batch:
+                if event is _STOP:
+                    continue
+                t = event.pop("_t")
+                record = {"schema_version": SCHEMA_VERSION, "ts": format_ts(t), "proxy_id": self.proxy_id, **event}
+                lines.append(json.dumps(record, separators=(",", ":")))
+            if lines:
+                self._write("\n".join(lines) + "\n", len(lines))
+            if stop:
+                if self._file is not None:
+                    self._file.close()
+                return
+
+    def _write(self, text: str, count: int) -> None:
+        try:
+            if self._file is None or self._file_bytes >= self.config.max_file_bytes:
+                self._rotate()
+            data = text.encode()
+            self._file.write(data)
+            self._file.flush()
+            self._file_bytes += len(data)
+            self._written.inc(count)
+        except OSError as exc:
+            self._dropped_error.inc(count)
+            log.error("cannot write audit events to %s: %s", self.directory, exc)
+            self._file = None
+
+    def _rotate(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        safe_id = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.proxy_id)
+        self._file_path = self.directory / f"audit-{safe_id}-{stamp}.jsonl"
+        self._file = open(self._file_path, "ab")  # noqa: SIM115 - kept open across writes
+        self._file_bytes = 0
+        self._enforce_total()
+
+    def _enforce_total(self) -> None:
+        files = sorted(self.directory.glob("audit-*.jsonl"), key=lambda p: p.stat().st_mtime)
+        total = sum(p.stat().st_size for p in files)
+        for path in files:
+            if total <= self.config.max_total_bytes or path == self._file_path:
+                break
+            size = path.stat().st_size
+            try:
+                os.remove(path)
+                total -= size
+                log.info("audit: deleted %s to stay under %d bytes", path.name, self.config.max_total_bytes)
+            except OSError:
+                pass

@@ -1,28 +1,271 @@
-"""Acks policy for Produce requests.
+"""Acks policy for Produce requests: KIP-926 acks=-2, KIP-1 validation, fast_fail and acks_floor.
 
-Core duty: acks=0 requests get no response from the broker, so the connection must not wait for one.
+- acks -1, 0, 1: forwarded unchanged, record bytes untouched (acks=0: no response is awaited).
+- acks -2 ("acks = min.insync.replicas"): per partition, ISR size vs effective min ISR in the proxy's
+  view. Below: answered NOT_ENOUGH_REPLICAS (19) by the proxy, never forwarded. Otherwise, or when
+  the view does not know (never guess): forwarded with acks=-1. One merged response, partitions in
+  request order, the client's correlation id.
+- Any other value on Produce v1+: INVALID_REQUIRED_ACKS (21) on every partition, nothing forwarded
+  (KIP-1). Produce v0 keeps the old behaviour: forwarded as is.
+- Per topic pattern: `fast_fail` runs the acks=-2 precheck for acks=-1 too; `acks_floor` raises
+  acks=1 to -1 or -2.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import struct
+import time
+from typing import TYPE_CHECKING, Any
 
-from protocol import ApiKey, read_produce_acks
-from proxy.exchange import BehaviourBase, Exchange
+from protocol import (
+    ApiKey,
+    ErrorCode,
+    ProduceResponse,
+    build_forward_request_chunks,
+    build_produce_error_response,
+    decode_response,
+    index_produce_request,
+    merge_produce_responses,
+    produce_acks_offset,
+    split_response,
+)
+from protocol.produce import PartitionKey, PartitionSpan, ProduceRequestIndex
+from proxy.exchange import BehaviourBase, Exchange, Frame
+from proxy.min_insync import effective_min_isr
 
 if TYPE_CHECKING:
     from proxy.server import InsyncProxy
 
+ACKS_MIN_INSYNC = -2
+VALID_ACKS = frozenset({-2, -1, 0, 1})
+_I16 = struct.Struct(">h")
+
+FORWARDED = "forwarded"
+RAISED_BY_FLOOR = "raised_by_floor"
+ANSWERED_NOT_ENOUGH_REPLICAS = "answered_not_enough_replicas"
+ANSWERED_INVALID_REQUIRED_ACKS = "answered_invalid_required_acks"
+
+
+class _Decision:
+    """One partition's outcome, kept until the response is written (for audit and metrics)."""
+
+    __slots__ = ("acks_sent", "decision", "error_code", "isr_size", "min_isr", "partition", "record_bytes", "topic")
+
+    def __init__(self, topic: str, partition: int, record_bytes: int, isr_size: int | None, min_isr: int | None,
+                 decision: str, acks_sent: int | None, error_code: int | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.record_bytes = record_bytes
+        self.isr_size = isr_size
+        self.min_isr = min_isr
+        self.decision = decision
+        self.acks_sent = acks_sent
+        self.error_code = error_code
+
 
 class AcksPolicy(BehaviourBase):
-    """Reads every Produce request's acks in place and decides what goes upstream."""
+    """Reads every Produce request's acks in place and decides, per partition, what goes upstream."""
 
     request_keys = frozenset({ApiKey.PRODUCE})
 
     def __init__(self, proxy: InsyncProxy) -> None:
         self.proxy = proxy
+        config = proxy.config
+        self.policies = config.acks_policies
+        self.has_floor = any(p.acks_floor is not None for p in self.policies)
+        self.has_fast_fail = any(p.fast_fail for p in self.policies)
+        self.audit_forwarded = config.audit.enabled
+        self._policy_cache: dict[str, Any] = {}
+        self._last_isr_refresh: dict[str, float] = {}
 
+    # ------------------------------------------------------------------ request path
     def on_request(self, exchange: Exchange) -> None:
-        acks = read_produce_acks(exchange.request_frame)
+        frame = exchange.request_frame
+        offset = produce_acks_offset(frame)
+        (acks,) = _I16.unpack_from(frame, offset)
         if acks == 0:
             exchange.expects_response = False
+        special = (
+            acks == ACKS_MIN_INSYNC
+            or acks not in VALID_ACKS
+            or (self.has_floor and acks == 1)
+            or (self.has_fast_fail and acks == -1)
+        )
+        if not special and not self.audit_forwarded:
+            return  # the hot path: nothing decoded, nothing copied
+        index = index_produce_request(frame)
+        if acks not in VALID_ACKS:
+            if exchange.api_version >= 1:
+                self._reject_invalid_acks(exchange, index, acks)
+            else:
+                self._record_forwarded(exchange, index, acks, acks)
+            return
+        if not special:
+            self._record_forwarded(exchange, index, acks, acks)
+            return
+        self._decide(exchange, index, acks)
+
+    def _policy(self, topic: str) -> Any:
+        try:
+            return self._policy_cache[topic]
+        except KeyError:
+            policy = self._policy_cache[topic] = self.proxy.config.policy_for(topic)
+            return policy
+
+    def _decide(self, exchange: Exchange, index: ProduceRequestIndex, acks: int) -> None:
+        view = self.proxy.cluster_view
+        metrics = self.proxy.metrics
+        # acks is per request: a floor on any of its topics raises the whole request.
+        acks_sent = acks
+        floor_topics: set[str] = set()
+        if acks == 1 and self.has_floor:
+            for t in index.topics:
+                name = view.topic_name(t.topic) or str(t.topic)
+                policy = self._policy(name)
+                if policy is not None and policy.acks_floor is not None:
+                    floor_topics.add(name)
+                    if acks_sent == 1:  # the first matching floor sets the request's acks
+                        acks_sent = policy.acks_floor
+        decisions: list[_Decision] = []
+        errors: dict[PartitionKey, int] = {}
+        for span in index.partitions():
+            name = view.topic_name(span.topic) or str(span.topic)
+            precheck = acks_sent == ACKS_MIN_INSYNC or (
+                acks_sent == -1 and self.has_fast_fail and (p := self._policy(name)) is not None and p.fast_fail
+            )
+            isr_size, min_isr = self._isr(name, span.partition)
+            decision = RAISED_BY_FLOOR if name in floor_topics else FORWARDED
+            if precheck:
+                label = metrics.topic(name)
+                if isr_size is None or min_isr is None:
+                    metrics.precheck_total.labels(label, "unknown").inc()
+                elif isr_size < min_isr:
+                    metrics.precheck_total.labels(label, "failed").inc()
+                    errors[span.key] = ErrorCode.NOT_ENOUGH_REPLICAS
+                    decision = ANSWERED_NOT_ENOUGH_REPLICAS
+                    self._refresh_isr_soon(name)
+                else:
+                    metrics.precheck_total.labels(label, "passed").inc()
+            if name in floor_topics:
+                metrics.acks_floor_applied_total.labels(metrics.topic(name)).inc()
+            upstream_acks = -1 if acks_sent == ACKS_MIN_INSYNC else acks_sent
+            decisions.append(_Decision(
+                name, span.partition, max(span.records_size, 0), isr_size, min_isr, decision,
+                None if span.key in errors else upstream_acks,
+                int(ErrorCode.NOT_ENOUGH_REPLICAS) if span.key in errors else None,
+            ))
+        exchange.context["acks"] = (acks, decisions, index)
+        upstream_acks = -1 if acks_sent == ACKS_MIN_INSYNC else acks_sent
+        total = len(decisions)
+        if errors and len(errors) == total:
+            exchange.upstream_frame = None
+            exchange.expects_response = True
+            exchange.local_response = build_produce_error_response(index, errors)
+            return
+        if errors:
+            keep = {span.key for span in index.partitions() if span.key not in errors}
+            exchange.upstream_frame = list(build_forward_request_chunks(index, keep, acks=upstream_acks)[1:])
+            exchange.context["proxy_errors"] = errors
+            exchange.response_hooks.append(self._merge)
+        elif upstream_acks != acks:
+            frame = index.frame
+            a = index.acks_offset
+            exchange.upstream_frame = [frame[:a], _I16.pack(upstream_acks), frame[a + 2:]]
+        if upstream_acks == 0:
+            exchange.expects_response = False
+        elif acks == 0:
+            exchange.expects_response = True
+
+    def _isr(self, topic: str, partition: int) -> tuple[int | None, int | None]:
+        state = self.proxy.cluster_view.partition(topic, partition)
+        if state is None:
+            return None, None
+        return len(state.isr), effective_min_isr(self.proxy.min_insync.peek(topic), len(state.replicas))
+
+    def _refresh_isr_soon(self, topic: str) -> None:
+        """A failed precheck re-reads the topic's ISR (at most once a second) so a retry sees recovery."""
+        now = time.monotonic()
+        if now - self._last_isr_refresh.get(topic, 0.0) < 1.0:
+            return
+        self._last_isr_refresh[topic] = now
+        self.proxy.refresh_topics_soon([topic])
+
+    def _reject_invalid_acks(self, exchange: Exchange, index: ProduceRequestIndex, acks: int) -> None:
+        errors = {span.key: int(ErrorCode.INVALID_REQUIRED_ACKS) for span in index.partitions()}
+        exchange.upstream_frame = None
+        exchange.expects_response = True
+        exchange.local_response = build_produce_error_response(index, errors)
+        exchange.context["acks"] = (acks, [
+            self._plain_decision(span, ANSWERED_INVALID_REQUIRED_ACKS, None, int(ErrorCode.INVALID_REQUIRED_ACKS))
+            for span in index.partitions()
+        ], index)
+
+    def _record_forwarded(self, exchange: Exchange, index: ProduceRequestIndex, acks: int, acks_sent: int) -> None:
+        exchange.context["acks"] = (acks, [
+            self._plain_decision(span, FORWARDED, acks_sent, None) for span in index.partitions()
+        ], index)
+
+    def _plain_decision(self, span: PartitionSpan, decision: str, acks_sent: int | None,
+                        error_code: int | None) -> _Decision:
+        name = self.proxy.cluster_view.topic_name(span.topic) or str(span.topic)
+        isr_size, min_isr = self._isr(name, span.partition)
+        return _Decision(name, span.partition, max(span.records_size, 0), isr_size, min_isr, decision,
+                         acks_sent, error_code)
+
+    # ------------------------------------------------------------------ response path
+    def _merge(self, exchange: Exchange, frame: Frame) -> Frame:
+        _, decisions, index = exchange.context["acks"]
+        return merge_produce_responses(index, frame, exchange.context["proxy_errors"])
+
+    def record(self, exchange: Exchange, latency_seconds: float | None) -> None:
+        """After the response was written (or forwarded, for acks=0): metrics and audit per partition."""
+        acks, decisions, index = exchange.context["acks"]
+        metrics = self.proxy.metrics
+        response = exchange.response
+        codes: dict[tuple[str, int], int] = {}
+        if response is not None and any(d.error_code is None and d.acks_sent != 0 for d in decisions):
+            codes = _response_error_codes(response, exchange.api_version, self.proxy)
+        audit = self.proxy.audit
+        listener = exchange.connection.listener.label
+        latency_ms = None if latency_seconds is None else round(latency_seconds * 1000, 3)
+        for d in decisions:
+            error_code = d.error_code if d.error_code is not None else codes.get((d.topic, d.partition))
+            label = metrics.topic(d.topic)
+            metrics.produce_partitions_total.labels(
+                label, str(acks), "none" if d.acks_sent is None else str(d.acks_sent), d.decision
+            ).inc()
+            if d.decision in (ANSWERED_NOT_ENOUGH_REPLICAS, ANSWERED_INVALID_REQUIRED_ACKS):
+                metrics.proxy_answered_errors_total.labels(label, str(error_code)).inc()
+            if audit is not None:
+                audit.emit({
+                    "event": "produce_decision",
+                    "listener": listener,
+                    "client_id": exchange.client_id,
+                    "topic": d.topic,
+                    "partition": d.partition,
+                    "acks_requested": acks,
+                    "acks_sent": d.acks_sent,
+                    "isr_size": d.isr_size,
+                    "min_isr": d.min_isr,
+                    "decision": d.decision,
+                    "error_code": error_code,
+                    "latency_ms": latency_ms,
+                    "record_bytes": d.record_bytes,
+                    "api_version": exchange.api_version,
+                    "correlation_id": exchange.correlation_id,
+                })
+
+
+def _response_error_codes(response: Frame, version: int, proxy: InsyncProxy) -> dict[tuple[str, int], int]:
+    try:
+        _, body = split_response(response, ApiKey.PRODUCE, version)
+        decoded = decode_response(ApiKey.PRODUCE, version, body)
+    except Exception:
+        return {}
+    assert isinstance(decoded, ProduceResponse)
+    codes = {}
+    for topic in decoded.responses:
+        name = topic.name if version < 13 else proxy.cluster_view.topic_name(topic.topic_id)
+        for p in topic.partition_responses:
+            codes[(name or "", p.index)] = p.error_code
+    return codes

@@ -50,5 +50,5 @@ class TopicConfigWatcher(BehaviourBase):
             for name in names:
                 self.proxy.cluster_view.forget_topic(name)
             return frame
-        await cache.wait_for(names, timeout=REFRESH_WAIT_SECONDS)
+        await cache.wait_for(names, bound_seconds=REFRESH_WAIT_SECONDS)
         return frame
