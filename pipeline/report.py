@@ -181,14 +181,15 @@ def run_report(
     configure_session(spark)
 
     progress.stage(f"reading audit events from {', '.join(inputs) or '-'}" + (f" + kafka topic {kafka.topic}" if kafka else ""))
-    frames = [sources.read_audit_files(spark, inputs)] if inputs else []
+    frames = [sources.read_audit_file_events(spark, inputs)] if inputs else []
     if kafka is not None:
-        frames.append(sources.read_audit_kafka(spark, kafka.bootstrap, kafka.topic, kafka.starting_offsets,
-                                               kafka.ending_offsets))
-    lines = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+        lines = sources.read_audit_kafka(spark, kafka.bootstrap, kafka.topic, kafka.starting_offsets,
+                                         kafka.ending_offsets)
+        frames.append(schema.parse_audit_events(lines, source_col="source"))
+    parsed = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
     # Parsed once and cached: every table and the accounting read this instead of re-parsing JSON.
-    parsed = schema.parse_audit_events(lines, source_col="source").persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         progress.stage("parsing and validating against audit schema v1")
         stats = (

@@ -46,23 +46,24 @@ def check_inputs(inputs: Sequence[str]) -> list[str]:
     return checked
 
 
-def read_audit_files(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
-    """Raw audit lines from JSON Lines files: directories are read recursively for ``*.jsonl``."""
+def read_audit_file_events(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
+    """Parsed, validated audit events (see :func:`pipeline.schema.parse_audit_events`) from JSON Lines
+    files, directories (read recursively for ``*.jsonl``) and globs."""
+    from pipeline.schema import read_audit_json
+
     paths = check_inputs(inputs)
     dirs = [p for p in paths if not glob.has_magic(p) and _is_local(p) and os.path.isdir(p.removeprefix("file://"))]
     files = [p for p in paths if p not in dirs]
     frames: list[DataFrame] = []
     if dirs:
         # Audit directories also hold other files (rotation temp files, READMEs): only *.jsonl counts.
-        frames.append(
-            spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.jsonl").text(dirs)
-        )
+        frames.append(read_audit_json(spark, dirs, recursiveFileLookup="true", pathGlobFilter="*.jsonl"))
     if files:
-        frames.append(spark.read.text(files))
-    lines = frames[0]
+        frames.append(read_audit_json(spark, files))
+    events = frames[0]
     for frame in frames[1:]:
-        lines = lines.unionByName(frame)
-    return lines.select(F.col("value"), F.col("_metadata.file_path").alias("source"))
+        events = events.unionByName(frame)
+    return events
 
 
 def _kafka_options(bootstrap: str, topic: str) -> dict[str, str]:

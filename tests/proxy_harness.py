@@ -25,6 +25,18 @@ from proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_p
 
 GROUPS = ("default", "kip637", "producers")
 
+#: Acks policies of the shared test proxy: topics named floor-* get an acks floor of -1, fastfail-* the
+#: precheck for acks=-1.
+TEST_POLICIES = """
+[[acks_policy]]
+topics = "floor-.*"
+acks_floor = -1
+
+[[acks_policy]]
+topics = "fastfail-.*"
+fast_fail = true
+"""
+
 
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
@@ -47,7 +59,9 @@ def free_port_base(span: int = 8) -> int:
 class ProxyProcess:
     """The proxy under test; `bootstrap(group)` is what clients get."""
 
-    def __init__(self, cluster: LocalKafkaCluster, extra_toml: str = "", groups: tuple[str, ...] = GROUPS) -> None:
+    def __init__(
+        self, cluster: LocalKafkaCluster, extra_toml: str = TEST_POLICIES, groups: tuple[str, ...] = GROUPS
+    ) -> None:
         self.cluster = cluster
         self.dir = Path(tempfile.mkdtemp(prefix="insync-proxy-test-"))
         self.audit_dir = self.dir / "audit"

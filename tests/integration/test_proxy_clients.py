@@ -117,7 +117,8 @@ def test_confluent_kafka_transactions_read_committed_through_proxy(proxy: ProxyP
 
 # ---------------------------------------------------------------------------------------------- kafka-python
 def test_kafka_python_produce_consume_admin_through_proxy(proxy: ProxyProcess) -> None:
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition as KTopicPartition
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
     from kafka.admin import NewTopic as KNewTopic
 
     bootstrap = proxy.bootstrap()
@@ -156,7 +157,8 @@ async def test_aiokafka_produce_consume_admin_through_proxy(proxy: ProxyProcess)
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic as ANewTopic
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin import NewTopic as ANewTopic
 
     bootstrap = proxy.bootstrap()
     topic = f"ak-{uuid.uuid4().hex[:8]}"

@@ -34,7 +34,7 @@ def report_result(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory)
 
 
 def test_report_counts_inputs_and_rejects(report_result: report.ReportResult) -> None:
-    assert report_result.counts == {"lines": 33, "valid": 31, "rejected": 2, "produce_decisions": 29, "isr_changes": 2}
+    assert report_result.counts == {"lines": 34, "valid": 32, "rejected": 2, "produce_decisions": 30, "isr_changes": 2}
     assert report_result.rejected_by_reason == {"bad_json": 1, "unknown_schema_version": 1}
     rejected = [json.loads(line) for p in (report_result.output_dir / "rejected").glob("*.json")
                 for line in p.read_text().splitlines()]
@@ -62,7 +62,7 @@ def test_html_report_is_self_contained_with_plots_and_tables(report_result: repo
         assert heading in page
     assert "billing" in page and "<table>" in page
     summary = json.loads(report_result.summary_path.read_text())
-    assert summary["counts"]["valid"] == 31
+    assert summary["counts"]["valid"] == 32
 
 
 def test_console_summary_mentions_the_key_numbers(report_result: report.ReportResult) -> None:

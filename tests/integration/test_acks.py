@@ -1,0 +1,247 @@
+"""KIP-926 acks=-2, KIP-1 acks validation, acks_floor and the audit trail, against the real cluster."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import jsonschema
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from protocol import ApiKey, ErrorCode
+from proxy.audit import SCHEMA_FILE
+from proxy.devcluster.cluster import LocalKafkaCluster
+from tests.helpers import wait_until
+from tests.proxy_harness import ProxyProcess
+from tests.raw_client import RawKafkaClient, batch
+
+
+def consume_values(bootstrap: str, topic: str, partition: int, expected: int, timeout: float = 60) -> list[bytes]:
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    values: list[bytes] = []
+
+    def enough() -> bool:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            values.append(msg.value())
+        return len(values) >= expected
+
+    try:
+        wait_until(enough, timeout, interval=0, what=f"{expected} records from {topic}-{partition}")
+    finally:
+        consumer.close()
+    return values
+
+
+def end_offset(client: RawKafkaClient, topic: str, partition: int) -> int:
+    """The partition's log end offset, read as the base offset of an acks=-1 marker record."""
+    results = []
+
+    def appended() -> bool:
+        # A new leader may not have applied its leadership yet (NOT_LEADER_OR_FOLLOWER): retry.
+        results.append(client.produce({(topic, partition): batch(b"marker")}, acks=-1)[(topic, partition)])
+        assert results[-1].error_code in (0, 3, 5, 6), results[-1]
+        return results[-1].error_code == 0
+
+    wait_until(appended, 60, interval=0.2, what=f"a marker appended to {topic}-{partition}")
+    return results[-1].base_offset
+
+
+def via_leader(proxy: ProxyProcess, cluster: LocalKafkaCluster, topic: str, partition: int = 0) -> str:
+    """The proxy listener standing for the partition's leader (Produce must reach the leader)."""
+    return f"127.0.0.1:{proxy.broker_port(cluster.wait_for_leader(topic, partition))}"
+
+
+def proxy_sees_isr(proxy: ProxyProcess, below: bool) -> bool:
+    count = proxy.metric("insync_proxy_partitions_below_min_isr")
+    return count > 0 if below else count == 0
+
+
+def test_acks_minus_two_with_full_isr_is_appended_and_read_back(
+    proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, topic_name: str
+) -> None:
+    # Given a healthy topic with min.insync.replicas=2
+    kafka_cluster.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+    with RawKafkaClient(via_leader(proxy, kafka_cluster, topic_name)) as client:
+        # When a raw client produces with acks=-2 through the proxy
+        result = client.produce({(topic_name, 0): batch(b"one", b"two")}, acks=-2)
+    # Then the records are acknowledged and can be read back
+    assert result[(topic_name, 0)].error_code == 0
+    assert consume_values(proxy.bootstrap(), topic_name, 0, 2) == [b"one", b"two"]
+
+
+def test_kafka_python_puts_acks_minus_two_on_the_wire(proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster,
+                                                      topic_name: str) -> None:
+    from kafka import KafkaProducer
+
+    kafka_cluster.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+    producer = KafkaProducer(bootstrap_servers=proxy.bootstrap(), acks=-2)
+    metadata = producer.send(topic_name, b"from-kafka-python").get(30)
+    producer.close()
+    assert metadata.offset == 0
+    wait_until(lambda: any(e["topic"] == topic_name and e["acks_requested"] == -2 and e["acks_sent"] == -1
+                           for e in proxy.audit_events()), 30, what="the audit event of kafka-python's acks=-2")
+
+
+def test_acks_minus_two_answers_not_enough_replicas_only_for_the_unready_partition(
+    proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, topic_name: str
+) -> None:
+    # Given partition 0 on brokers 1,2 and partition 1 on brokers 1,3 (both led by 1), min.insync.replicas=2
+    kafka_cluster.create_topic(topic_name, configs={"min.insync.replicas": "2"}, assignments={0: [1, 2], 1: [1, 3]})
+    with RawKafkaClient(via_leader(proxy, kafka_cluster, topic_name, 1)) as client:
+        assert kafka_cluster.wait_for_leader(topic_name, 0) == 1
+        before = {p: end_offset(client, topic_name, p) for p in (0, 1)}
+        answered_before = proxy.metric("insync_proxy_proxy_answered_errors_total", error_code="19")
+        # When broker 2 is paused, partition 0's ISR shrinks to 1 < 2, and the proxy sees it
+        kafka_cluster.pause_broker(2)
+        try:
+            kafka_cluster.wait_for_isr(topic_name, 0, 1)
+            wait_until(lambda: proxy_sees_isr(proxy, below=True), 60, what="the proxy to see ISR below min")
+            # And one acks=-2 request carries both partitions
+            result = client.produce(
+                {(topic_name, 0): batch(b"must-not-land"), (topic_name, 1): batch(b"lands")}, acks=-2
+            )
+        finally:
+            kafka_cluster.resume_broker(2)
+        # Then the proxy answered NOT_ENOUGH_REPLICAS for partition 0, the broker appended partition 1
+        assert list(result) == [(topic_name, 0), (topic_name, 1)]  # one merged response, request order
+        assert result[(topic_name, 0)].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert result[(topic_name, 1)].error_code == 0
+        assert result[(topic_name, 1)].base_offset == before[1] + 1
+        assert proxy.metric("insync_proxy_proxy_answered_errors_total", error_code="19") == answered_before + 1
+        # And partition 0's log did not move
+        kafka_cluster.wait_for_isr(topic_name, 0, 2)
+        assert end_offset(client, topic_name, 0) == before[0] + 1  # only the first marker is before it
+    values = consume_values(proxy.bootstrap(), topic_name, 0, 2)
+    assert b"must-not-land" not in values
+
+
+@pytest.mark.parametrize("version", [3, 9])
+@pytest.mark.parametrize("acks", [2, 3, 100, -3])
+def test_invalid_acks_are_rejected_with_invalid_required_acks(
+    proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, acks: int, version: int
+) -> None:
+    topic = f"bad-acks-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, assignments={0: [1, 2, 3], 1: [1, 3, 2]})
+    with RawKafkaClient(via_leader(proxy, kafka_cluster, topic, 1)) as client:
+        assert kafka_cluster.wait_for_leader(topic, 0) == 1
+        before = {p: end_offset(client, topic, p) for p in (0, 1)}
+        result = client.produce({(topic, 0): batch(b"x"), (topic, 1): batch(b"y")}, acks=acks, version=version)
+        assert {r.error_code for r in result.values()} == {ErrorCode.INVALID_REQUIRED_ACKS}
+        assert len(result) == 2
+        # Nothing was appended: the next marker lands right after the first one
+        assert {p: end_offset(client, topic, p) for p in (0, 1)} == {p: before[p] + 1 for p in (0, 1)}
+
+
+def test_acks_zero_does_not_stall_the_connection(
+    proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, topic_name: str
+) -> None:
+    kafka_cluster.create_topic(topic_name, 1, 3)
+    with RawKafkaClient(via_leader(proxy, kafka_cluster, topic_name)) as client:
+        assert end_offset(client, topic_name, 0) == 0  # the leader is ready (acks=0 errors close connections)
+        # Given an acks=0 request, which gets no response
+        client.produce({(topic_name, 0): batch(b"fire-and-forget")}, acks=0)
+        # When more requests follow on the same connection, each is answered with its own correlation id
+        first = end_offset(client, topic_name, 0)
+        second = end_offset(client, topic_name, 0)
+    assert first == 2 and second == 3
+
+
+def test_idempotent_acks_minus_two_producer_survives_broker_kill_and_restart(
+    proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, topic_name: str
+) -> None:
+    from kafka import KafkaProducer
+
+    kafka_cluster.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+    leader = kafka_cluster.wait_for_leader(topic_name, 0)
+    # kafka-python refuses acks=-2 with idempotence in its config check; the sender itself sends it as is.
+    producer = KafkaProducer(bootstrap_servers=proxy.bootstrap(), acks="all", enable_idempotence=True,
+                             linger_ms=5, retries=100, request_timeout_ms=10000)
+    producer._sender.config["acks"] = -2
+    futures = [producer.send(topic_name, f"before-{i}".encode()) for i in range(100)]
+    kafka_cluster.kill_broker(leader)
+    try:
+        futures += [producer.send(topic_name, f"after-{i}".encode()) for i in range(200)]
+        producer.flush(120)
+        acked = [f.get(60).offset for f in futures]
+    finally:
+        kafka_cluster.start_broker(leader)
+    producer.close()
+    assert len(set(acked)) == 300
+    values = consume_values(proxy.bootstrap(), topic_name, 0, 300)
+    assert sorted(values) == sorted([f"before-{i}".encode() for i in range(100)] +
+                                    [f"after-{i}".encode() for i in range(200)])
+    events = [e for e in proxy.audit_events() if e["topic"] == topic_name]
+    assert events and all(e["acks_requested"] == -2 for e in events)
+    kafka_cluster.wait_for_isr(topic_name, 0, 3)
+
+
+def test_acks_floor_turns_acks_one_into_acks_all(proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster) -> None:
+    topic = f"floor-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    leader = kafka_cluster.wait_for_leader(topic, 0)
+    followers = [b for b in kafka_cluster.brokers if b != leader]
+    producer = Producer({"bootstrap.servers": proxy.bootstrap(), "acks": 1, "retries": 0,
+                         "enable.idempotence": False})
+    results: list[Any] = []
+    producer.produce(topic, b"healthy", on_delivery=lambda err, msg: results.append(err))
+    producer.flush(30)
+    assert results == [None]
+    # When both followers are paused, an acks=1 write would succeed; raised to acks=-1 it must fail
+    for node_id in followers:
+        kafka_cluster.pause_broker(node_id)
+    try:
+        kafka_cluster.wait_for_isr(topic, 0, 1)
+        producer.produce(topic, b"too-few-replicas", on_delivery=lambda err, msg: results.append(err))
+        producer.flush(60)
+    finally:
+        for node_id in followers:
+            kafka_cluster.resume_broker(node_id)
+    assert results[1] is not None and results[1].code() == KafkaError.NOT_ENOUGH_REPLICAS
+    events = wait_until(lambda: (found := [e for e in proxy.audit_events() if e["topic"] == topic])
+                        and len(found) >= 2 and found, 30, what="two audit events")
+    assert [(e["acks_requested"], e["acks_sent"], e["decision"]) for e in events] == [
+        (1, -1, "raised_by_floor"), (1, -1, "raised_by_floor")
+    ]
+    assert events[1]["error_code"] == ErrorCode.NOT_ENOUGH_REPLICAS
+    kafka_cluster.wait_for_isr(topic, 0, 3)
+
+
+def test_audit_files_match_the_documented_schema(proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster) -> None:
+    topic = f"audit-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, assignments={0: [1, 2, 3], 1: [1, 3, 2]})
+    with RawKafkaClient(via_leader(proxy, kafka_cluster, topic, 1)) as client:
+        assert kafka_cluster.wait_for_leader(topic, 0) == 1
+        client.produce({(topic, 0): batch(b"a"), (topic, 1): batch(b"b")}, acks=-2)
+        client.produce({(topic, 0): batch(b"c")}, acks=7)
+    wait_until(lambda: len([e for e in proxy.audit_events() if e["topic"] == topic]) >= 3, 30, what="audit events")
+    schema = json.loads(SCHEMA_FILE.read_text())
+    events = proxy.audit_events()
+    for event in events:
+        jsonschema.validate(event, schema)
+    mine = [e for e in events if e["topic"] == topic]
+    # One event per partition decision
+    assert sorted((e["partition"], e["acks_requested"], e["decision"]) for e in mine) == [
+        (0, -2, "forwarded"), (0, 7, "answered_invalid_required_acks"), (1, -2, "forwarded"),
+    ]
+    assert all(e["api_version"] == 9 and e["record_bytes"] > 0 for e in mine)
+
+
+def test_too_new_api_versions_request_gets_the_brokers_v0_answer(proxy: ProxyProcess) -> None:
+    from protocol import ApiVersionsResponse, decode_response, split_response
+
+    with RawKafkaClient(proxy.bootstrap()) as client:
+        correlation_id = client.send(ApiKey.API_VERSIONS, 99, b"")
+        frame = client.receive()
+    got, body = split_response(frame, ApiKey.API_VERSIONS, 0)
+    response = decode_response(ApiKey.API_VERSIONS, 0, body)
+    assert got == correlation_id
+    assert isinstance(response, ApiVersionsResponse)
+    assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert [(k.api_key, k.max_version) for k in response.api_keys] == [(ApiKey.API_VERSIONS, 4)]
