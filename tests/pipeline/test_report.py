@@ -24,7 +24,7 @@ def report_result(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory)
     a += [isr_change(20, 1), *(decision(t, decision="answered_not_enough_replicas", acks_sent=None, isr_size=1,
                                         client_id="billing", error_code=19) for t in range(21, 25))]
     a += [isr_change(30, 3), decision(31, acks_requested=1, acks_sent=1, record_bytes=500)]
-    b: list[dict[str, Any] | str] = [decision(86400 - 17 * 3600 + t, topic="payments", proxy_id="sidecar-b", acks_requested=0, acks_sent=0,
+    b: list[dict[str, Any] | str] = [decision(17 * 3600 + t, topic="payments", proxy_id="sidecar-b", acks_requested=0, acks_sent=0,
                   latency_ms=None) for t in range(5)]
     b += ["{truncated", json.dumps({**decision(3), "schema_version": 9})]
     write_jsonl(root / "sidecar-a" / "audit-sidecar-a-20261121T070000Z.jsonl", a)
