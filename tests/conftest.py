@@ -25,6 +25,7 @@ from proxy.devcluster.cluster import (
 )
 from proxy.devcluster.containers import BACKEND_ENV, ContainerKafkaCluster, docker_unavailable_reason
 from proxy.devcluster.distribution import KAFKA_39_VERSION, selected_version
+from tests.java_client import JavaClient
 from tests.proxy_harness import ProxyProcess
 
 LOG_KEEP_DIR = Path(os.environ.get("INSYNC_PROXY_TEST_LOGS", "test-logs"))
@@ -163,3 +164,9 @@ _PROXIES = ProxyPool()
 def proxy(kafka_cluster: LocalKafkaCluster) -> ProxyProcess:
     """The proxy (a separate process) in front of the running cluster; clients use proxy.bootstrap()."""
     return _PROXIES.get(kafka_cluster)
+
+
+@pytest.fixture(scope="session")
+def java_client() -> JavaClient:
+    """Apache Kafka's Java client (kafka-clients from Maven Central), compiled once per run."""
+    return JavaClient(selected_version())

@@ -60,8 +60,10 @@ class ProxyProcess:
     """The proxy under test; `bootstrap(group)` is what clients get."""
 
     def __init__(
-        self, cluster: LocalKafkaCluster, extra_toml: str = TEST_POLICIES, groups: tuple[str, ...] = GROUPS
+        self, cluster: LocalKafkaCluster, extra_toml: str = TEST_POLICIES, groups: tuple[str, ...] = GROUPS,
+        debug_checks: bool = True,
     ) -> None:
+        """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks."""
         self.cluster = cluster
         self.dir = Path(tempfile.mkdtemp(prefix="insync-proxy-test-"))
         self.audit_dir = self.dir / "audit"
@@ -81,7 +83,7 @@ class ProxyProcess:
         self.config_file.write_text(
             f"bootstrap_servers = {servers}\nadmin_port = {self.admin_port}\nproxy_id = \"test-proxy\"\n"
             "metadata_refresh_seconds = 2\nmin_insync_ttl_seconds = 5\nlog_level = \"INFO\"\n"
-            "debug_address_leak_check = true\n"
+            + ("debug_address_leak_check = true\n" if debug_checks else "")
             + extra_toml + "\n" + "\n".join(listeners)
             + f'\n[audit]\ndirectory = "{self.audit_dir}"\n'
         )

@@ -253,3 +253,19 @@ def test_every_listener_group_serves_metadata_with_its_own_ports(proxy: ProxyPro
     admin = AdminClient({"bootstrap.servers": proxy.bootstrap(group)})
     brokers = admin.list_topics(timeout=30).brokers
     assert {b.port for b in brokers.values()} == {proxy.broker_port(n, group) for n in brokers}
+
+
+# ---------------------------------------------------------------------------------------------- Java
+def test_java_client_produce_consume_admin_through_proxy(proxy: ProxyProcess, java_client: Any) -> None:
+    topic = f"java-{uuid.uuid4().hex[:8]}"
+    out = java_client.run("roundtrip", proxy.bootstrap(), topic)
+    assert "OK roundtrip" in out
+    ports = {int(line.rsplit(":", 1)[1]) for line in out.splitlines() if line.startswith("broker ")}
+    assert ports and ports <= proxy.listener_ports()
+
+
+def test_java_transactional_producer_and_read_committed_consumer_through_proxy(
+    proxy: ProxyProcess, java_client: Any, kafka_cluster: LocalKafkaCluster, topic_name: str
+) -> None:
+    kafka_cluster.create_topic(topic_name, 1, 3)
+    assert "OK transactions" in java_client.run("transactions", proxy.bootstrap(), topic_name)

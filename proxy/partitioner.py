@@ -1,0 +1,202 @@
+"""KIP-637's partitioner for Python producers that talk to insync-proxy.
+
+`MinInsyncMetadata` reads the proxy's enriched Metadata (each topic's min.insync.replicas in tagged
+field 637) and tells which partitions are ready, with KIP-637's semantics
+(`require_min_insync_acks`): acks 0/1 -> partitions with a leader; acks all/-1/-2 -> partitions with a
+leader whose ISR is at least the effective min ISR = min(min.insync.replicas, replica count).
+`ReadyPartitioner` plugs that into kafka-python and aiokafka (`partitioner=`): keyless records go to
+ready partitions only; keyed records hash over all partitions as before (moving them would break
+per-key ordering).
+
+kafka-python's and aiokafka's partitioner interface gets no topic name, so one ReadyPartitioner serves
+one topic (`MinInsyncMetadata.partitioner(topic, acks)`); `partition_for()` serves any topic.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from protocol import (
+    ApiKey,
+    MetadataRequest,
+    MetadataResponse,
+    RequestHeader,
+    decode_response,
+    encode_request,
+    encode_request_header,
+    split_response,
+)
+from protocol.messages import MetadataRequestTopic
+
+METADATA_VERSION = 12
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    min_insync_replicas: int | None
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+
+
+def require_min_insync_acks(acks: int | str) -> bool:
+    """KIP-637: only acks=all (-1) and acks=min.insync.replicas (-2) need enough in-sync replicas."""
+    return str(acks).lower() in ("all", "-1", "-2")
+
+
+class MinInsyncMetadata:
+    """Enriched Metadata from the proxy, refreshed at most every `max_age_seconds`."""
+
+    def __init__(self, bootstrap: str, max_age_seconds: float = 5.0, timeout: float = 10.0) -> None:
+        host, port = bootstrap.split(",")[0].rsplit(":", 1)
+        self.address = (host, int(port))
+        self.max_age = max_age_seconds
+        self.timeout = timeout
+        self.topics: dict[str, TopicInfo] = {}
+        self._fetched_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._correlation_id = 0
+
+    def refresh(self, topics: Sequence[str]) -> None:
+        """Ask the proxy for these topics' Metadata now."""
+        request = MetadataRequest(
+            topics=tuple(MetadataRequestTopic(name=t) for t in topics), allow_auto_topic_creation=False
+        )
+        with self._lock:
+            self._correlation_id += 1
+            correlation_id = self._correlation_id
+        header = encode_request_header(RequestHeader(
+            request_api_key=ApiKey.METADATA, request_api_version=METADATA_VERSION,
+            correlation_id=correlation_id, client_id="insync-ready-partitioner",
+        ))
+        payload = header + encode_request(request, METADATA_VERSION)
+        with socket.create_connection(self.address, timeout=self.timeout) as sock:
+            sock.sendall(struct.pack(">i", len(payload)) + payload)
+            size = struct.unpack(">i", _read(sock, 4))[0]
+            frame = _read(sock, size)
+        _, body = split_response(frame, ApiKey.METADATA, METADATA_VERSION)
+        response = decode_response(ApiKey.METADATA, METADATA_VERSION, body)
+        assert isinstance(response, MetadataResponse)
+        now = time.monotonic()
+        for t in response.topics:
+            if t.error_code != 0 or t.name is None:
+                continue
+            info = TopicInfo(t.name, t.min_insync_replicas if t.min_insync_replicas >= 0 else None)
+            for p in t.partitions:
+                info.partitions[p.partition_index] = PartitionInfo(
+                    p.partition_index, p.leader_id if p.error_code == 0 else -1,
+                    tuple(p.replica_nodes), tuple(p.isr_nodes),
+                )
+            with self._lock:
+                self.topics[t.name] = info
+                self._fetched_at[t.name] = now
+
+    def topic(self, topic: str) -> TopicInfo | None:
+        if time.monotonic() - self._fetched_at.get(topic, 0.0) > self.max_age:
+            try:
+                self.refresh([topic])
+            except OSError:
+                pass  # keep serving the last known view
+        return self.topics.get(topic)
+
+    def ready_partitions(self, topic: str, acks: int | str) -> list[int]:
+        """Partitions a record may go to under KIP-637's rule (never empty while any has a leader)."""
+        info = self.topic(topic)
+        if info is None:
+            return []
+        available = [p.partition for p in info.partitions.values() if p.leader >= 0]
+        if not require_min_insync_acks(acks) or info.min_insync_replicas is None:
+            return available
+        ready = [
+            p.partition for p in info.partitions.values()
+            if p.leader >= 0 and len(p.isr) >= min(info.min_insync_replicas, len(p.replicas))
+        ]
+        return ready
+
+    def partition_for(self, topic: str, acks: int | str, key: bytes | None = None) -> int | None:
+        """A partition for a record: keyed -> murmur2 over all partitions; keyless -> a ready one."""
+        info = self.topic(topic)
+        if info is None or not info.partitions:
+            return None
+        if key is not None:
+            return murmur2_partition(key, len(info.partitions))
+        ready = self.ready_partitions(topic, acks)
+        if not ready:
+            ready = [p.partition for p in info.partitions.values() if p.leader >= 0] or list(info.partitions)
+        return random.choice(ready)
+
+    def partitioner(self, topic: str, acks: int | str) -> ReadyPartitioner:
+        return ReadyPartitioner(self, topic, acks)
+
+
+class ReadyPartitioner:
+    """`partitioner=` for kafka-python and aiokafka: (key_bytes, all_partitions, available) -> partition."""
+
+    def __init__(self, metadata: MinInsyncMetadata, topic: str, acks: int | str) -> None:
+        self.metadata = metadata
+        self.topic = topic
+        self.acks = acks
+
+    def __call__(self, key: bytes | None, all_partitions: Sequence[int], available: Sequence[int]) -> int:
+        if key is not None:
+            return sorted(all_partitions)[murmur2_partition(key, len(all_partitions))]
+        ready = set(self.metadata.ready_partitions(self.topic, self.acks)) & set(available or all_partitions)
+        candidates = sorted(ready) or list(available or all_partitions)
+        return random.choice(candidates)
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("proxy closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (the Java client's default partitioner hash)."""
+    length = len(data)
+    seed = 0x9747B28C
+    m = 0x5BD1E995
+    r = 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length % 4
+    tail = length - rest
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """As the Java client: toPositive(murmur2(key)) % partitions."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions

@@ -1,0 +1,146 @@
+// The Java client through insync-proxy: compiled by the test suite against kafka-clients from Maven Central.
+// Usage: ClientCheck roundtrip|transactions|keyless <bootstrap> <topic> [count]
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.*;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.*;
+
+public class ClientCheck {
+    static Properties producerProps(String bootstrap) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("acks", "all");
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        return p;
+    }
+
+    static KafkaConsumer<byte[], byte[]> consumer(String bootstrap, String group, boolean readCommitted) {
+        Properties c = new Properties();
+        c.put("bootstrap.servers", bootstrap);
+        c.put("group.id", group);
+        c.put("auto.offset.reset", "earliest");
+        c.put("enable.auto.commit", "false");
+        if (readCommitted) c.put("isolation.level", "read_committed");
+        c.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        c.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        return new KafkaConsumer<>(c);
+    }
+
+    static List<byte[]> readUntil(KafkaConsumer<byte[], byte[]> consumer, int expected, byte[] marker) {
+        List<byte[]> values = new ArrayList<>();
+        long deadline = System.currentTimeMillis() + 90_000;
+        while (System.currentTimeMillis() < deadline) {
+            for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
+                values.add(r.value());
+                if (marker != null && Arrays.equals(r.value(), marker)) return values;
+            }
+            if (marker == null && values.size() >= expected) return values;
+        }
+        throw new IllegalStateException("timed out with " + values.size() + " records");
+    }
+
+    public static void main(String[] args) throws Exception {
+        String mode = args[0], bootstrap = args[1], topic = args[2];
+        switch (mode) {
+            case "roundtrip": roundtrip(bootstrap, topic); break;
+            case "transactions": transactions(bootstrap, topic); break;
+            case "keyless": keyless(bootstrap, topic, Integer.parseInt(args[3])); break;
+            default: throw new IllegalArgumentException(mode);
+        }
+    }
+
+    static void roundtrip(String bootstrap, String topic) throws Exception {
+        Properties a = new Properties();
+        a.put("bootstrap.servers", bootstrap);
+        try (Admin admin = Admin.create(a)) {
+            admin.createTopics(List.of(new NewTopic(topic, 3, (short) 3))).all().get(60, TimeUnit.SECONDS);
+            for (Node n : admin.describeCluster().nodes().get(30, TimeUnit.SECONDS))
+                System.out.println("broker " + n.id() + " " + n.host() + ":" + n.port());
+            Set<String> expected = new HashSet<>();
+            try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps(bootstrap))) {
+                Random random = new Random(42);
+                for (int i = 0; i < 200; i++) {
+                    byte[] value = new byte[100 + i * 7];
+                    random.nextBytes(value);
+                    expected.add(Base64.getEncoder().encodeToString(value));
+                    producer.send(new ProducerRecord<>(topic, ("k" + i).getBytes(), value)).get(60, TimeUnit.SECONDS);
+                }
+            }
+            try (KafkaConsumer<byte[], byte[]> consumer = consumer(bootstrap, "java-" + topic, false)) {
+                consumer.subscribe(List.of(topic));
+                Set<String> got = new HashSet<>();
+                for (byte[] v : readUntil(consumer, 200, null)) got.add(Base64.getEncoder().encodeToString(v));
+                consumer.commitSync();
+                long committed = 0;
+                for (int p = 0; p < 3; p++) {
+                    OffsetAndMetadata o = consumer.committed(Set.of(new TopicPartition(topic, p))).get(new TopicPartition(topic, p));
+                    committed += o == null ? 0 : o.offset();
+                }
+                if (!got.equals(expected)) throw new IllegalStateException("records differ");
+                if (committed != 200) throw new IllegalStateException("committed " + committed);
+            }
+            admin.deleteTopics(List.of(topic)).all().get(60, TimeUnit.SECONDS);
+        }
+        System.out.println("OK roundtrip");
+    }
+
+    static void transactions(String bootstrap, String topic) throws Exception {
+        Properties p = producerProps(bootstrap);
+        p.put("transactional.id", "java-tx-" + topic);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            for (int i = 0; i < 10; i++) producer.send(new ProducerRecord<>(topic, ("committed-" + i).getBytes()));
+            producer.commitTransaction();
+            producer.beginTransaction();
+            for (int i = 0; i < 10; i++) producer.send(new ProducerRecord<>(topic, ("aborted-" + i).getBytes()));
+            producer.flush();
+            producer.abortTransaction();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(topic, "marker".getBytes()));
+            producer.commitTransaction();
+        }
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(bootstrap, "java-tx-" + topic, true)) {
+            consumer.subscribe(List.of(topic));
+            List<byte[]> values = readUntil(consumer, 0, "marker".getBytes());
+            List<String> got = new ArrayList<>();
+            for (byte[] v : values) got.add(new String(v));
+            List<String> want = new ArrayList<>();
+            for (int i = 0; i < 10; i++) want.add("committed-" + i);
+            want.add("marker");
+            if (!got.equals(want)) throw new IllegalStateException("read_committed saw " + got);
+        }
+        System.out.println("OK transactions");
+    }
+
+    static void keyless(String bootstrap, String topic, int count) throws Exception {
+        Properties p = producerProps(bootstrap);
+        p.put("linger.ms", "0");
+        p.put("batch.size", "1");  // one record per batch: the partitioner chooses for each
+        p.put("metadata.max.age.ms", "1000");
+        Map<Integer, Integer> perPartition = new TreeMap<>();
+        int failed = 0;
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            List<Future<RecordMetadata>> futures = new ArrayList<>();
+            for (int i = 0; i < count; i++)
+                futures.add(producer.send(new ProducerRecord<>(topic, ("java-" + i).getBytes())));
+            for (Future<RecordMetadata> f : futures) {
+                try {
+                    RecordMetadata m = f.get(120, TimeUnit.SECONDS);
+                    perPartition.merge(m.partition(), 1, Integer::sum);
+                } catch (ExecutionException e) {
+                    failed++;
+                }
+            }
+        }
+        for (Map.Entry<Integer, Integer> e : perPartition.entrySet())
+            System.out.println("partition " + e.getKey() + " " + e.getValue());
+        System.out.println("failed " + failed);
+    }
+}

@@ -1,0 +1,39 @@
+"""Compiles and runs tests/java/ClientCheck.java against kafka-clients (Apache Kafka's own Java client)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from proxy.devcluster.distribution import java_executable, kafka_libs
+
+SOURCE = Path(__file__).with_name("java") / "ClientCheck.java"
+_LOG4J2 = "status = warn\nrootLogger.level = WARN\nrootLogger.appenderRef.stderr.ref = STDERR\n" \
+          "appender.stderr.type = Console\nappender.stderr.name = STDERR\nappender.stderr.target = SYSTEM_ERR\n" \
+          "appender.stderr.layout.type = PatternLayout\nappender.stderr.layout.pattern = %p %m%n\n"
+
+
+class JavaClient:
+    def __init__(self, version: str | None = None) -> None:
+        self.libs = kafka_libs(version)
+        self.out = Path(tempfile.mkdtemp(prefix="insync-java-"))
+        javac = shutil.which("javac")
+        if javac is None:
+            raise RuntimeError("javac not found: the Java client test needs a JDK")
+        (self.out / "log4j2.properties").write_text(_LOG4J2)
+        result = subprocess.run([javac, "-cp", f"{self.libs}/*", "-d", str(self.out), str(SOURCE)],
+                                capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            raise RuntimeError(f"javac failed:\n{result.stdout}{result.stderr}")
+
+    def run(self, *args: str, timeout: float = 300) -> str:
+        result = subprocess.run(
+            [java_executable(), "-Xmx256m", f"-Dlog4j2.configurationFile={self.out / 'log4j2.properties'}",
+             "-cp", f"{self.out}:{self.libs}/*", "ClientCheck", *args],
+            capture_output=True, text=True, timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise AssertionError(f"Java client failed ({result.returncode}):\n{result.stdout}\n{result.stderr[-4000:]}")
+        return result.stdout
