@@ -1,0 +1,830 @@
+"""End-to-end benchmark of the proxy against a direct connection (not a test).
+
+    python benchmarks/proxy_bench.py [--quick]
+
+Starts its own 3-broker KRaft Kafka (proxy.devcluster) and the real proxy as a separate process
+(tests/proxy_harness.py), runs four sections, prints aligned tables with ratios against a direct
+connection to the brokers, writes a JSON summary to bench-results/proxy-bench-<timestamp>.json, and
+stops everything, also on Ctrl-C, SIGTERM or an exception. What each number means: docs/performance.md.
+
+1. ProducerPerformance (Apache Kafka's own tool), 1 KiB records, acks=all, RF 3: max throughput and a
+   fixed rate's latency percentiles, direct and through the proxy, interleaved A B A B.
+2. acks=-2 vs acks=-1 through the proxy (raw pipelined Produce v9), and the round trip of a
+   NOT_ENOUGH_REPLICAS the proxy answers itself.
+3. Metadata v12 round trips for one 100-partition topic, direct vs through the proxy.
+4. The cost of rendering /metrics with 1,000 topics' per-topic series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from protocol import (  # noqa: E402
+    ApiKey,
+    MetadataRequest,
+    MetadataResponse,
+    ProduceResponse,
+    RequestHeader,
+    decode_response,
+    encode_request,
+    encode_request_header,
+    split_response,
+)
+from protocol.messages import MetadataRequestTopic  # noqa: E402
+from proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
+from proxy.devcluster.distribution import java_executable  # noqa: E402
+from proxy.devcluster.probe import ProbeConnection  # noqa: E402
+from tests.proxy_harness import ProxyProcess  # noqa: E402
+from tests.raw_client import RawKafkaClient, batch  # noqa: E402
+
+RECORD_SIZE = 1024
+NOT_ENOUGH_REPLICAS = 19
+
+#: The benchmark proxy: one listener group, no debug checks, per-topic labels for 1,000 topics.
+PROXY_TOML = "topic_label_limit = 1000\n"
+
+GOALS = {
+    "throughput_ratio_min": 0.95,
+    "p99_added_ms_max": 1.0,
+    "acks_minus2_vs_minus1_within": 0.03,
+    "not_enough_replicas_p99_ms_max": 0.2,
+    "metadata_p99_added_ms_max": 0.5,
+    "scrape_p99_ms_max": 5.0,
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long each section runs; `--quick` halves most of it."""
+
+    rounds: int  # A/B rounds of ProducerPerformance and of the raw acks runs
+    max_seconds: float  # target duration of one max-throughput run (records sized from the warm-up)
+    rate: int  # records/s of the fixed-rate run
+    rate_seconds: int
+    warmup_records: int
+    raw_seconds: float
+    raw_connections: int
+    raw_window: int
+    raw_batch_records: int
+    ner_requests: int
+    metadata_requests: int
+    scrape_topics: int
+    scrapes: int
+
+
+FULL = Plan(rounds=2, max_seconds=20, rate=5000, rate_seconds=20, warmup_records=30_000, raw_seconds=10,
+            raw_connections=4, raw_window=4, raw_batch_records=16, ner_requests=2000, metadata_requests=2000,
+            scrape_topics=1000, scrapes=200)
+QUICK = Plan(rounds=1, max_seconds=8, rate=5000, rate_seconds=8, warmup_records=15_000, raw_seconds=5,
+             raw_connections=4, raw_window=4, raw_batch_records=16, ner_requests=1000, metadata_requests=1000,
+             scrape_topics=1000, scrapes=200)
+
+
+# ---------------------------------------------------------------------------------------------- output
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """An aligned text table: text columns left-aligned, numbers right-aligned."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    numeric = [all(_is_number(row[i]) for row in rows) if rows else False for i in range(len(headers))]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric, strict=True))
+
+    out = [f"\n{title}", line(headers), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    text = "\n".join(out)
+    print(text, flush=True)
+    return text
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _cell(v: object) -> str:
+    if isinstance(v, float):
+        if v != v:  # NaN
+            return "-"
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100), nearest rank on the sorted values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[k]
+
+
+def yes(met: bool) -> str:
+    return "MET" if met else "NOT MET"
+
+
+# ---------------------------------------------------------------------------------------------- processes
+class Processes:
+    """Every child this benchmark starts outside the cluster and proxy (ProducerPerformance JVMs)."""
+
+    def __init__(self) -> None:
+        self.running: set[subprocess.Popen[bytes]] = set()
+
+    def kill_all(self) -> None:
+        for proc in list(self.running):
+            if proc.poll() is None:
+                proc.kill()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+        self.running.clear()
+
+
+CHILDREN = Processes()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def cpu_meter(pid: int, into: dict[str, float]) -> Iterator[None]:
+    """Measures the wall time and the CPU seconds `pid` used inside the block."""
+    cpu, wall = cpu_seconds(pid), time.perf_counter()
+    try:
+        yield
+    finally:
+        into["wall_s"] = time.perf_counter() - wall
+        into["cpu_s"] = cpu_seconds(pid) - cpu
+
+
+# ---------------------------------------------------------------------------------------------- section 1
+PERF_SUMMARY = re.compile(
+    r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+    r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th"
+)
+PERF_FIELDS = ("records", "records_per_sec", "mb_per_sec", "avg_ms", "max_ms", "p50_ms", "p95_ms", "p99_ms",
+               "p999_ms")
+
+LOG4J2_QUIET = """status = error
+appender.console.type = Console
+appender.console.name = STDERR
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d %p %c: %m%n
+rootLogger.level = error
+rootLogger.appenderRef.console.ref = STDERR
+"""
+
+
+def parse_perf_summary(output: str) -> dict[str, float]:
+    """ProducerPerformance's final summary line (the one with percentiles) as numbers."""
+    matches = PERF_SUMMARY.findall(output)
+    if not matches:
+        raise RuntimeError(f"no ProducerPerformance summary line in its output:\n{output[-2000:]}")
+    return {k: float(v) for k, v in zip(PERF_FIELDS, matches[-1], strict=True)}
+
+
+def producer_performance(libs: Path, work: Path, bootstrap: str, topic: str, records: int, throughput: int,
+                         proxy_pid: int | None) -> dict[str, float]:
+    """One run of org.apache.kafka.tools.ProducerPerformance; its summary plus the proxy's CPU seconds."""
+    log4j = work / "log4j2-tools.properties"
+    if not log4j.exists():
+        log4j.write_text(LOG4J2_QUIET)
+    cmd = [
+        java_executable(), "-Xmx384m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={log4j}",
+        "-cp", f"{libs}/*", "org.apache.kafka.tools.ProducerPerformance",
+        "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+        "--record-size", str(RECORD_SIZE), "--throughput", str(throughput),
+        "--command-property", "acks=all", "client.id=insync-proxy-bench",
+    ]
+    cpu_before = cpu_seconds(proxy_pid) if proxy_pid else 0.0
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+    CHILDREN.running.add(proc)
+    try:
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        CHILDREN.running.discard(proc)
+    text = out.decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"ProducerPerformance exited with {proc.returncode}:\n{text[-2000:]}")
+    result = parse_perf_summary(text)
+    result["wall_s"] = time.perf_counter() - started
+    if proxy_pid:
+        result["proxy_cpu_s"] = cpu_seconds(proxy_pid) - cpu_before
+    return result
+
+
+def section_producer_performance(cluster: LocalKafkaCluster, proxy: ProxyProcess, plan: Plan, work: Path,
+                                 results: dict[str, Any]) -> None:
+    assert cluster.libs is not None and proxy.process is not None
+    libs, pid = cluster.libs, proxy.process.pid
+    topic = "bench-perf"
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+    targets = {"direct": cluster.bootstrap_servers, "proxy": proxy.bootstrap()}
+
+    say(f"[1] warm-up: {plan.warmup_records:,} records direct and through the proxy")
+    warm = {name: producer_performance(libs, work, bootstrap, topic, plan.warmup_records, -1, pid)
+            for name, bootstrap in targets.items()}
+    rate = max(warm["direct"]["records_per_sec"], warm["proxy"]["records_per_sec"])
+    max_records = int(min(400_000, max(20_000, rate * plan.max_seconds)))
+    rate_records = plan.rate * plan.rate_seconds
+
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        "max": {"direct": [], "proxy": []}, "fixed": {"direct": [], "proxy": []},
+    }
+    for r in range(plan.rounds):
+        for name in ("direct", "proxy"):
+            say(f"[1] round {r + 1}/{plan.rounds}: {name}, max throughput, {max_records:,} records")
+            runs["max"][name].append(producer_performance(libs, work, targets[name], topic, max_records, -1, pid))
+        for name in ("direct", "proxy"):
+            say(f"[1] round {r + 1}/{plan.rounds}: {name}, {plan.rate:,} records/s for {plan.rate_seconds}s")
+            runs["fixed"][name].append(
+                producer_performance(libs, work, targets[name], topic, rate_records, plan.rate, pid))
+
+    def mean(kind: str, name: str, key: str) -> float:
+        return statistics.fmean(run[key] for run in runs[kind][name])
+
+    rows = []
+    for kind, label in (("max", "max throughput"), ("fixed", f"{plan.rate:,} rec/s")):
+        for name in ("direct", "proxy"):
+            for i, run in enumerate(runs[kind][name]):
+                cpu = run["proxy_cpu_s"] / run["wall_s"] * 100 if name == "proxy" else float("nan")
+                rows.append((label, name, i + 1, run["records_per_sec"], run["mb_per_sec"], run["avg_ms"],
+                             run["p50_ms"], run["p99_ms"], run["max_ms"], cpu))
+    table("1. ProducerPerformance, 1 KiB records, acks=all, RF 3, 3 partitions (every run)",
+          ("run", "path", "#", "records/s", "MB/s", "avg ms", "p50 ms", "p99 ms", "max ms", "proxy CPU %"), rows)
+
+    ratio = mean("max", "proxy", "records_per_sec") / mean("max", "direct", "records_per_sec")
+    pair_ratios = [p["records_per_sec"] / d["records_per_sec"]
+                   for d, p in zip(runs["max"]["direct"], runs["max"]["proxy"], strict=True)]
+    p99_added = mean("fixed", "proxy", "p99_ms") - mean("fixed", "direct", "p99_ms")
+    p50_added = mean("fixed", "proxy", "p50_ms") - mean("fixed", "direct", "p50_ms")
+    achieved = mean("fixed", "proxy", "records_per_sec")
+    proxy_cpu_us_per_record = statistics.fmean(
+        run["proxy_cpu_s"] / run["records"] * 1e6 for run in runs["max"]["proxy"])
+    table("1. ProducerPerformance summary (means over rounds)", ("measure", "direct", "proxy", "ratio / added",
+                                                                 "goal", "result"), [
+        ("max records/s", mean("max", "direct", "records_per_sec"), mean("max", "proxy", "records_per_sec"),
+         ratio, ">= 0.95", yes(ratio >= GOALS["throughput_ratio_min"])),
+        ("max MB/s", mean("max", "direct", "mb_per_sec"), mean("max", "proxy", "mb_per_sec"), ratio, "", ""),
+        (f"p50 ms at {plan.rate:,}/s", mean("fixed", "direct", "p50_ms"), mean("fixed", "proxy", "p50_ms"),
+         p50_added, "", ""),
+        (f"p99 ms at {plan.rate:,}/s", mean("fixed", "direct", "p99_ms"), mean("fixed", "proxy", "p99_ms"),
+         p99_added, "<= +1 ms", yes(p99_added <= GOALS["p99_added_ms_max"])),
+        (f"achieved rec/s at {plan.rate:,}/s", mean("fixed", "direct", "records_per_sec"), achieved, "", "", ""),
+        ("proxy CPU us/record (max)", "", proxy_cpu_us_per_record, "", "", ""),
+    ])
+    if achieved < 0.9 * plan.rate:
+        say(f"[1] note: the cluster sustained only {achieved:,.0f} of {plan.rate:,} records/s: the fixed-rate "
+            "latencies are those of a saturated cluster, not of a steady rate")
+    results["producer_performance"] = {
+        "topic": {"partitions": 3, "replication_factor": 3}, "record_size": RECORD_SIZE, "acks": "all",
+        "max_records": max_records, "fixed_rate": plan.rate, "fixed_seconds": plan.rate_seconds,
+        "warmup": warm, "runs": runs, "throughput_ratio": ratio, "throughput_ratio_per_round": pair_ratios,
+        "p50_added_ms": p50_added, "p99_added_ms": p99_added,
+        "proxy_cpu_us_per_record_max": proxy_cpu_us_per_record,
+        "goals": {"throughput_ratio>=0.95": ratio >= GOALS["throughput_ratio_min"],
+                  "p99_added_ms<=1": p99_added <= GOALS["p99_added_ms_max"]},
+    }
+
+
+# ---------------------------------------------------------------------------------------------- raw client helpers
+def request_frame(api_key: int, version: int, body: bytes, client_id: str = "insync-proxy-bench") -> bytearray:
+    """A whole request frame (size prefix included) whose correlation id can be patched at offset 8."""
+    header = encode_request_header(RequestHeader(
+        request_api_key=api_key, request_api_version=version, correlation_id=0, client_id=client_id))
+    payload = header + body
+    return bytearray(struct.pack(">i", len(payload)) + payload)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", _read_exact(sock, 4))[0]
+    return _read_exact(sock, size)
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        data += chunk
+    return bytes(data)
+
+
+def produce_errors(frame: bytes, version: int = 9) -> list[int]:
+    _, body = split_response(frame, ApiKey.PRODUCE, version)
+    response = decode_response(ApiKey.PRODUCE, version, body)
+    assert isinstance(response, ProduceResponse)
+    return [p.error_code for t in response.responses for p in t.partition_responses]
+
+
+def round_trips(port: int, frame: bytearray, count: int, check: Callable[[bytes], None]) -> list[float]:
+    """`count` sequential request/response round trips on one persistent connection; seconds each."""
+    raw = RawKafkaClient(f"127.0.0.1:{port}")
+    sock = raw.sock
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    timings = []
+    try:
+        for i in range(count):
+            struct.pack_into(">i", frame, 8, i + 1)
+            t0 = time.perf_counter()
+            sock.sendall(frame)
+            response = read_frame(sock)
+            timings.append(time.perf_counter() - t0)
+            if i < 3 or i == count - 1:
+                (correlation_id,) = struct.unpack_from(">i", response, 0)
+                assert correlation_id == i + 1, (correlation_id, i + 1)
+                check(response)
+    finally:
+        raw.close()
+    return timings
+
+
+@dataclass
+class LoadResult:
+    requests: int = 0
+    record_bytes: int = 0
+    errors: int = 0
+    error_codes: set[int] | None = None
+
+
+def produce_load(port: int, topic: str, partitions: Sequence[int], acks: int, seconds: float, window: int,
+                 batch_records: int) -> dict[str, float]:
+    """Pipelined Produce v9: one thread and connection per partition, `window` requests in flight each."""
+    payload = batch(*[bytes([65 + i % 26]) * RECORD_SIZE for i in range(batch_records)])
+    stop_at = time.perf_counter() + seconds
+    results: list[LoadResult] = []
+    failures: list[BaseException] = []
+
+    def worker(partition: int) -> None:
+        result = LoadResult(error_codes=set())
+        results.append(result)
+        try:
+            with RawKafkaClient(f"127.0.0.1:{port}") as client:
+                sock = client.sock
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                frame = request_frame(ApiKey.PRODUCE, 9, client.produce_request({(topic, partition): payload}, acks))
+                sent = received = 0
+                while sent < window:
+                    sent += 1
+                    struct.pack_into(">i", frame, 8, sent)
+                    sock.sendall(frame)
+                while received < sent:
+                    response = read_frame(sock)
+                    received += 1
+                    (correlation_id,) = struct.unpack_from(">i", response, 0)
+                    if correlation_id != received:
+                        raise RuntimeError(f"correlation id {correlation_id}, expected {received}")
+                    codes = produce_errors(response)
+                    if any(codes):
+                        result.errors += 1
+                        assert result.error_codes is not None
+                        result.error_codes.update(c for c in codes if c)
+                    else:
+                        result.requests += 1
+                        result.record_bytes += len(payload)
+                    if time.perf_counter() < stop_at:
+                        sent += 1
+                        struct.pack_into(">i", frame, 8, sent)
+                        sock.sendall(frame)
+        except BaseException as exc:  # reported by the caller
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(p,), daemon=True) for p in partitions]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 120)
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"load generator failed: {failures[0]!r}")
+    total = sum(r.record_bytes for r in results)
+    codes = sorted({c for r in results for c in (r.error_codes or set())})
+    return {"seconds": elapsed, "requests": sum(r.requests for r in results), "record_bytes": total,
+            "mb_per_sec": total / elapsed / 1e6, "requests_per_sec": sum(r.requests for r in results) / elapsed,
+            "error_responses": sum(r.errors for r in results), "error_codes": codes}  # type: ignore[dict-item]
+
+
+# ---------------------------------------------------------------------------------------------- section 2
+def section_acks(cluster: LocalKafkaCluster, proxy: ProxyProcess, plan: Plan, results: dict[str, Any]) -> None:
+    assert proxy.process is not None
+    pid = proxy.process.pid
+    # Every partition led by broker 1 (replicas 1,2,3), so one proxy listener carries the whole load.
+    topic = "bench-acks"
+    count = plan.raw_connections
+    cluster.create_topic(topic, configs={"min.insync.replicas": "2"},
+                         assignments={p: [1, 2, 3] if p % 2 == 0 else [1, 3, 2] for p in range(count)})
+    leader = 1
+    for p in range(count):
+        cluster.wait_for_leader(topic, p)
+    wait_until(lambda: all(cluster.leader_of(topic, p) == leader for p in range(count)), 60,
+               f"broker {leader} to lead every partition of {topic}")
+    variants = (("direct acks=-1", cluster.brokers[leader].port, -1),
+                ("proxy acks=-1", proxy.broker_port(leader), -1),
+                ("proxy acks=-2", proxy.broker_port(leader), -2))
+    say(f"[2] warm-up: {topic}, acks=-2 and -1 through the proxy")
+    for _, port, acks in variants:
+        produce_load(port, topic, range(count), acks, 1.5, plan.raw_window, plan.raw_batch_records)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in variants}
+    for r in range(plan.rounds):
+        for name, port, acks in variants:
+            say(f"[2] round {r + 1}/{plan.rounds}: {name}, {plan.raw_seconds:.0f}s")
+            meter: dict[str, float] = {}
+            with cpu_meter(pid, meter):
+                run = produce_load(port, topic, range(count), acks, plan.raw_seconds, plan.raw_window,
+                                   plan.raw_batch_records)
+            run["proxy_cpu_us_per_request"] = meter["cpu_s"] / max(1, run["requests"]) * 1e6
+            run["proxy_cpu_percent"] = meter["cpu_s"] / meter["wall_s"] * 100
+            runs[name].append(run)
+
+    def mean(name: str, key: str) -> float:
+        return statistics.fmean(run[key] for run in runs[name])
+
+    rows = []
+    for name, _, _ in variants:
+        for i, run in enumerate(runs[name]):
+            rows.append((name, i + 1, run["mb_per_sec"], run["requests_per_sec"], run["error_responses"],
+                         run["proxy_cpu_percent"] if name.startswith("proxy") else float("nan"),
+                         run["proxy_cpu_us_per_request"] if name.startswith("proxy") else float("nan")))
+    batch_kib = plan.raw_batch_records * RECORD_SIZE // 1024
+    table(f"2a. Produce v9 through the proxy, {count} connections x {plan.raw_window} in flight, "
+          f"{batch_kib} KiB batches (every run)",
+          ("variant", "#", "MB/s", "requests/s", "errors", "proxy CPU %", "proxy CPU us/req"), rows)
+    ratio = mean("proxy acks=-2", "mb_per_sec") / mean("proxy acks=-1", "mb_per_sec")
+    cpu_ratio = mean("proxy acks=-2", "proxy_cpu_us_per_request") / mean("proxy acks=-1", "proxy_cpu_us_per_request")
+    direct = mean("direct acks=-1", "mb_per_sec")
+    table("2a. acks=-2 vs acks=-1 summary (means over rounds)",
+          ("measure", "direct -1", "proxy -1", "proxy -2", "-2 / -1", "goal", "result"), [
+              ("MB/s", direct, mean("proxy acks=-1", "mb_per_sec"), mean("proxy acks=-2", "mb_per_sec"), ratio,
+               "within 3%", yes(abs(1 - ratio) <= GOALS["acks_minus2_vs_minus1_within"])),
+              ("proxy CPU us/request", "", mean("proxy acks=-1", "proxy_cpu_us_per_request"),
+               mean("proxy acks=-2", "proxy_cpu_us_per_request"), cpu_ratio, "", ""),
+              ("proxy -1 / direct -1", "", mean("proxy acks=-1", "mb_per_sec") / direct, "", "", "", ""),
+          ])
+    errors = sum(run["error_responses"] for rs in runs.values() for run in rs)
+    if errors:
+        say(f"[2] WARNING: {errors} Produce responses carried errors; their bytes are not counted")
+    results["acks"] = {
+        "topic": {"partitions": count, "replication_factor": 3, "min.insync.replicas": 2, "leader": leader},
+        "batch_bytes": plan.raw_batch_records * RECORD_SIZE, "connections": count, "window": plan.raw_window,
+        "runs": runs, "ratio_minus2_over_minus1": ratio, "cpu_ratio_minus2_over_minus1": cpu_ratio,
+        "goals": {"acks=-2 within 3% of acks=-1": abs(1 - ratio) <= GOALS["acks_minus2_vs_minus1_within"]},
+    }
+    section_not_enough_replicas(cluster, proxy, plan, results)
+
+
+def section_not_enough_replicas(cluster: LocalKafkaCluster, proxy: ProxyProcess, plan: Plan,
+                                results: dict[str, Any]) -> None:
+    """Pause a follower of a min.insync.replicas=3 topic; time the proxy's own NOT_ENOUGH_REPLICAS answers."""
+    topic, leader, follower = "bench-ner", 1, 3
+    cluster.create_topic(topic, configs={"min.insync.replicas": "3"}, assignments={0: [leader, 2, follower]})
+    cluster.wait_for_leader(topic, 0)
+    # The proxy's control connection starts at the first bootstrap server (broker 1): never pause that one.
+    say(f"[2] pausing broker {follower} until the ISR of {topic}-0 shrinks below min.insync.replicas=3")
+    cluster.pause_broker(follower)
+    try:
+        cluster.wait_for_isr(topic, 0, 2, timeout=90)
+        wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") > 0, 60,
+                   "the proxy to see a partition below min ISR")
+        client = RawKafkaClient(f"127.0.0.1:{proxy.broker_port(leader)}")
+        frame = request_frame(ApiKey.PRODUCE, 9, client.produce_request({(topic, 0): batch(b"x" * RECORD_SIZE)}, -2))
+        client.close()
+
+        def check(response: bytes) -> None:
+            codes = produce_errors(response)
+            if codes != [NOT_ENOUGH_REPLICAS]:
+                raise RuntimeError(f"expected NOT_ENOUGH_REPLICAS from the proxy, got {codes}")
+
+        round_trips(proxy.broker_port(leader), frame, 200, check)  # warm-up
+        say(f"[2] {plan.ner_requests} acks=-2 round trips answered by the proxy")
+        timings = round_trips(proxy.broker_port(leader), frame, plan.ner_requests, check)
+        answered = proxy.metric("insync_proxy_proxy_answered_errors_total", topic=topic)
+    finally:
+        cluster.resume_broker(follower)
+    ms = [t * 1000 for t in timings]
+    p50, p99 = pct(ms, 50), pct(ms, 99)
+    table("2b. NOT_ENOUGH_REPLICAS answered by the proxy (acks=-2, ISR 2 < min.insync.replicas 3), "
+          "1 KiB batch, one request at a time",
+          ("requests", "p50 ms", "p90 ms", "p99 ms", "max ms", "goal p99", "result"),
+          [(len(ms), p50, pct(ms, 90), p99, max(ms), "<= 0.2 ms", yes(p99 <= GOALS["not_enough_replicas_p99_ms_max"]))])
+    results["not_enough_replicas"] = {
+        "requests": len(ms), "p50_ms": p50, "p90_ms": pct(ms, 90), "p99_ms": p99, "max_ms": max(ms),
+        "proxy_answered_counter": answered,
+        "goals": {"p99_ms<=0.2": p99 <= GOALS["not_enough_replicas_p99_ms_max"]},
+    }
+    say(f"[2] broker {follower} resumed; waiting for the ISR of {topic}-0 to recover")
+    cluster.wait_for_isr(topic, 0, 3, timeout=120)
+    wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") == 0, 60,
+               "the proxy to see every ISR recovered")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+# ---------------------------------------------------------------------------------------------- section 3
+def section_metadata(cluster: LocalKafkaCluster, proxy: ProxyProcess, plan: Plan, results: dict[str, Any]) -> None:
+    topic, broker = "bench-meta", 1
+    cluster.create_topic(topic, partitions=100, replication_factor=3, timeout=120)
+    body = encode_request(MetadataRequest(topics=(MetadataRequestTopic(name=topic),),
+                                          allow_auto_topic_creation=False), 12)
+    frame = request_frame(ApiKey.METADATA, 12, body)
+
+    def check(response: bytes) -> None:
+        _, payload = split_response(response, ApiKey.METADATA, 12)
+        decoded = decode_response(ApiKey.METADATA, 12, payload)
+        assert isinstance(decoded, MetadataResponse)
+        [t] = decoded.topics
+        if t.error_code != 0 or len(t.partitions) != 100:
+            raise RuntimeError(f"Metadata for {topic}: error {t.error_code}, {len(t.partitions)} partitions")
+
+    ports = {"direct": cluster.brokers[broker].port, "proxy": proxy.broker_port(broker)}
+    for port in ports.values():  # warm: the proxy's min.insync.replicas cache, the broker's metadata
+        round_trips(port, frame, 50, check)
+    timings: dict[str, list[float]] = {"direct": [], "proxy": []}
+    blocks = 4
+    say(f"[3] {plan.metadata_requests} Metadata v12 round trips each, direct and proxy, in {blocks} interleaved "
+        "blocks")
+    for _ in range(blocks):
+        for name, port in ports.items():
+            timings[name] += round_trips(port, frame, plan.metadata_requests // blocks, check)
+    stats = {name: {"p50_ms": pct([t * 1000 for t in ts], 50), "p90_ms": pct([t * 1000 for t in ts], 90),
+                    "p99_ms": pct([t * 1000 for t in ts], 99), "max_ms": max(ts) * 1000, "requests": len(ts)}
+             for name, ts in timings.items()}
+    added_p99 = stats["proxy"]["p99_ms"] - stats["direct"]["p99_ms"]
+    added_p50 = stats["proxy"]["p50_ms"] - stats["direct"]["p50_ms"]
+    table(f"3. Metadata v12, one topic of 100 partitions, cache warm, {plan.metadata_requests} sequential round "
+          f"trips each (broker {broker}'s listener)",
+          ("path", "requests", "p50 ms", "p90 ms", "p99 ms", "max ms"),
+          [(name, s["requests"], s["p50_ms"], s["p90_ms"], s["p99_ms"], s["max_ms"]) for name, s in stats.items()]
+          + [("proxy - direct", "", added_p50, stats["proxy"]["p90_ms"] - stats["direct"]["p90_ms"], added_p99, "")])
+    table("3. Metadata summary", ("measure", "value", "goal", "result"), [
+        ("p99 added (ms)", added_p99, "<= 0.5 ms", yes(added_p99 <= GOALS["metadata_p99_added_ms_max"])),
+        ("p50 ratio proxy/direct", stats["proxy"]["p50_ms"] / stats["direct"]["p50_ms"], "", ""),
+    ])
+    results["metadata"] = {
+        "topic_partitions": 100, "version": 12, "stats": stats, "p50_added_ms": added_p50, "p99_added_ms": added_p99,
+        "goals": {"p99_added_ms<=0.5": added_p99 <= GOALS["metadata_p99_added_ms_max"]},
+    }
+
+
+# ---------------------------------------------------------------------------------------------- section 4
+def _string(s: str) -> bytes:
+    raw = s.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def create_topics(cluster: LocalKafkaCluster, names: Sequence[str], chunk: int = 100) -> None:
+    """CreateTopics v2, many topics per request (1 partition, RF 1); waits until every one has a leader."""
+    host, port = cluster.broker_addresses[0]
+    with ProbeConnection(host, port, timeout=120) as conn:
+        for i in range(0, len(names), chunk):
+            part = names[i:i + chunk]
+            body = struct.pack(">i", len(part))
+            for name in part:
+                body += _string(name) + struct.pack(">ihii", 1, 1, 0, 0)  # partitions, RF, no assignments/configs
+            body += struct.pack(">ib", 60000, 0)
+            response = conn.request(19, 2, body)
+            offset = 8  # throttle, topic count
+            for _ in part:
+                (n,) = struct.unpack_from(">h", response, offset)
+                offset += 2 + n
+                (code,) = struct.unpack_from(">h", response, offset)
+                offset += 2
+                n = struct.unpack_from(">h", response, offset)[0]
+                offset += 2 + max(n, 0)
+                if code not in (0, 36):
+                    raise RuntimeError(f"CreateTopics failed with error {code}")
+
+    def ready() -> bool:
+        info = cluster.metadata(list(names))
+        return all(name in info.topics and info.topics[name].error_code == 0
+                   and all(p.leader >= 0 for p in info.topics[name].partitions.values()) for name in names)
+
+    wait_until(ready, 180, f"{len(names)} topics to have leaders")
+
+
+def scrape_times(proxy: ProxyProcess, count: int) -> tuple[list[float], int, int]:
+    """Times `count` GET /metrics (connect to last byte); returns seconds each, body bytes, sample lines."""
+    timings, body = [], b""
+    for _ in range(count):
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(f"{proxy.admin_url}/metrics", timeout=30) as r:
+            body = r.read()
+        timings.append(time.perf_counter() - t0)
+    samples = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+    return timings, len(body), samples
+
+
+def section_scrape(cluster: LocalKafkaCluster, proxy: ProxyProcess, plan: Plan, results: dict[str, Any]) -> None:
+    say(f"[4] baseline: {plan.scrapes} scrapes before the {plan.scrape_topics} topics")
+    base, base_bytes, base_samples = scrape_times(proxy, plan.scrapes)
+    names = [f"bench-scrape-{i:04d}" for i in range(plan.scrape_topics)]
+    say(f"[4] creating {len(names)} topics (1 partition, RF 1)")
+    create_topics(cluster, names)
+    info = cluster.metadata(names)
+    by_leader: dict[int, list[str]] = {}
+    for name in names:
+        by_leader.setdefault(info.topics[name].partitions[0].leader, []).append(name)
+    # Let the proxy's own refresh learn the topics and their min.insync.replicas, so prechecks pass.
+    time.sleep(5)
+    say("[4] producing acks=-2 and acks=-1 to every topic through the proxy (per-topic series)")
+    payload = batch(b"scrape")
+    for leader, topics in by_leader.items():
+        with RawKafkaClient(f"127.0.0.1:{proxy.broker_port(leader)}", timeout=60) as client:
+            for acks in (-2, -1):
+                for i in range(0, len(topics), 100):
+                    client.produce({(t, 0): payload for t in topics[i:i + 100]}, acks=acks)
+    labels = set(re.findall(r'insync_proxy_produce_partitions_total\{[^}]*topic="(bench-scrape-\d+)"',
+                            proxy.metrics_text()))
+    say(f"[4] {len(labels)} bench-scrape topics have per-topic series; {plan.scrapes} scrapes")
+    scrape_times(proxy, 10)  # warm
+    timings, size, samples = scrape_times(proxy, plan.scrapes)
+    ms, base_ms = [t * 1000 for t in timings], [t * 1000 for t in base]
+    p99 = pct(ms, 99)
+    table(f"4. GET /metrics, {plan.scrapes} sequential scrapes (HTTP round trip, full body)",
+          ("state", "topics w/ series", "samples", "body KiB", "p50 ms", "p99 ms", "max ms", "goal p99", "result"), [
+              ("before", 0, base_samples, base_bytes / 1024, pct(base_ms, 50), pct(base_ms, 99), max(base_ms), "", ""),
+              (f"{len(labels)} topics", len(labels), samples, size / 1024, pct(ms, 50), p99, max(ms), "< 5 ms",
+               yes(p99 < GOALS["scrape_p99_ms_max"])),
+          ])
+    results["scrape"] = {
+        "topics_with_series": len(labels), "samples": samples, "body_bytes": size, "scrapes": len(ms),
+        "p50_ms": pct(ms, 50), "p99_ms": p99, "max_ms": max(ms),
+        "baseline": {"samples": base_samples, "body_bytes": base_bytes, "p50_ms": pct(base_ms, 50),
+                     "p99_ms": pct(base_ms, 99)},
+        "goals": {"p99_ms<5": p99 < GOALS["scrape_p99_ms_max"]},
+    }
+
+
+# ---------------------------------------------------------------------------------------------- main
+SECTIONS = ("perf", "acks", "metadata", "scrape")
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="shorter runs, 1 round (under ~4 minutes)")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
+    parser.add_argument("--rate", type=int, help="records/s of section 1's fixed-rate runs (default 5000)")
+    parser.add_argument("--output", type=Path, default=ROOT / "bench-results", help="directory of the JSON summary")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    if args.rate:
+        plan = Plan(**{**plan.__dict__, "rate": args.rate})
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; use {', '.join(SECTIONS)}")
+
+    signal.signal(signal.SIGTERM, _terminate)
+    started = time.monotonic()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    results: dict[str, Any] = {
+        "started_utc": stamp, "mode": "quick" if args.quick else "full", "plan": plan.__dict__,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "loadavg_at_start": os.getloadavg()},
+        "goals": GOALS,
+    }
+    work = Path(tempfile.mkdtemp(prefix="insync-proxy-bench-"))
+    cluster: LocalKafkaCluster | None = None
+    proxy: ProxyProcess | None = None
+    code = 0
+    try:
+        cluster = LocalKafkaCluster(ClusterSettings())
+        cluster.start()
+        results["kafka_version"] = cluster.version
+        proxy = ProxyProcess(cluster, extra_toml=PROXY_TOML, groups=("default",), debug_checks=False).start()
+        say(f"proxy ready at {proxy.bootstrap()} (admin {proxy.admin_url}); load average "
+            f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        runners: dict[str, Callable[[], None]] = {
+            "perf": lambda: section_producer_performance(cluster, proxy, plan, work, results),  # type: ignore[arg-type]
+            "acks": lambda: section_acks(cluster, proxy, plan, results),  # type: ignore[arg-type]
+            "metadata": lambda: section_metadata(cluster, proxy, plan, results),  # type: ignore[arg-type]
+            "scrape": lambda: section_scrape(cluster, proxy, plan, results),  # type: ignore[arg-type]
+        }
+        for name in SECTIONS:
+            if name in sections:
+                t0 = time.monotonic()
+                runners[name]()
+                results.setdefault("section_seconds", {})[name] = round(time.monotonic() - t0, 1)
+        print_goals(results)
+    except KeyboardInterrupt:
+        say("interrupted: stopping the proxy and the cluster")
+        results["interrupted"] = True
+        code = 130
+    except Exception as exc:
+        say(f"benchmark failed: {exc!r}")
+        if proxy is not None:
+            say(f"proxy log tail:\n{proxy.log_tail(30)}")
+        results["error"] = repr(exc)
+        code = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        CHILDREN.kill_all()
+        if proxy is not None:
+            proxy.stop()
+            shutil.rmtree(proxy.dir, ignore_errors=True)
+        if cluster is not None:
+            cluster.stop()
+            cluster.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+        results["total_seconds"] = round(time.monotonic() - started, 1)
+        results["loadavg_at_end"] = os.getloadavg()
+        args.output.mkdir(parents=True, exist_ok=True)
+        out = args.output / f"proxy-bench-{stamp}.json"
+        out.write_text(json.dumps(results, indent=2, default=_json_default) + "\n")
+        say(f"wrote {out} (total {results['total_seconds']:.0f}s)")
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    return code
+
+
+def print_goals(results: dict[str, Any]) -> None:
+    rows = []
+    pp, acks, ner = results.get("producer_performance"), results.get("acks"), results.get("not_enough_replicas")
+    meta, scrape = results.get("metadata"), results.get("scrape")
+    if pp:
+        rows.append(("1 throughput ratio proxy/direct", f"{pp['throughput_ratio']:.3f}", ">= 0.95",
+                     yes(pp["throughput_ratio"] >= GOALS["throughput_ratio_min"])))
+        rows.append((f"1 p99 added at {pp['fixed_rate']:,} rec/s", f"{pp['p99_added_ms']:+.1f} ms", "<= 1 ms",
+                     yes(pp["p99_added_ms"] <= GOALS["p99_added_ms_max"])))
+    if acks:
+        r = acks["ratio_minus2_over_minus1"]
+        rows.append(("2 MB/s acks=-2 / acks=-1", f"{r:.3f}", "0.97 .. 1.03",
+                     yes(abs(1 - r) <= GOALS["acks_minus2_vs_minus1_within"])))
+    if ner:
+        rows.append(("2 NOT_ENOUGH_REPLICAS p99", f"{ner['p99_ms']:.3f} ms", "<= 0.2 ms",
+                     yes(ner["p99_ms"] <= GOALS["not_enough_replicas_p99_ms_max"])))
+    if meta:
+        rows.append(("3 Metadata p99 added", f"{meta['p99_added_ms']:+.3f} ms", "<= 0.5 ms",
+                     yes(meta["p99_added_ms"] <= GOALS["metadata_p99_added_ms_max"])))
+    if scrape:
+        rows.append((f"4 /metrics p99, {scrape['topics_with_series']} topics", f"{scrape['p99_ms']:.2f} ms",
+                     "< 5 ms", yes(scrape["p99_ms"] < GOALS["scrape_p99_ms_max"])))
+    if rows:
+        table(f"Goals (load average now {' '.join(f'{x:.1f}' for x in os.getloadavg())}, {os.cpu_count()} shared "
+              "cores: numbers are noisy)", ("goal", "measured", "target", "result"), rows)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, set):
+        return sorted(value)
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
