@@ -215,8 +215,8 @@ def read_audit_json(spark: SparkSession, paths: list[str], **options: str) -> Da
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
-    """The valid events of :func:`parse_audit_events` output, with only the event columns."""
-    return parsed.filter(F.col("reject_reason").isNull()).select(*EVENT_COLUMNS)
+    """The valid events of :func:`parse_audit_events` output, with only the event columns (those present)."""
+    return parsed.filter(F.col("reject_reason").isNull()).select(*[c for c in EVENT_COLUMNS if c in parsed.columns])
 
 
 def rejected_events(parsed: DataFrame) -> DataFrame:

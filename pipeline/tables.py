@@ -29,6 +29,12 @@ MAX_TIMELINE_BUCKETS = 120
 
 PARTITION_KEYS = ("topic", "partition")
 
+#: The event columns the tables read; the batch job caches only these (about 2/3 of the row).
+TABLE_COLUMNS = (
+    "event", "ts", "date", "proxy_id", "client_id", "topic", "partition", "acks_requested", "acks_sent",
+    "isr_size", "min_isr", "decision", "latency_ms", "record_bytes",
+)
+
 
 def _decisions(events: DataFrame) -> DataFrame:
     return events.filter(F.col("event") == EVENT_PRODUCE_DECISION)
