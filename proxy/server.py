@@ -301,10 +301,18 @@ class InsyncProxy:
                         log.info("listener %s: broker %d left the cluster; its listener is closed", group.name, node_id)
 
     def bootstrap_candidates(self) -> list[tuple[str, int]]:
-        """Upstream addresses for a bootstrap connection, rotated so load spreads over the brokers."""
+        """Upstream addresses for a bootstrap connection, rotated so load spreads over the brokers.
+
+        Brokers registered in the latest Metadata come first: a fenced or hung broker may still accept
+        TCP connections and then never answer.
+        """
         addresses = self.config.upstream_addresses()
         start = next(self._bootstrap_cycle) % len(addresses)
-        return addresses[start:] + addresses[:start]
+        rotated = addresses[start:] + addresses[:start]
+        registered = set(self.cluster_view.brokers.values())
+        if not registered:
+            return rotated
+        return [a for a in rotated if a in registered] + [a for a in rotated if a not in registered]
 
     async def open_upstream(self, client: ClientConnection, host: str, port: int) -> UpstreamConnection:
         label = f"{host}:{port}"
