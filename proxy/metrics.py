@@ -165,3 +165,30 @@ class ProxyMetrics:
         self.audit_events_dropped_total = Counter(
             p + "audit_events_dropped", "Audit events dropped, by reason", ["reason"], registry=r
         )
+
+
+def reference_table() -> str:
+    """The README's metrics reference, generated from the metrics defined above."""
+    rows = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
+    metrics = ProxyMetrics()
+    label_names = {
+        getattr(v, "_name", ""): tuple(getattr(v, "_labelnames", ())) for v in vars(metrics).values()
+    }
+    for family in metrics.registry.collect():
+        name = family.name
+        kind = family.type
+        if kind == "counter":
+            name += "_total"
+        elif kind == "info":
+            name += "_info"
+        labels: set[str] = set()
+        for sample in family.samples:
+            labels.update(k for k in sample.labels if k != "le")
+        labels.update(label_names.get(family.name, ()))
+        rows.append(f"| `{name}` | {kind} | {', '.join(sorted(labels)) or '-'} | {family.documentation} |")
+    return "\n".join(rows)
+
+
+
+if __name__ == "__main__":
+    print(reference_table())
