@@ -1,0 +1,189 @@
+"""The connection pipeline against a scripted fake broker: ordering and fault injection.
+
+A fake broker is for fault injection only; the features themselves are proven against real Kafka in
+tests/integration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from protocol import (
+    ApiKey,
+    DescribeConfigsResponse,
+    FrameSplitter,
+    MetadataResponse,
+    RequestHeader,
+    encode_request_header,
+    encode_response,
+    encode_response_with_header,
+    peek_request_header,
+)
+from protocol.messages import (
+    DescribeConfigsResourceResult,
+    DescribeConfigsResult,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from proxy.config import AuditConfig, ListenerConfig, ProxyConfig
+from proxy.server import InsyncProxy
+from tests.proxy_harness import free_port_base
+
+Script = Callable[[int, int, int, bytes], Awaitable[bytes | None]]
+
+
+class FakeBroker:
+    """Answers Metadata and DescribeConfigs like a one-broker cluster; other APIs as the script says."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.script: Script | None = None
+        self.describe_delay = 0.0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        splitter = FrameSplitter()
+        lock = asyncio.Lock()
+        try:
+            while data := await reader.read(65536):
+                for frame in splitter.feed(data):
+                    peek = peek_request_header(frame)
+                    response = await self._answer(peek.api_key, peek.api_version, peek.correlation_id, bytes(frame))
+                    if response is not None:
+                        async with lock:
+                            # A _Raw answer carries its own (possibly broken) framing.
+                            framed = response if isinstance(response, _Raw) else struct.pack(">i", len(response)) + response
+                            writer.write(framed)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, key: int, version: int, correlation_id: int, frame: bytes) -> bytes | None:
+        if key == ApiKey.METADATA:
+            body = encode_response(MetadataResponse(
+                brokers=(MetadataResponseBroker(node_id=1, host="127.0.0.1", port=self.port),),
+                cluster_id="fake", controller_id=1,
+                topics=(MetadataResponseTopic(name="t", partitions=(MetadataResponsePartition(
+                    partition_index=0, leader_id=1, leader_epoch=0, replica_nodes=(1,), isr_nodes=(1,)),)),),
+            ), version)
+            return encode_response_with_header(key, version, correlation_id, body)
+        if key == ApiKey.DESCRIBE_CONFIGS:
+            await asyncio.sleep(self.describe_delay)
+            body = encode_response(DescribeConfigsResponse(results=(DescribeConfigsResult(
+                resource_type=2, resource_name="t",
+                configs=(DescribeConfigsResourceResult(name="min.insync.replicas", value="1"),)),)), version)
+            return encode_response_with_header(key, version, correlation_id, body)
+        assert self.script is not None
+        return await self.script(key, version, correlation_id, frame)
+
+
+async def _start(broker: FakeBroker, miss_wait_ms: float = 2000) -> InsyncProxy:
+    config = ProxyConfig(
+        bootstrap_servers=(f"127.0.0.1:{broker.port}",),
+        listeners=(ListenerConfig(bootstrap_port=0, broker_port_base=free_port_base()),),
+        admin_port=0, audit=AuditConfig(enabled=False), min_insync_miss_wait_ms=miss_wait_ms,
+        metadata_refresh_seconds=3600,
+    )
+    proxy = InsyncProxy(config)
+    await proxy.start()
+    return proxy
+
+
+def _request(key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    payload = encode_request_header(RequestHeader(
+        request_api_key=key, request_api_version=version, correlation_id=correlation_id, client_id="t"
+    )) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    size = struct.unpack(">i", await reader.readexactly(4))[0]
+    return await reader.readexactly(size)
+
+
+def _metadata_request_v12() -> bytes:
+    # topics: compact array with one topic (uuid zero, name "t"), allow_auto_topic_creation, include_topic_ops, tags
+    return b"\x02" + b"\x00" * 16 + b"\x02t" + b"\x00" + b"\x01\x00\x00"
+
+
+async def test_responses_come_back_in_request_order_when_an_earlier_one_is_slower() -> None:
+    broker = FakeBroker()
+    await broker.start()
+    broker.describe_delay = 0.3  # the Metadata answer waits for min.insync.replicas (a cache miss)
+
+    async def echo(key: int, version: int, correlation_id: int, frame: bytes) -> bytes:
+        return struct.pack(">i", correlation_id) + b"list-offsets-answer"
+
+    broker.script = echo
+    proxy = await _start(broker)
+    proxy.min_insync.invalidate_all()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
+        # Given a Metadata request (slow: cache miss) pipelined with a ListOffsets (fast: pass-through)
+        writer.write(_request(ApiKey.METADATA, 12, 7, _metadata_request_v12()))
+        writer.write(_request(ApiKey.LIST_OFFSETS, 1, 8, b"\x00\x00\x00\x00\x00\x00\x00\x00"))
+        first, second = await _read_frame(reader), await _read_frame(reader)
+        # Then the client gets them in request order, with their own correlation ids
+        assert struct.unpack_from(">i", first)[0] == 7
+        assert second == struct.pack(">i", 8) + b"list-offsets-answer"
+        writer.close()
+    finally:
+        await proxy.stop(drain_timeout=1)
+
+
+@pytest.mark.parametrize("fault", ["wrong_correlation_id", "huge_frame", "unsolicited"])
+async def test_a_misbehaving_broker_costs_one_client_connection_not_the_proxy(fault: str) -> None:
+    broker = FakeBroker()
+    await broker.start()
+    calls: list[int] = []
+
+    async def misbehave(key: int, version: int, correlation_id: int, frame: bytes) -> bytes:
+        calls.append(correlation_id)
+        ok = struct.pack(">i", correlation_id) + b"ok"
+        if len(calls) > 1:
+            return ok
+        if fault == "wrong_correlation_id":
+            return struct.pack(">i", correlation_id + 1000) + b"x"
+        if fault == "huge_frame":
+            return _Raw(struct.pack(">i", 2**31 - 1) + b"\x00" * 8)
+        extra = struct.pack(">i", 999) + b"no"  # a response nobody asked for
+        return _Raw(struct.pack(">i", len(ok)) + ok + struct.pack(">i", len(extra)) + extra)
+
+    broker.script = misbehave
+    proxy = await _start(broker)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
+        writer.write(_request(ApiKey.LIST_OFFSETS, 1, 1, b"\x00" * 8))
+        # The proxy closes this client's connection
+        with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
+            while True:
+                await asyncio.wait_for(_read_frame(reader), 10)
+        # And another client is served as usual
+        reader2, writer2 = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
+        writer2.write(_request(ApiKey.LIST_OFFSETS, 1, 2, b"\x00" * 8))
+        assert await asyncio.wait_for(_read_frame(reader2), 10) == struct.pack(">i", 2) + b"ok"
+        writer2.close()
+        errors = proxy.metrics.registry.get_sample_value("insync_proxy_frame_errors_total", {"kind": _kind(fault)})
+        assert errors == 1
+    finally:
+        await proxy.stop(drain_timeout=1)
+
+
+def _kind(fault: str) -> str:
+    return {"wrong_correlation_id": "upstream_protocolerror", "huge_frame": "upstream_too_large",
+            "unsolicited": "upstream_protocolerror"}[fault]
+
+
+class _Raw(bytes):
+    """A response whose bytes already carry their own (possibly broken) framing."""
+

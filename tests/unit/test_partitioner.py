@@ -1,0 +1,52 @@
+"""KIP-637's ready-partition rule and the Java-compatible hash for keyed records."""
+
+from __future__ import annotations
+
+import os
+
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
+from proxy.partitioner import (
+    MinInsyncMetadata,
+    PartitionInfo,
+    ReadyPartitioner,
+    TopicInfo,
+    murmur2,
+    require_min_insync_acks,
+)
+
+
+def test_murmur2_matches_the_java_clients_hash_as_kafka_python_implements_it() -> None:
+    for n in range(200):
+        key = os.urandom(n % 37)
+        assert murmur2(key) & 0x7FFFFFFF == kafka_python_murmur2(key) & 0x7FFFFFFF
+
+
+def test_only_acks_all_and_minus_two_require_min_insync() -> None:
+    assert [require_min_insync_acks(a) for a in ("all", -1, -2, 0, 1, "1")] == [True, True, True, False, False, False]
+
+
+def _view() -> MinInsyncMetadata:
+    view = MinInsyncMetadata("127.0.0.1:1", max_age_seconds=1e9)
+    info = TopicInfo("t", 2, {
+        0: PartitionInfo(0, 1, (1, 2, 3), (1,)),        # below min ISR 2
+        1: PartitionInfo(1, 2, (1, 2, 3), (2, 3)),
+        2: PartitionInfo(2, -1, (1, 2, 3), (1, 2, 3)),   # no leader
+        3: PartitionInfo(3, 3, (3,), (3,)),             # one replica: effective min ISR is 1
+    })
+    view.topics["t"] = info
+    view._fetched_at["t"] = 1e18
+    return view
+
+
+def test_ready_partitions_follow_kip637() -> None:
+    view = _view()
+    assert view.ready_partitions("t", "all") == [1, 3]
+    assert view.ready_partitions("t", 1) == [0, 1, 3]
+
+
+def test_keyless_records_go_to_ready_partitions_and_keyed_records_keep_their_hash() -> None:
+    partitioner = ReadyPartitioner(_view(), "t", "all")
+    assert {partitioner(None, [0, 1, 2, 3], [0, 1, 3]) for _ in range(100)} == {1, 3}
+    key = b"order-42"
+    assert partitioner(key, [0, 1, 2, 3], [0, 1, 3]) == (murmur2(key) & 0x7FFFFFFF) % 4
