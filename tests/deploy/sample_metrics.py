@@ -35,6 +35,7 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
     for direction in ("client_in", "client_out", "upstream_in", "upstream_out"):
         m.network_bytes_total.labels(direction).inc(rng.randint(1_000, 100_000))
     m.frame_errors_total.labels("oversized").inc(rng.randint(0, 1))
+    m.address_leaks_total.labels("Metadata").inc(0)
     m.metadata_cache_hits_total.inc(rng.randint(5, 20))
     m.metadata_cache_misses_total.inc(rng.randint(0, 2))
     m.metadata_cache_refreshes_total.labels("ttl", "ok").inc()
