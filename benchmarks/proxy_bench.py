@@ -99,7 +99,7 @@ class Plan:
     scrapes: int
 
 
-FULL = Plan(rounds=2, max_seconds=20, rate=5000, rate_seconds=20, warmup_records=30_000, raw_rounds=6, raw_seconds=4,
+FULL = Plan(rounds=3, max_seconds=20, rate=5000, rate_seconds=20, warmup_records=30_000, raw_rounds=6, raw_seconds=4,
             raw_connections=4, raw_window=4, raw_batch_records=16, ner_requests=2000, metadata_requests=2000,
             scrape_topics=1000, scrapes=200)
 QUICK = Plan(rounds=1, max_seconds=8, rate=5000, rate_seconds=8, warmup_records=15_000, raw_rounds=3, raw_seconds=3,
