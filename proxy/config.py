@@ -103,6 +103,9 @@ class ProxyConfig:
     use_uvloop: bool = True
     #: Tests: scan every response written to clients for a real broker host+port; count and log each.
     debug_address_leak_check: bool = False
+    #: Protocol debugging: raw request and broker-response frames of the APIs the proxy decodes are written
+    #: here (the first few per API and version). Never on in production: frames hold record data.
+    debug_capture_dir: str | None = None
 
     def validate(self) -> ProxyConfig:
         """Return self, or raise ConfigError with what is wrong and how to fix it."""

@@ -186,6 +186,8 @@ class ClientConnection(asyncio.Protocol):
                 f"broker answered correlation id {correlation_id}, expected {exchange.correlation_id}"
             )
         self.proxy.upstream_latency(exchange.api_key).observe(time.perf_counter() - exchange.forwarded_at)
+        if self.proxy.capture is not None:
+            self.proxy.capture.record(exchange, frame)
         result: Frame | Awaitable[Frame] = frame
         behaviours = self.proxy.registry.responses.get(exchange.api_key)
         hooks = exchange.response_hooks

@@ -7,6 +7,7 @@ import itertools
 import logging
 import ssl
 import time
+from pathlib import Path
 from typing import Any
 
 from protocol import ApiKey, MetadataResponse, decode_response, split_response
@@ -17,6 +18,7 @@ from proxy.behaviours.addresses import AddressRewrite, ListenerAddresses
 from proxy.behaviours.api_versions import ApiVersionsNegotiation
 from proxy.behaviours.config_changes import TopicConfigWatcher
 from proxy.behaviours.metadata import MetadataEnricher
+from proxy.capture import FrameCapture
 from proxy.cluster_view import ClusterView
 from proxy.config import ListenerConfig, ProxyConfig, TlsConfig
 from proxy.connection import ClientConnection, UpstreamConnection
@@ -112,6 +114,7 @@ class InsyncProxy:
         self.min_insync = MinInsyncCache(
             self.control, self.metrics, config.min_insync_ttl_seconds, config.min_insync_miss_wait_ms / 1000
         )
+        self.capture = FrameCapture(Path(config.debug_capture_dir)) if config.debug_capture_dir else None
         self.audit = AuditLog(config.audit, config.proxy_id, self.metrics) if config.audit.enabled else None
         self.acks_policy = AcksPolicy(self)
         self.behaviours: list[Any] = [

@@ -67,6 +67,7 @@ class ProxyProcess:
         self.cluster = cluster
         self.dir = Path(tempfile.mkdtemp(prefix="insync-proxy-test-"))
         self.audit_dir = self.dir / "audit"
+        self.capture_dir = self.dir / "capture"
         self.admin_port = free_port()
         self.ports: dict[str, tuple[int, int]] = {}
         listeners = []
@@ -83,7 +84,7 @@ class ProxyProcess:
         self.config_file.write_text(
             f"bootstrap_servers = {servers}\nadmin_port = {self.admin_port}\nproxy_id = \"test-proxy\"\n"
             "metadata_refresh_seconds = 2\nmin_insync_ttl_seconds = 5\nlog_level = \"INFO\"\n"
-            + ("debug_address_leak_check = true\n" if debug_checks else "")
+            + (f'debug_address_leak_check = true\ndebug_capture_dir = "{self.capture_dir}"\n' if debug_checks else "")
             + extra_toml + "\n" + "\n".join(listeners)
             + f'\n[audit]\ndirectory = "{self.audit_dir}"\n'
         )
