@@ -109,8 +109,10 @@ def _reject_reason(j: str, value: Column | None) -> Column:
     keys = F.json_object_keys(raw)
 
     def has_key(name: str) -> Column:
-        if value is None:  # only the non-null requirement can be checked
-            return F.lit(name in REQUIRED_NULLABLE)
+        if value is None:
+            # Only the non-null requirement can be checked; a null in a line the reader flagged as
+            # corrupt is a mistyped value (the wrong_type probe names it), not a missing key.
+            return F.lit(True) if name in REQUIRED_NULLABLE else corrupt
         return F.coalesce(F.array_contains(keys, name), F.lit(False))
 
     invalid = _first_named(

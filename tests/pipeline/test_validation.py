@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipeline.schema import parse_audit_events, rejected_events, valid_events
+from pipeline.schema import parse_audit_events, read_audit_json, rejected_events, valid_events
 
-from .events import decision, isr_change
+from .events import decision, isr_change, write_jsonl
 
 
 def _parse(spark: SparkSession, lines: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -77,3 +78,17 @@ def test_valid_events_are_typed_and_dated_in_utc(spark: SparkSession) -> None:
     (row,) = valid
     assert str(row["date"]) == "2026-11-21"
     assert row["partition"] == 0 and row["record_bytes"] == 100 and row["latency_ms"] == 5.0
+
+
+def test_file_reader_path_gives_the_same_reasons(spark: SparkSession, tmp_path: Path) -> None:
+    # Given a file with a valid line and lines broken in different ways
+    lines = [json.dumps(decision(0.0)), "{not json", _with(partition="3"), _with(topic=None),
+             _with(schema_version=2), _with(event="leader_change"), _with(ts="yesterday")]
+    write_jsonl(tmp_path / "audit.jsonl", lines)
+    # When read with Spark's JSON file reader (the batch report's path)
+    parsed = read_audit_json(spark, [str(tmp_path / "audit.jsonl")]).cache()
+    # Then the reasons match the line-by-line parser's
+    reasons = sorted(r["reason"] for r in rejected_events(parsed).collect())
+    assert reasons == sorted(["bad_json", "wrong_type:partition", "missing_field:topic", "unknown_schema_version",
+                              "unknown_event", "invalid_value:ts"])
+    assert valid_events(parsed).count() == 1
