@@ -29,6 +29,9 @@ from proxy.min_insync import MinInsyncCache, effective_min_isr
 
 log = logging.getLogger("insync_proxy")
 
+#: How long a broker may be missing from Metadata before its listener is closed.
+BROKER_LISTENER_GRACE_SECONDS = 300.0
+
 
 def client_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
     """Upstream TLS: trust ca_file (else the system store), optional client cert, hostname checked."""
@@ -130,6 +133,7 @@ class InsyncProxy:
         self._tasks: list[asyncio.Task[Any]] = []
         self._listener_lock = asyncio.Lock()
         self._stopping = False
+        self._missing_since: dict[int, float] = {}
         self._drained = asyncio.Event()
         self.started_at = time.monotonic()
         self._requests: dict[int, Any] = {}
@@ -298,10 +302,22 @@ class InsyncProxy:
                     log.info("listener %s: broker %d (%s:%d) now at %s:%d", group.name, node_id,
                              *self.cluster_view.brokers[node_id], self.config.advertised_host, port)
                 if remove_missing:
-                    for node_id in set(group.brokers) - wanted:
-                        listener = group.brokers.pop(node_id)
-                        listener.server.close()
-                        log.info("listener %s: broker %d left the cluster; its listener is closed", group.name, node_id)
+                    self._close_departed_listeners(group, wanted)
+
+    def _close_departed_listeners(self, group: ListenerGroup, wanted: set[int]) -> None:
+        # A broker missing from Metadata may be restarting (rolling restart, fenced after a pause): keep its
+        # listener through a grace period, so clients with its address meet the broker, not a refused port.
+        now = time.monotonic()
+        for node_id in set(group.brokers) - wanted:
+            since = self._missing_since.setdefault(node_id, now)
+            if now - since < BROKER_LISTENER_GRACE_SECONDS:
+                continue
+            listener = group.brokers.pop(node_id)
+            listener.server.close()
+            log.info("listener %s: broker %d left the cluster %.0fs ago; its listener is closed",
+                     group.name, node_id, now - since)
+        for node_id in wanted:
+            self._missing_since.pop(node_id, None)
 
     def bootstrap_candidates(self) -> list[tuple[str, int]]:
         """Upstream addresses for a bootstrap connection, rotated so load spreads over the brokers.

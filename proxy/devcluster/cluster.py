@@ -273,13 +273,16 @@ class LocalKafkaCluster:
         raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})")
 
     def wait_for_isr(self, topic: str, partition: int, size: int, timeout: float = 90.0) -> list[int]:
-        """Wait until the partition's ISR has exactly `size` replicas; returns the ISR."""
+        """Wait until every live broker sees the partition's ISR with exactly `size` replicas; returns it."""
         seen: list[int] = []
 
         def check() -> bool:
             nonlocal seen
-            seen = self.metadata([topic]).topics[topic].partitions[partition].isr
-            return len(seen) == size
+            for address in self.live_addresses() or self.broker_addresses:
+                seen = metadata_from_any([address], [topic]).topics[topic].partitions[partition].isr
+                if len(seen) != size:
+                    return False
+            return True
 
         self.wait_for(check, timeout, f"ISR of {topic}-{partition} to reach size {size} (now {seen})", nodes=[])
         return seen
@@ -496,7 +499,11 @@ class LocalKafkaCluster:
 def _random_cluster_id() -> str:
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # As Kafka's own Uuid.randomUuid(): never starting with '-', which command lines read as an option.
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def find_devcluster_jvms() -> list[tuple[int, str]]:
