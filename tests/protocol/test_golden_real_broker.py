@@ -47,7 +47,7 @@ def drive_real_clients(proxy: ProxyProcess, java_client: Any) -> str:
         future.result(60)
     for future in admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values():
         future.result(60)
-    admin.describe_cluster().nodes.result(60)
+    admin.describe_cluster().result(60)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for i in range(20):
         producer.produce(topic, f"golden-{i}".encode(), key=f"k{i}".encode())
