@@ -65,6 +65,7 @@ from .produce import (
     merge_produce_responses,
     patch_produce_acks,
     produce_acks_offset,
+    produce_response_error_codes,
     read_produce_acks,
     rewrite_produce_node_endpoints,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "patch_produce_acks",
     "peek_request_header",
     "produce_acks_offset",
+    "produce_response_error_codes",
     "read_produce_acks",
     "request_header_version",
     "response_header_version",

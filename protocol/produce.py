@@ -27,6 +27,7 @@ from .messages import (
 from .primitives import Buffer, Reader, encode_uvarint, read_uvarint_at
 
 __all__ = [
+    "produce_response_error_codes",
     "PartitionKey",
     "PartitionSpan",
     "ProduceRequestIndex",
@@ -410,3 +411,50 @@ def rewrite_produce_node_endpoints(
     )
     body_bytes = encode_response(replace(decoded, node_endpoints=endpoints), api_version)
     return encode_response_with_header(ApiKey.PRODUCE, api_version, correlation_id, body_bytes)
+
+
+def produce_response_error_codes(frame: Buffer, api_version: int) -> list[tuple[str | uuid.UUID, int, int]]:
+    """(topic or topic_id, partition, error_code) of a Produce response, read without a full decode.
+
+    ``frame`` is the response (header + body). Skips everything but the error codes: the proxy reads
+    them for every acknowledged Produce request (audit, metrics), so this stays on the hot path.
+    """
+    if not 0 <= api_version <= _MAX_PRODUCE_VERSION:
+        raise UnsupportedVersion(f"Produce v{api_version} is not supported (known: v0-v{_MAX_PRODUCE_VERSION})")
+    flexible = api_version >= 9
+    out: list[tuple[str | uuid.UUID, int, int]] = []
+    try:
+        r = Reader(frame)
+        r.int32()  # correlation id
+        if flexible:
+            r.tagged_fields()
+        for _ in range(max(r.array_length(flexible), 0)):
+            topic: str | uuid.UUID
+            if api_version >= 13:
+                topic = r.uuid()
+            else:
+                topic = r.compact_string() if flexible else r.string()
+            for _ in range(max(r.array_length(flexible), 0)):
+                partition = r.int32()
+                out.append((topic, partition, r.int16()))
+                r.take(8)  # base_offset
+                if api_version >= 2:
+                    r.take(8)  # log_append_time_ms
+                if api_version >= 5:
+                    r.take(8)  # log_start_offset
+                if api_version >= 8:
+                    for _ in range(max(r.array_length(flexible), 0)):
+                        r.int32()
+                        r.compact_nullable_string() if flexible else r.nullable_string()
+                        if flexible:
+                            r.tagged_fields()
+                    r.compact_nullable_string() if flexible else r.nullable_string()
+                if flexible:
+                    r.tagged_fields()
+            if flexible:
+                r.tagged_fields()
+    except ProtocolError:
+        raise
+    except (struct.error, IndexError, ValueError, UnicodeError) as e:
+        raise TruncatedData(f"Produce v{api_version} response is truncated or corrupt: {e!r}") from None
+    return out

@@ -38,6 +38,7 @@ METADATA_VERSION = 12  # served by Kafka 3.1 and later, names + topic ids
 DESCRIBE_CONFIGS_VERSION = 4
 TOPIC_RESOURCE = 2
 CLIENT_ID = "insync-proxy-control"
+OFFLOAD_DECODE_BYTES = 64 * 1024
 
 
 class ControlError(Exception):
@@ -162,6 +163,11 @@ class ControlConnection:
             try:
                 await self._connect()
                 response_body = await self._raw_request(api_key, version, body)
+                if len(response_body) > OFFLOAD_DECODE_BYTES:
+                    # A large cluster's full Metadata takes tens of ms to decode: let the loop breathe.
+                    return await asyncio.get_running_loop().run_in_executor(
+                        None, decode_response, api_key, version, response_body
+                    )
                 return decode_response(api_key, version, response_body)
             except (ControlError, OSError) as exc:
                 self._drop(exc)

@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, Any
 from protocol import (
     ApiKey,
     ErrorCode,
-    ProduceResponse,
+    ProtocolError,
     build_forward_request_chunks,
     build_produce_error_response,
-    decode_response,
     index_produce_request,
     merge_produce_responses,
     produce_acks_offset,
-    split_response,
+    produce_response_error_codes,
 )
 from protocol.produce import PartitionKey, PartitionSpan, ProduceRequestIndex
 from proxy.exchange import BehaviourBase, Exchange, Frame
@@ -258,14 +257,8 @@ class AcksPolicy(BehaviourBase):
 
 def _response_error_codes(response: Frame, version: int, proxy: InsyncProxy) -> dict[tuple[str, int], int]:
     try:
-        _, body = split_response(response, ApiKey.PRODUCE, version)
-        decoded = decode_response(ApiKey.PRODUCE, version, body)
-    except Exception:
+        scanned = produce_response_error_codes(response, version)
+    except ProtocolError:
         return {}
-    assert isinstance(decoded, ProduceResponse)
-    codes = {}
-    for topic in decoded.responses:
-        name = topic.name if version < 13 else proxy.cluster_view.topic_name(topic.topic_id)
-        for p in topic.partition_responses:
-            codes[(name or "", p.index)] = p.error_code
-    return codes
+    view = proxy.cluster_view
+    return {(view.topic_name(topic) or str(topic), partition): code for topic, partition, code in scanned}

@@ -10,6 +10,7 @@ is learnt from a full decode scheduled after the response is written, off the cl
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import replace
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
     from proxy.server import InsyncProxy
 
 log = logging.getLogger("insync_proxy.metadata")
+
+#: Clients' Metadata answers update the ISR view at most this often.
+LEARN_INTERVAL_SECONDS = 1.0
 
 #: The real Metadata version a KIP-637 "v10" request is sent upstream as.
 KIP637_UPSTREAM_VERSION = 9
@@ -126,6 +130,7 @@ class MetadataEnricher:
 
     def __init__(self, proxy: InsyncProxy) -> None:
         self.proxy = proxy
+        self._last_learnt = 0.0
 
     def on_request(self, exchange: Exchange) -> None:
         group = exchange.connection.listener.group
@@ -194,7 +199,12 @@ class MetadataEnricher:
         if lookup.hits:
             self.proxy.metrics.topics_enriched_total.inc(lookup.hits)
         if not exchange.connection.listener.group.config.hide_unready_partitions:
-            self.proxy.loop.call_soon(self._learn, original, version)
+            # A full decode costs far more than the answer itself: learn at most once a second from
+            # clients' answers (the proxy's own refresh keeps the view current between them).
+            now = time.monotonic()
+            if now - self._last_learnt >= LEARN_INTERVAL_SECONDS:
+                self._last_learnt = now
+                self.proxy.loop.call_soon(self._learn, original, version)
         if exchange.context.get("kip637"):
             return self._to_kip637_layout(exchange, new)
         return new

@@ -218,3 +218,21 @@ def test_produce_node_endpoints_rewritten_and_untouched_when_unmapped() -> None:
     decoded = decode_response(0, 11, split_response(out, 0, 11)[1])
     assert isinstance(decoded, ProduceResponse)
     assert (decoded.node_endpoints[0].host, decoded.node_endpoints[0].port) == ("proxy", 19092)
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_error_code_scan_agrees_with_a_full_decode(version: int, data: st.DataObject) -> None:
+    from protocol.messages import ProduceResponse, encode_response
+    from protocol.produce import produce_response_error_codes
+
+    from .schema_gen import message_strategy
+
+    response = data.draw(message_strategy(ProduceResponse, version))
+    frame = encode_response_with_header(ApiKey.PRODUCE, version, 42, encode_response(response, version))
+    expected = [
+        (t.topic_id if version >= 13 else t.name, p.index, p.error_code)
+        for t in response.responses for p in t.partition_responses
+    ]
+    assert produce_response_error_codes(frame, version) == expected
