@@ -120,6 +120,8 @@ class InsyncProxy:
         self.capture = FrameCapture(Path(config.debug_capture_dir)) if config.debug_capture_dir else None
         self.audit = AuditLog(config.audit, config.proxy_id, self.metrics) if config.audit.enabled else None
         self.acks_policy = AcksPolicy(self)
+        if self.audit is not None:
+            self.cluster_view.on_partition_changed.append(self._audit_isr_change)
         self.behaviours: list[Any] = [
             ApiVersionsNegotiation(),
             MetadataEnricher(self),
@@ -178,6 +180,28 @@ class InsyncProxy:
         """Called once an exchange's response was written (or, for acks=0, once it was forwarded)."""
         if "acks" in exchange.context:
             self.acks_policy.record(exchange, latency_seconds)
+
+    def _audit_isr_change(self, topic: str, partition: int, old: Any, new: Any) -> None:
+        """An `isr_change` audit event whenever the proxy's view of a partition's ISR or leader changes."""
+        assert self.audit is not None
+        self.audit.emit({
+            "event": "isr_change",
+            "listener": None,
+            "client_id": None,
+            "topic": topic,
+            "partition": partition,
+            "acks_requested": None,
+            "acks_sent": None,
+            "isr_size": len(new.isr),
+            "min_isr": effective_min_isr(self.min_insync.peek(topic), len(new.replicas)),
+            "decision": None,
+            "error_code": None,
+            "latency_ms": None,
+            "record_bytes": None,
+            "api_version": None,
+            "correlation_id": None,
+            "leader_id": new.leader_id,
+        })
 
     def refresh_topics_soon(self, topics: list[str]) -> None:
         """Re-read some topics' partitions (leader, ISR) in the background."""

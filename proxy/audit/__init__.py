@@ -57,9 +57,9 @@ class AuditLog:
         log.info("audit events go to %s (files up to %d bytes, %d bytes in all)", self.directory.resolve(),
                  self.config.max_file_bytes, self.config.max_total_bytes)
 
-    def emit(self, event: dict[str, Any]) -> None:
-        """Queue one event (the timestamp is taken now); drops and counts when the queue is full."""
-        event["_t"] = time.time()
+    def emit(self, event: dict[str, Any], at: float | None = None) -> None:
+        """Queue one event stamped `at` (epoch seconds; default now); drops and counts when the queue is full."""
+        event["_t"] = time.time() if at is None else at
         try:
             self._queue.put_nowait(event)
         except queue.Full:

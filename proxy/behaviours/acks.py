@@ -227,6 +227,8 @@ class AcksPolicy(BehaviourBase):
         audit = self.proxy.audit
         listener = exchange.connection.listener.label
         latency_ms = None if latency_seconds is None else round(latency_seconds * 1000, 3)
+        # Stamped when the decision was taken (the request arrived), as isr_size/min_isr describe that moment.
+        decided_at = time.time() - (time.perf_counter() - exchange.received_at)
         for d in decisions:
             error_code = d.error_code if d.error_code is not None else codes.get((d.topic, d.partition))
             label = metrics.topic(d.topic)
@@ -252,7 +254,7 @@ class AcksPolicy(BehaviourBase):
                     "record_bytes": d.record_bytes,
                     "api_version": exchange.api_version,
                     "correlation_id": exchange.correlation_id,
-                })
+                }, at=decided_at)
 
 
 def _response_error_codes(response: Frame, version: int, proxy: InsyncProxy) -> dict[tuple[str, int], int]:
