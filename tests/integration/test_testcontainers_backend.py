@@ -1,0 +1,23 @@
+"""The same acceptance on the testcontainers backend (apache/kafka image), where a Docker engine exists."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from proxy.devcluster.cluster import ClusterSettings
+from proxy.devcluster.containers import ContainerKafkaCluster, docker_unavailable_reason
+from tests.integration.test_dev_cluster import exercise_acks_all_with_shrinking_isr
+
+_REASON = docker_unavailable_reason()
+
+
+@pytest.mark.skipif(_REASON is not None, reason=f"testcontainers backend: {_REASON}")
+def test_acks_all_with_shrinking_isr_on_the_apache_kafka_image() -> None:
+    cluster = ContainerKafkaCluster(ClusterSettings())
+    cluster.start()
+    try:
+        exercise_acks_all_with_shrinking_isr(cluster, f"tc-{uuid.uuid4().hex[:8]}")
+    finally:
+        cluster.stop()
