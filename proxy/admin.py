@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -17,9 +16,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("insync_proxy.admin")
 
-#: Scrapes closer together than this get the same rendering (several Prometheus servers, retries).
-METRICS_CACHE_SECONDS = 1.0
-
 
 class AdminServer:
     def __init__(self, proxy: InsyncProxy, host: str, port: int) -> None:
@@ -27,7 +23,6 @@ class AdminServer:
         self.host = host
         self.port = port
         self.server: asyncio.Server | None = None
-        self._cached: tuple[float, bytes] | None = None
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._handle, self.host, self.port)
@@ -52,7 +47,7 @@ class AdminServer:
             path = parts[1].split("?", 1)[0] if len(parts) >= 2 else "/"
             method = parts[0] if parts else ""
             if path == "/metrics":
-                # Rendering thousands of series takes milliseconds: off the event loop, and cached briefly.
+                # Rendering thousands of series takes milliseconds: not on the event loop.
                 status, content_type, body = await self._metrics()
             else:
                 status, content_type, body = self._route(method, path)
@@ -68,13 +63,8 @@ class AdminServer:
             writer.close()
 
     async def _metrics(self) -> tuple[str, str, bytes]:
-        now = time.monotonic()
-        if self._cached is None or now - self._cached[0] > METRICS_CACHE_SECONDS:
-            body = await asyncio.get_running_loop().run_in_executor(
-                None, generate_latest, self.proxy.metrics.registry
-            )
-            self._cached = (time.monotonic(), body)
-        return "200 OK", CONTENT_TYPE_LATEST, self._cached[1]
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, self.proxy.metrics.registry)
+        return "200 OK", CONTENT_TYPE_LATEST, body
 
     def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
         if method not in ("GET", "HEAD"):

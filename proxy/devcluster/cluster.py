@@ -323,10 +323,14 @@ class LocalKafkaCluster:
         rf = len(next(iter(assignments.values()))) if assignments else replication_factor
 
         def ready() -> bool:
-            info = self.metadata([name]).topics.get(name)
-            if info is None or info.error_code != 0 or len(info.partitions) != count:
-                return False
-            return all(p.leader >= 0 and len(p.isr) == rf for p in info.partitions.values())
+            # Every live broker must know it: the leader may otherwise answer UNKNOWN_TOPIC_OR_PARTITION.
+            for address in self.live_addresses() or self.broker_addresses:
+                info = metadata_from_any([address], [name]).topics.get(name)
+                if info is None or info.error_code != 0 or len(info.partitions) != count:
+                    return False
+                if not all(p.leader >= 0 and len(p.isr) == rf for p in info.partitions.values()):
+                    return False
+            return True
 
         self.wait_for(ready, timeout, f"topic {name} to have leaders and full ISRs", nodes=[])
 

@@ -108,8 +108,13 @@ def check_golden_frames(capture_dir: Path, topic: str) -> set[str]:
     return seen
 
 
-def _run(proxy: ProxyProcess, java_client: Any) -> None:
-    topic = drive_real_clients(proxy, java_client)
+def _run(cluster: LocalKafkaCluster, java_client: Any) -> None:
+    # A proxy of its own: its capture directory holds only this test's frames
+    proxy = ProxyProcess(cluster).start()
+    try:
+        topic = drive_real_clients(proxy, java_client)
+    finally:
+        proxy.stop()
     seen = check_golden_frames(proxy.capture_dir, topic)
     apis = {s.split()[0] for s in seen}
     assert {"ApiVersions", "Metadata", "Produce", "FindCoordinator", "DescribeConfigs", "DescribeCluster",
@@ -117,11 +122,11 @@ def _run(proxy: ProxyProcess, java_client: Any) -> None:
     print(f"golden frames checked: {sorted(seen)}")
 
 
-def test_golden_frames_from_kafka_4(proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, java_client: Any) -> None:
-    _run(proxy, java_client)
+def test_golden_frames_from_kafka_4(kafka_cluster: LocalKafkaCluster, java_client: Any) -> None:
+    _run(kafka_cluster, java_client)
 
 
 @pytest.mark.kafka39
-def test_golden_frames_from_kafka_39(proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, java_client: Any) -> None:
+def test_golden_frames_from_kafka_39(kafka_cluster: LocalKafkaCluster, java_client: Any) -> None:
     assert kafka_cluster.version.startswith("3.9.")
-    _run(proxy, java_client)
+    _run(kafka_cluster, java_client)
