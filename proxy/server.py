@@ -13,6 +13,7 @@ from typing import Any
 from protocol import ApiKey, MetadataResponse, decode_response, split_response
 from proxy.admin import AdminServer
 from proxy.audit import AuditLog
+from proxy.audit.kafka_sink import KafkaAuditSink
 from proxy.behaviours.acks import AcksPolicy
 from proxy.behaviours.addresses import AddressRewrite, ListenerAddresses
 from proxy.behaviours.api_versions import ApiVersionsNegotiation
@@ -119,6 +120,10 @@ class InsyncProxy:
         )
         self.capture = FrameCapture(Path(config.debug_capture_dir)) if config.debug_capture_dir else None
         self.audit = AuditLog(config.audit, config.proxy_id, self.metrics) if config.audit.enabled else None
+        self.audit_to_kafka: KafkaAuditSink | None = None
+        if self.audit is not None and config.audit.kafka_topic:
+            self.audit_to_kafka = KafkaAuditSink(self, config.audit.kafka_topic, config.audit.queue_size)
+            self.audit.kafka_sink = self.audit_to_kafka
         self.acks_policy = AcksPolicy(self)
         if self.audit is not None:
             self.cluster_view.on_partition_changed.append(self._audit_isr_change)
@@ -205,9 +210,10 @@ class InsyncProxy:
 
     def refresh_topics_soon(self, topics: list[str]) -> None:
         """Re-read some topics' partitions (leader, ISR) in the background."""
-        self.loop.create_task(self._refresh_topics(topics))
+        self.loop.create_task(self.refresh_topics(topics))
 
-    async def _refresh_topics(self, topics: list[str]) -> None:
+    async def refresh_topics(self, topics: list[str]) -> None:
+        """Re-read some topics' partitions (leader, ISR) now."""
         try:
             response = await self.control.metadata(topics)
         except ControlError as exc:
@@ -224,6 +230,8 @@ class InsyncProxy:
         self.min_insync.start()
         if self.audit is not None:
             self.audit.start()
+        if self.audit_to_kafka is not None:
+            self.audit_to_kafka.start()
         try:
             await self.refresh_metadata()
         except ControlError as exc:
@@ -409,6 +417,8 @@ class InsyncProxy:
         self.min_insync.stop()
         if self.audit is not None:
             self.audit.close()
+        if self.audit_to_kafka is not None:
+            await self.audit_to_kafka.stop()
         await self.control.close()
         await self.admin.stop()
         log.info("stopped")

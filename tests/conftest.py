@@ -26,7 +26,7 @@ from proxy.devcluster.cluster import (
 from proxy.devcluster.containers import BACKEND_ENV, ContainerKafkaCluster, docker_unavailable_reason
 from proxy.devcluster.distribution import KAFKA_39_VERSION, selected_version
 from tests.java_client import JavaClient
-from tests.proxy_harness import ProxyProcess
+from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
 LOG_KEEP_DIR = Path(os.environ.get("INSYNC_PROXY_TEST_LOGS", "test-logs"))
 
@@ -138,7 +138,8 @@ class ProxyPool:
         if self.current is not None and self.current.cluster is cluster and self.current.alive():
             return self.current
         self.release()
-        self.current = ProxyProcess(cluster).start()
+        cluster.create_topic(AUDIT_TOPIC, 1, 3)
+        self.current = ProxyProcess(cluster, audit_topic=True).start()
         return self.current
 
     def release(self) -> None:

@@ -24,6 +24,8 @@ from pathlib import Path
 from proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 
 GROUPS = ("default", "kip637", "producers")
+#: The audit topic the shared test proxy also writes to (created by the fixture before the proxy starts).
+AUDIT_TOPIC = "insync-audit"
 
 #: Acks policies of the shared test proxy: topics named floor-* get an acks floor of -1, fastfail-* the
 #: precheck for acks=-1.
@@ -62,6 +64,7 @@ class ProxyProcess:
     def __init__(
         self, cluster: LocalKafkaCluster, extra_toml: str = TEST_POLICIES, groups: tuple[str, ...] = GROUPS,
         debug_checks: bool = True,
+        audit_topic: bool = False,
     ) -> None:
         """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks."""
         self.cluster = cluster
@@ -87,6 +90,7 @@ class ProxyProcess:
             + (f'debug_address_leak_check = true\ndebug_capture_dir = "{self.capture_dir}"\n' if debug_checks else "")
             + extra_toml + "\n" + "\n".join(listeners)
             + f'\n[audit]\ndirectory = "{self.audit_dir}"\n'
+            + (f'kafka_topic = "{AUDIT_TOPIC}"\n' if audit_topic else "")
         )
         self.log_file = self.dir / "proxy.log"
         self.process: subprocess.Popen[bytes] | None = None

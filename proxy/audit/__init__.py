@@ -49,6 +49,7 @@ class AuditLog:
         self._written = metrics.audit_events_written_total.labels("file")
         self._dropped_full = metrics.audit_events_dropped_total.labels("queue_full")
         self._dropped_error = metrics.audit_events_dropped_total.labels("write_error")
+        self.kafka_sink: Any = None  # KafkaAuditSink, when [audit] kafka_topic is set
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -94,6 +95,8 @@ class AuditLog:
                 lines.append(json.dumps(record, separators=(",", ":")))
             if lines:
                 self._write("\n".join(lines) + "\n", len(lines))
+                if self.kafka_sink is not None:
+                    self.kafka_sink.offer([line.encode() for line in lines])
             if stop:
                 if self._file is not None:
                     self._file.close()

@@ -260,3 +260,36 @@ def test_too_new_api_versions_request_gets_the_brokers_v0_answer(proxy: ProxyPro
     assert isinstance(response, ApiVersionsResponse)
     assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
     assert [(k.api_key, k.max_version) for k in response.api_keys] == [(ApiKey.API_VERSIONS, 4)]
+
+
+def test_audit_events_also_reach_the_audit_topic(proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster) -> None:
+    from confluent_kafka import TopicPartition
+
+    from tests.proxy_harness import AUDIT_TOPIC
+
+    topic = f"audit-kafka-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, 1, 3)
+    with RawKafkaClient(via_leader(proxy, kafka_cluster, topic)) as client:
+        client.produce({(topic, 0): batch(b"to-the-topic")}, acks=-2)
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "group.id": f"g-{topic}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(AUDIT_TOPIC, 0, 0)])
+    schema = json.loads(SCHEMA_FILE.read_text())
+    found: list[dict[str, Any]] = []
+
+    def decision_arrived() -> bool:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            event = json.loads(msg.value())
+            jsonschema.validate(event, schema)
+            assert msg.key() == b"test-proxy"
+            if event["topic"] == topic and event["event"] == "produce_decision":
+                found.append(event)
+        return bool(found)
+
+    try:
+        wait_until(decision_arrived, 60, interval=0, what="the decision in the audit topic")
+    finally:
+        consumer.close()
+    assert found[0]["acks_requested"] == -2 and found[0]["acks_sent"] == -1
+    assert proxy.metric("insync_proxy_audit_events_written_total", sink="kafka") > 0
