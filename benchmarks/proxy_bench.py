@@ -59,6 +59,7 @@ from protocol.messages import MetadataRequestTopic  # noqa: E402
 from proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
 from proxy.devcluster.distribution import java_executable  # noqa: E402
 from proxy.devcluster.probe import ProbeConnection  # noqa: E402
+from proxy.sockets import read_exact
 from tests.proxy_harness import ProxyProcess  # noqa: E402
 from tests.raw_client import RawKafkaClient, batch  # noqa: E402
 
@@ -338,18 +339,8 @@ def request_frame(api_key: int, version: int, body: bytes, client_id: str = "ins
 
 
 def read_frame(sock: socket.socket) -> bytes:
-    size = struct.unpack(">i", _read_exact(sock, 4))[0]
-    return _read_exact(sock, size)
-
-
-def _read_exact(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        data += chunk
-    return bytes(data)
+    size = struct.unpack(">i", read_exact(sock, 4))[0]
+    return read_exact(sock, size)
 
 
 def produce_errors(frame: bytes, version: int = 9) -> list[int]:

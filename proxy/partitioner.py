@@ -33,6 +33,7 @@ from protocol import (
     split_response,
 )
 from protocol.messages import MetadataRequestTopic
+from proxy.sockets import read_exact
 
 METADATA_VERSION = 12
 
@@ -85,8 +86,8 @@ class MinInsyncMetadata:
         payload = header + encode_request(request, METADATA_VERSION)
         with socket.create_connection(self.address, timeout=self.timeout) as sock:
             sock.sendall(struct.pack(">i", len(payload)) + payload)
-            size = struct.unpack(">i", _read(sock, 4))[0]
-            frame = _read(sock, size)
+            size = struct.unpack(">i", read_exact(sock, 4))[0]
+            frame = read_exact(sock, size)
         _, body = split_response(frame, ApiKey.METADATA, METADATA_VERSION)
         response = decode_response(ApiKey.METADATA, METADATA_VERSION, body)
         assert isinstance(response, MetadataResponse)
@@ -156,16 +157,6 @@ class ReadyPartitioner:
         ready = set(self.metadata.ready_partitions(self.topic, self.acks)) & set(available or all_partitions)
         candidates = sorted(ready) or list(available or all_partitions)
         return random.choice(candidates)
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("proxy closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 def murmur2(data: bytes) -> int:

@@ -21,6 +21,7 @@ from protocol import (
 )
 from protocol.messages import PartitionProduceData, TopicProduceData
 from proxy.devcluster.probe import encode_record_batch
+from proxy.sockets import read_exact
 
 
 @dataclass
@@ -59,17 +60,8 @@ class RawKafkaClient:
         self.sock.sendall(data)
 
     def receive(self) -> bytes:
-        size = struct.unpack(">i", self._read(4))[0]
-        return self._read(size)
-
-    def _read(self, n: int) -> bytes:
-        data = bytearray()
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("connection closed")
-            data += chunk
-        return bytes(data)
+        size = struct.unpack(">i", read_exact(self.sock, 4))[0]
+        return read_exact(self.sock, size)
 
     def produce_request(self, batches: dict[tuple[str, int], bytes], acks: int, version: int = 9,
                         transactional_id: str | None = None) -> bytes:

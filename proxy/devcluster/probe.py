@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass, field
 
 from protocol.records import encode_record_batch
+from proxy.sockets import read_exact
 
 __all__ = ["ClusterInfo", "ProbeConnection", "ProbeError", "encode_record_batch", "metadata_from_any"]
 
@@ -93,21 +94,12 @@ class ProbeConnection:
         header = struct.pack(">hhi", api_key, api_version, self._correlation_id) + _string("insync-probe")
         payload = header + body
         self._sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", self._recv(4))[0]
-        response = self._recv(size)
+        size = struct.unpack(">i", read_exact(self._sock, 4))[0]
+        response = read_exact(self._sock, size)
         (correlation_id,) = struct.unpack_from(">i", response, 0)
         if correlation_id != self._correlation_id:
             raise ProbeError(f"correlation id {correlation_id} != {self._correlation_id}")
         return response[4:]
-
-    def _recv(self, n: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < n:
-            chunk = self._sock.recv(n - len(chunks))
-            if not chunk:
-                raise ProbeError("connection closed by broker")
-            chunks += chunk
-        return bytes(chunks)
 
     def metadata(self, topics: list[str] | None = None) -> ClusterInfo:
         """Metadata v1: brokers, controller, and the topics' partitions with leader/replicas/ISR."""
