@@ -59,7 +59,7 @@ from protocol.messages import MetadataRequestTopic  # noqa: E402
 from proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
 from proxy.devcluster.distribution import java_executable  # noqa: E402
 from proxy.devcluster.probe import ProbeConnection  # noqa: E402
-from proxy.sockets import read_exact
+from proxy.sockets import read_exact  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
 from tests.raw_client import RawKafkaClient, batch  # noqa: E402
 
