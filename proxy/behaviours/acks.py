@@ -76,6 +76,7 @@ class AcksPolicy(BehaviourBase):
         self.audit_forwarded = config.audit.enabled
         self._policy_cache: dict[str, Any] = {}
         self._last_isr_refresh: dict[str, float] = {}
+        self._decision_counters: dict[tuple[str, int, int | None, str], Any] = {}
 
     # ------------------------------------------------------------------ request path
     def on_request(self, exchange: Exchange) -> None:
@@ -231,12 +232,18 @@ class AcksPolicy(BehaviourBase):
         decided_at = time.time() - (time.perf_counter() - exchange.received_at)
         for d in decisions:
             error_code = d.error_code if d.error_code is not None else codes.get((d.topic, d.partition))
-            label = metrics.topic(d.topic)
-            metrics.produce_partitions_total.labels(
-                label, str(acks), "none" if d.acks_sent is None else str(d.acks_sent), d.decision
-            ).inc()
+            key = (d.topic, acks, d.acks_sent, d.decision)
+            child = self._decision_counters.get(key)
+            if child is None:  # labels() costs microseconds: one lookup per combination, not per partition
+                if len(self._decision_counters) > 10_000:
+                    self._decision_counters.clear()
+                label = metrics.topic(d.topic)
+                child = self._decision_counters[key] = metrics.produce_partitions_total.labels(
+                    label, str(acks), "none" if d.acks_sent is None else str(d.acks_sent), d.decision
+                )
+            child.inc()
             if d.decision in (ANSWERED_NOT_ENOUGH_REPLICAS, ANSWERED_INVALID_REQUIRED_ACKS):
-                metrics.proxy_answered_errors_total.labels(label, str(error_code)).inc()
+                metrics.proxy_answered_errors_total.labels(metrics.topic(d.topic), str(error_code)).inc()
             if audit is not None:
                 audit.emit({
                     "event": "produce_decision",
