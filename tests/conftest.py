@@ -88,8 +88,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # One cluster at a time: every test on the 3.9 cluster runs after all the others.
-    items.sort(key=lambda item: 1 if item.get_closest_marker("kafka39") else 0)
+    # One cluster at a time: tests that start a cluster of their own run after the shared cluster's, and
+    # every test on the 3.9 cluster runs last.
+    def order(item: pytest.Item) -> int:
+        if item.get_closest_marker("kafka39"):
+            return 2
+        return 1 if item.get_closest_marker("own_cluster") else 0
+
+    items.sort(key=order)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -112,6 +118,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture(scope="session")
 def cluster_pool() -> ClusterPool:
     return _POOL
+
+
+@pytest.fixture
+def exclusive_cluster_slot() -> None:
+    """Stops the shared proxy and cluster: the test starts a cluster of its own (2 cores, one at a time)."""
+    _PROXIES.release()
+    _POOL.release()
 
 
 @pytest.fixture

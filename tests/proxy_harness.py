@@ -65,6 +65,7 @@ class ProxyProcess:
         self, cluster: LocalKafkaCluster, extra_toml: str = TEST_POLICIES, groups: tuple[str, ...] = GROUPS,
         debug_checks: bool = True,
         audit_topic: bool = False,
+        bootstrap_servers: str | None = None,
     ) -> None:
         """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks."""
         self.cluster = cluster
@@ -82,7 +83,7 @@ class ProxyProcess:
                 f'[[listener]]\nname = "{name}"\nbootstrap_port = {bootstrap}\nbroker_port_base = {base}\n'
                 + extra.get(name, "")
             )
-        servers = json.dumps(cluster.bootstrap_servers.split(","))
+        servers = json.dumps((bootstrap_servers or cluster.bootstrap_servers).split(","))
         self.config_file = self.dir / "config.toml"
         self.config_file.write_text(
             f"bootstrap_servers = {servers}\nadmin_port = {self.admin_port}\nproxy_id = \"test-proxy\"\n"

@@ -110,6 +110,9 @@ class ClusterSettings:
     min_insync_replicas: int | None = None  # broker default; None keeps Kafka's default (1)
     extra_broker_config: dict[str, str] = field(default_factory=dict)
     die_with_parent: bool = True
+    #: user -> password: each broker gets a second, SASL_PLAINTEXT listener (PLAIN) for these users;
+    #: inter-broker traffic and the readiness probe stay on PLAINTEXT.
+    sasl_plain_users: dict[str, str] | None = None
 
 
 class LocalKafkaCluster:
@@ -134,11 +137,19 @@ class LocalKafkaCluster:
             for i, port in enumerate(ports)
         }
         self.libs: Path | None = None
+        self.sasl_ports: dict[int, int] = (
+            {node_id: free_port() for node_id in self.brokers} if self.settings.sasl_plain_users else {}
+        )
 
     # ----------------------------------------------------------------- lifecycle
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.brokers.values())
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The brokers' SASL_PLAINTEXT (PLAIN) listeners, when sasl_plain_users is set."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.sasl_ports.values())
 
     @property
     def broker_addresses(self) -> list[tuple[str, int]]:
@@ -494,6 +505,16 @@ class LocalKafkaCluster:
                 "share.coordinator.state.topic.replication.factor": str(min(3, self.settings.brokers)),
                 "share.coordinator.state.topic.min.isr": "1",
             }
+        if node.role == "broker" and self.settings.sasl_plain_users:
+            sasl_port = self.sasl_ports[node.node_id]
+            users = " ".join(f'user_{u}="{pw}"' for u, pw in self.settings.sasl_plain_users.items())
+            props["listeners"] += f",SASL://127.0.0.1:{sasl_port}"
+            props["advertised.listeners"] += f",SASL://127.0.0.1:{sasl_port}"
+            props["listener.security.protocol.map"] += ",SASL:SASL_PLAINTEXT"
+            props["listener.name.sasl.sasl.enabled.mechanisms"] = "PLAIN"
+            props["listener.name.sasl.plain.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            )
         if self.settings.min_insync_replicas is not None:
             props["min.insync.replicas"] = str(self.settings.min_insync_replicas)
         props.update(self.settings.extra_broker_config if node.role == "broker" else {})

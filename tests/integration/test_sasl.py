@@ -1,0 +1,64 @@
+"""SASL: clients' SASL/PLAIN passes through the proxy untouched; the control connection has its own login."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
+from tests.helpers import wait_until
+from tests.proxy_harness import ProxyProcess
+
+USERS = {"alice": "alice-secret", "insync-proxy": "proxy-secret"}
+
+
+@pytest.mark.own_cluster
+def test_client_sasl_plain_passes_through_and_the_proxy_logs_in_with_its_own_credentials(
+    exclusive_cluster_slot: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = LocalKafkaCluster(ClusterSettings(sasl_plain_users=USERS)).start()
+    # The proxy reaches the brokers only through their SASL listeners, as the user insync-proxy
+    monkeypatch.setenv("INSYNC_PROXY_CONTROL_SASL_PASSWORD", USERS["insync-proxy"])
+    control = '\n[control_sasl]\nmechanism = "PLAIN"\nusername = "insync-proxy"\n'
+    proxy = ProxyProcess(cluster, extra_toml=control, groups=("default",),
+                         bootstrap_servers=cluster.sasl_bootstrap_servers)
+    try:
+        proxy.start()  # ready means: the control connection logged in and read Metadata
+        assert "proxy-secret" not in proxy.log_file.read_text()
+        topic = f"sasl-{uuid.uuid4().hex[:8]}"
+        cluster.create_topic(topic, 1, 3)
+        sasl = {"bootstrap.servers": proxy.bootstrap(), "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": USERS["alice"]}
+        # When a client logs in as alice through the proxy, it produces and consumes as usual
+        producer = Producer({**sasl, "acks": "all"})
+        delivered: list[Any] = []
+        for i in range(10):
+            producer.produce(topic, f"sasl-{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(60) == 0 and delivered == [None] * 10
+        consumer = Consumer({**sasl, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+
+        def read_all() -> bool:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+            return len(got) >= 10
+
+        wait_until(read_all, 60, interval=0, what="records through SASL")
+        consumer.close()
+        assert sorted(got) == sorted(f"sasl-{i}".encode() for i in range(10))
+        # And a wrong password is refused by the broker, as it would be without the proxy
+        errors: list[Any] = []
+        bad = Producer({**sasl, "sasl.password": "wrong", "error_cb": errors.append, "message.timeout.ms": 5000})
+        bad.produce(topic, b"denied")
+        bad.flush(15)
+        assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+        assert proxy.alive()
+    finally:
+        proxy.stop()
+        cluster.stop()
+        cluster.cleanup()
