@@ -54,10 +54,12 @@ def test_streaming_windows_over_the_audit_topic(
         wait_until(all_decisions_in_the_topic, 90, interval=0, what="the decisions in the audit topic")
     finally:
         consumer.close()
-    # And an event 10 minutes ahead, so the watermark closes the current windows
+    # And a decision 10 minutes ahead (the watermark follows decisions), so the current windows close
     later = (datetime.now(UTC) + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    marker = {"schema_version": 1, "event": "isr_change", "ts": later, "proxy_id": "watermark", "topic": "w",
-              "partition": 0, "isr_size": 1, "min_isr": 1}
+    marker = {"schema_version": 1, "event": "produce_decision", "ts": later, "proxy_id": "watermark",
+              "listener": "bootstrap", "client_id": "w", "topic": "w", "partition": 0, "acks_requested": -1,
+              "acks_sent": -1, "isr_size": 1, "min_isr": 1, "decision": "forwarded", "error_code": 0,
+              "latency_ms": 1.0, "record_bytes": 1, "api_version": 9, "correlation_id": 1}
     producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "acks": "all"})
     producer.produce(AUDIT_TOPIC, json.dumps(marker).encode())
     assert producer.flush(30) == 0
