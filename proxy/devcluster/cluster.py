@@ -113,6 +113,10 @@ class ClusterSettings:
     #: user -> password: each broker gets a second, SASL_PLAINTEXT listener (PLAIN) for these users;
     #: inter-broker traffic and the readiness probe stay on PLAINTEXT.
     sasl_plain_users: dict[str, str] | None = None
+    #: PEM file with the brokers' private key and certificate chain: each broker gets an SSL listener.
+    tls_keystore_pem: Path | None = None
+    #: PEM certificates the SSL listeners trust for client certificates (mTLS required when set).
+    tls_client_ca_pem: Path | None = None
 
 
 class LocalKafkaCluster:
@@ -140,11 +144,19 @@ class LocalKafkaCluster:
         self.sasl_ports: dict[int, int] = (
             {node_id: free_port() for node_id in self.brokers} if self.settings.sasl_plain_users else {}
         )
+        self.tls_ports: dict[int, int] = (
+            {node_id: free_port() for node_id in self.brokers} if self.settings.tls_keystore_pem else {}
+        )
 
     # ----------------------------------------------------------------- lifecycle
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.brokers.values())
+
+    @property
+    def tls_bootstrap_servers(self) -> str:
+        """The brokers' SSL listeners, when tls_keystore_pem is set."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.tls_ports.values())
 
     @property
     def sasl_bootstrap_servers(self) -> str:
@@ -515,6 +527,17 @@ class LocalKafkaCluster:
             props["listener.name.sasl.plain.sasl.jaas.config"] = (
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
             )
+        if node.role == "broker" and self.settings.tls_keystore_pem:
+            tls_port = self.tls_ports[node.node_id]
+            props["listeners"] += f",SSL://127.0.0.1:{tls_port}"
+            props["advertised.listeners"] += f",SSL://127.0.0.1:{tls_port}"
+            props["listener.security.protocol.map"] += ",SSL:SSL"
+            props["listener.name.ssl.ssl.keystore.type"] = "PEM"
+            props["listener.name.ssl.ssl.keystore.location"] = str(self.settings.tls_keystore_pem)
+            if self.settings.tls_client_ca_pem:
+                props["listener.name.ssl.ssl.truststore.type"] = "PEM"
+                props["listener.name.ssl.ssl.truststore.location"] = str(self.settings.tls_client_ca_pem)
+                props["listener.name.ssl.ssl.client.auth"] = "required"
         if self.settings.min_insync_replicas is not None:
             props["min.insync.replicas"] = str(self.settings.min_insync_replicas)
         props.update(self.settings.extra_broker_config if node.role == "broker" else {})
