@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import KafkaError, Producer
 
 from proxy.devcluster.cluster import LocalKafkaCluster
-from tests.helpers import wait_until
+from tests.helpers import consume_values
 
 
 def produce_batch(producer: Producer, topic: str, values: list[bytes], timeout: float = 60.0) -> dict[bytes, Any]:
@@ -24,36 +23,6 @@ def produce_batch(producer: Producer, topic: str, values: list[bytes], timeout: 
     producer.flush(timeout)
     assert len(results) == len(values), f"only {len(results)} of {len(values)} delivery reports"
     return results
-
-
-def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    try:
-
-        def read_enough() -> bool:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                values.append(msg.value())
-            return len(values) >= expected
-
-        wait_until(read_enough, timeout, interval=0, what=f"{expected} records from {topic}")
-        # Drain briefly: nothing beyond the acknowledged records may be there.
-        for _ in range(4):
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
 
 
 def exercise_acks_all_with_shrinking_isr(cluster: LocalKafkaCluster, topic: str) -> None:
@@ -100,7 +69,8 @@ def exercise_acks_all_with_shrinking_isr(cluster: LocalKafkaCluster, topic: str)
 
     # Then resuming both brings the ISR back to 3, and a consumer reads exactly the acknowledged records
     cluster.wait_for_isr(topic, 0, 3)
-    consumed = consume_all(cluster.bootstrap_servers, topic, len(acknowledged))
+    # (drained a little longer: nothing beyond the acknowledged records may be there)
+    consumed = consume_values({"bootstrap.servers": cluster.bootstrap_servers}, topic, len(acknowledged), drain_polls=4)
     assert sorted(consumed) == sorted(acknowledged)
 
 

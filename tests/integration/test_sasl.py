@@ -6,10 +6,10 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import KafkaError, Producer
 
 from proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
-from tests.helpers import wait_until
+from tests.helpers import consume_values
 from tests.proxy_harness import ProxyProcess
 
 USERS = {"alice": "alice-secret", "insync-proxy": "proxy-secret"}
@@ -38,18 +38,7 @@ def test_client_sasl_plain_passes_through_and_the_proxy_logs_in_with_its_own_cre
         for i in range(10):
             producer.produce(topic, f"sasl-{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
         assert producer.flush(60) == 0 and delivered == [None] * 10
-        consumer = Consumer({**sasl, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-        consumer.subscribe([topic])
-        got: list[bytes] = []
-
-        def read_all() -> bool:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-            return len(got) >= 10
-
-        wait_until(read_all, 60, interval=0, what="records through SASL")
-        consumer.close()
+        got = consume_values(sasl, topic, 10)
         assert sorted(got) == sorted(f"sasl-{i}".encode() for i in range(10))
         # And a wrong password is refused by the broker, as it would be without the proxy
         errors: list[Any] = []

@@ -5,15 +5,14 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from proxy.devcluster.cluster import LocalKafkaCluster
-from tests.helpers import wait_until
+from tests.helpers import consume_values
 from tests.proxy_harness import TEST_POLICIES, ProxyProcess
 
 
@@ -45,18 +44,7 @@ def test_clients_produce_and_consume_over_tls_to_the_proxy(
         for i in range(20):
             producer.produce(topic_name, f"tls-{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
         assert producer.flush(60) == 0 and delivered == [None] * 20
-        consumer = Consumer({**common, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"})
-        consumer.subscribe([topic_name])
-        got: list[bytes] = []
-
-        def read_all() -> bool:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-            return len(got) >= 20
-
-        wait_until(read_all, 60, interval=0, what="records over TLS")
-        consumer.close()
+        got = consume_values(common, topic_name, 20)
         assert sorted(got) == sorted(f"tls-{i}".encode() for i in range(20))
         # A plaintext client on the TLS port is refused without harming the proxy
         host, port = proxy.bootstrap().rsplit(":", 1)

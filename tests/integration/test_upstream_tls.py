@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
-from tests.helpers import wait_until
+from tests.helpers import consume_values
 from tests.proxy_harness import ProxyProcess
 
 
@@ -52,19 +52,7 @@ def test_proxy_reaches_tls_brokers_with_verification_and_a_client_certificate(
         for i in range(10):
             producer.produce(topic, f"up-{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
         assert producer.flush(60) == 0 and delivered == [None] * 10
-        consumer = Consumer({"bootstrap.servers": proxy.bootstrap(), "group.id": f"g-{topic}",
-                             "auto.offset.reset": "earliest"})
-        consumer.subscribe([topic])
-        got: list[bytes] = []
-
-        def read_all() -> bool:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-            return len(got) >= 10
-
-        wait_until(read_all, 60, interval=0, what="records through upstream TLS")
-        consumer.close()
+        got = consume_values({"bootstrap.servers": proxy.bootstrap()}, topic, 10)
         assert sorted(got) == sorted(f"up-{i}".encode() for i in range(10))
         # And the brokers' SSL listeners are all the proxy ever used
         assert all(str(p) in proxy.log_file.read_text() for p in cluster.tls_ports.values())
