@@ -251,6 +251,17 @@ def _reader_for(t: KType, version: int, flexible: bool, nullable: bool) -> ReadF
     return lambda r: _codec(struct_cls, version, flexible).decode(r)
 
 
+def _write_array_length(w: Writer, v: tuple[Any, ...] | None, nullable: bool, flexible: bool) -> bool:
+    """Write an array's length (or null); True when elements follow."""
+    if v is None:
+        if not nullable:
+            raise InvalidValue("None given for a non-nullable array")
+        w.array_length(None, flexible)
+        return False
+    w.array_length(len(v), flexible)
+    return True
+
+
 def _writer_for(t: KType, version: int, flexible: bool, nullable: bool) -> WriteFn:
     if isinstance(t, Prim):
         fixed = _FIXED_WRITERS.get(t)
@@ -266,26 +277,18 @@ def _writer_for(t: KType, version: int, flexible: bool, nullable: bool) -> Write
         if code is not None:
 
             def write_number_array(w: Writer, v: tuple[Any, ...] | None) -> None:
-                if v is None:
-                    if not nullable:
-                        raise InvalidValue("None given for a non-nullable array")
-                    w.array_length(None, flexible)
-                    return
-                w.array_length(len(v), flexible)
-                w.out += struct.pack(f">{len(v)}{code}", *v)
+                if _write_array_length(w, v, nullable, flexible):
+                    assert v is not None
+                    w.out += struct.pack(f">{len(v)}{code}", *v)
 
             return write_number_array
         elem = _writer_for(t.element, version, flexible, False)
 
         def write_array(w: Writer, v: tuple[Any, ...] | None) -> None:
-            if v is None:
-                if not nullable:
-                    raise InvalidValue("None given for a non-nullable array")
-                w.array_length(None, flexible)
-                return
-            w.array_length(len(v), flexible)
-            for item in v:
-                elem(w, item)
+            if _write_array_length(w, v, nullable, flexible):
+                assert v is not None
+                for item in v:
+                    elem(w, item)
 
         return write_array
     struct_cls = t
