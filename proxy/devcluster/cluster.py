@@ -48,6 +48,20 @@ class ClusterError(RuntimeError):
     """The cluster did not start or did not reach the asked state; the message says why."""
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: all held open at once, so none is handed out twice."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -129,11 +143,14 @@ class LocalKafkaCluster:
         self._owns_data_dir = self.settings.data_dir is None
         self.data_dir = self.settings.data_dir or Path(tempfile.mkdtemp(prefix="insync-kafka-"))
         self.cluster_id = _random_cluster_id()
-        ports = self.settings.broker_ports or [free_port() for _ in range(self.settings.brokers)]
+        # Every port this cluster needs, drawn at once: ports drawn one by one may repeat.
+        n = self.settings.brokers
+        pool = free_ports(n * 3 + 1)
+        ports = self.settings.broker_ports or pool[:n]
         if len(ports) != self.settings.brokers:
             raise ClusterError(f"{self.settings.brokers} brokers need as many ports, got {ports}")
         self.controller = KafkaNode(
-            CONTROLLER_NODE_ID, "controller", self.settings.controller_port or free_port(),
+            CONTROLLER_NODE_ID, "controller", self.settings.controller_port or pool[3 * n],
             self.data_dir / "controller",
         )
         self.brokers: dict[int, KafkaNode] = {
@@ -142,10 +159,12 @@ class LocalKafkaCluster:
         }
         self.libs: Path | None = None
         self.sasl_ports: dict[int, int] = (
-            {node_id: free_port() for node_id in self.brokers} if self.settings.sasl_plain_users else {}
+            {node_id: pool[n + i] for i, node_id in enumerate(self.brokers)} if self.settings.sasl_plain_users else {}
         )
         self.tls_ports: dict[int, int] = (
-            {node_id: free_port() for node_id in self.brokers} if self.settings.tls_keystore_pem else {}
+            {node_id: pool[2 * n + i] for i, node_id in enumerate(self.brokers)}
+            if self.settings.tls_keystore_pem
+            else {}
         )
 
     # ----------------------------------------------------------------- lifecycle
@@ -337,9 +356,23 @@ class LocalKafkaCluster:
         timeout: float = 60.0,
     ) -> None:
         """Create a topic and wait until every partition has a leader and a full ISR."""
-        host, port = (self.live_addresses() or self.broker_addresses)[0]
-        with ProbeConnection(host, port, timeout=30) as conn:
-            code = conn.create_topic(name, partitions, replication_factor, dict(configs or {}), assignments)
+        codes: list[int] = []
+
+        def created() -> bool:
+            # Any live broker will do; one that registered a moment ago may not accept connections yet.
+            for host, port in self.live_addresses() or self.broker_addresses:
+                try:
+                    with ProbeConnection(host, port, timeout=30) as conn:
+                        codes.append(conn.create_topic(
+                            name, partitions, replication_factor, dict(configs or {}), assignments
+                        ))
+                    return True
+                except OSError:
+                    continue
+            return False
+
+        self.wait_for(created, timeout, f"a broker to accept CreateTopics {name}", nodes=[])
+        code = codes[-1]
         if code not in (0, 36):
             raise ClusterError(f"CreateTopics {name} failed with error code {code}")
         count = len(assignments) if assignments else partitions
