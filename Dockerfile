@@ -17,6 +17,7 @@ COPY pyproject.toml README.md ./
 COPY protocol ./protocol
 COPY proxy ./proxy
 COPY pipeline ./pipeline
+COPY insync_proxy ./insync_proxy
 # One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels).
 RUN pip wheel --wheel-dir /wheels .
 
@@ -42,7 +43,7 @@ RUN groupadd --system --gid 10001 insync \
 # wheels never land in a layer of their own. The import check fails the build if uvloop is missing.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl \
-    && python -c "import uvloop, prometheus_client, proxy; print('insync-proxy', proxy.__version__)"
+    && python -c "import uvloop, prometheus_client, insync_proxy.proxy as p; print('insync-proxy', p.__version__)"
 
 # Default configuration: binds 0.0.0.0, advertises 127.0.0.1 (sidecar), audit under /var/lib.
 # Mount your own at /etc/insync-proxy/config.toml (Kubernetes: a ConfigMap), or override with

@@ -177,7 +177,7 @@ def run_duckdb(data: Path, out: Path, threads: int) -> float:
     """The report's aggregation in DuckDB: read+validate JSON, compute the tables, write Parquet. Seconds."""
     import duckdb
 
-    from pipeline.tables import timeline_bucket_seconds
+    from insync_proxy.pipeline.tables import timeline_bucket_seconds
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -210,8 +210,8 @@ def run_duckdb(data: Path, out: Path, threads: int) -> float:
 
 def run_spark(data: Path, out: Path, driver_memory: str, shuffle_partitions: int) -> tuple[float, float]:
     """The real report job in Spark local[2]; returns (session start seconds, job seconds)."""
-    from pipeline.report import run_report
-    from pipeline.spark_env import Progress, build_session
+    from insync_proxy.pipeline.report import run_report
+    from insync_proxy.pipeline.spark_env import Progress, build_session
 
     shutil.rmtree(out, ignore_errors=True)
     started = time.monotonic()

@@ -13,14 +13,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from protocol.framing import FrameSplitter, encode_frame  # noqa: E402
-from protocol.headers import (  # noqa: E402
+from insync_proxy.protocol.framing import FrameSplitter, encode_frame  # noqa: E402
+from insync_proxy.protocol.headers import (  # noqa: E402
     RequestHeader,
     encode_request_header,
     encode_response_with_header,
     split_response,
 )
-from protocol.messages import (  # noqa: E402
+from insync_proxy.protocol.messages import (  # noqa: E402
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
@@ -32,8 +32,8 @@ from protocol.messages import (  # noqa: E402
     encode_request,
     encode_response,
 )
-from protocol.metadata_splice import enrich_metadata_response  # noqa: E402
-from protocol.produce import (  # noqa: E402
+from insync_proxy.protocol.metadata_splice import enrich_metadata_response  # noqa: E402
+from insync_proxy.protocol.produce import (  # noqa: E402
     build_forward_request_chunks,
     index_produce_request,
     patch_produce_acks,

@@ -44,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from protocol import (  # noqa: E402
+from insync_proxy.protocol import (  # noqa: E402
     ApiKey,
     MetadataRequest,
     MetadataResponse,
@@ -55,11 +55,11 @@ from protocol import (  # noqa: E402
     encode_request_header,
     split_response,
 )
-from protocol.messages import MetadataRequestTopic  # noqa: E402
-from proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
-from proxy.devcluster.distribution import java_executable  # noqa: E402
-from proxy.devcluster.probe import ProbeConnection  # noqa: E402
-from proxy.sockets import read_exact  # noqa: E402
+from insync_proxy.protocol.messages import MetadataRequestTopic  # noqa: E402
+from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
+from insync_proxy.proxy.devcluster.distribution import java_executable  # noqa: E402
+from insync_proxy.proxy.devcluster.probe import ProbeConnection  # noqa: E402
+from insync_proxy.proxy.sockets import read_exact  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
 from tests.raw_client import RawKafkaClient, batch  # noqa: E402
 

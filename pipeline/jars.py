@@ -18,7 +18,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pipeline.spark_env import PipelineError, spark_version
+from insync_proxy.pipeline.spark_env import PipelineError, spark_version
 
 POM = Path(__file__).with_name("pom.xml")
 MAVEN_SETTINGS = Path(__file__).with_name("maven-settings.xml")

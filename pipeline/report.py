@@ -1,6 +1,6 @@
 """Batch durability report over the proxy's audit stream: Parquet tables, an HTML report, a summary.
 
-Run it as ``python -m pipeline.report --input 'audit/**/*.jsonl' --output out/`` (see ``--help``),
+Run it as ``python -m insync_proxy.pipeline.report --input 'audit/**/*.jsonl' --output out/`` (see ``--help``),
 through ``spark-submit pipeline/report_job.py ...``, or from Python with :func:`run_report` on an
 existing SparkSession (tests, notebooks). :func:`main` is what ``insync-proxy report`` wires to.
 """
@@ -19,7 +19,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.spark_env import PipelineError, Progress
+from insync_proxy.pipeline.spark_env import PipelineError, Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -105,7 +105,7 @@ def _derived_views(tables: dict[str, list[dict[str, Any]]]) -> dict[str, list[di
         agg["total"] += r["decisions"]
     views["decisions_by_partition"] = sorted(by_partition.values(), key=lambda a: (-a["total"], a["topic"], a["partition"]))
 
-    from pipeline.html_report import acks_label
+    from insync_proxy.pipeline.html_report import acks_label
 
     matrix: dict[tuple[Any, Any], dict[str, Any]] = {}
     for r in tables["decisions_by_acks"]:
@@ -168,8 +168,8 @@ def run_report(
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from pipeline import html_report, schema, sources, tables
-    from pipeline.spark_env import configure_session
+    from insync_proxy.pipeline import html_report, schema, sources, tables
+    from insync_proxy.pipeline.spark_env import configure_session
 
     started = time.monotonic()
     progress = progress or Progress()
@@ -315,7 +315,7 @@ def console_summary(result: ReportResult) -> str:
     for r in result.tables["below_min_by_partition"][:5]:
         lines.append(f"  {r['topic']}-{r['partition']}: {r['below_min_s']:.1f} s below min ISR in {r['intervals']} intervals"
                      f" (lowest ISR {r['lowest_isr']}, min ISR {r['min_isr']})")
-    from pipeline.html_report import acks_label
+    from insync_proxy.pipeline.html_report import acks_label
 
     for r in result.tables["latency_overall"]:
         lines.append(f"latency {acks_label(r['acks_requested'], r['acks_sent'])}: p50 {r['p50_ms']:.2f} ms, "
@@ -328,8 +328,8 @@ def console_summary(result: ReportResult) -> str:
     return "\n".join(lines)
 
 
-def build_parser(prog: str = "python -m pipeline.report") -> argparse.ArgumentParser:
-    """The command-line interface shared by ``python -m pipeline.report``, spark-submit and the CLI."""
+def build_parser(prog: str = "python -m insync_proxy.pipeline.report") -> argparse.ArgumentParser:
+    """The command-line interface shared by ``python -m insync_proxy.pipeline.report``, spark-submit and the CLI."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description=(
@@ -341,8 +341,8 @@ def build_parser(prog: str = "python -m pipeline.report") -> argparse.ArgumentPa
         ),
         epilog=(
             "examples:\n"
-            "  python -m pipeline.report --input '/var/log/insync/**/*.jsonl' --output /tmp/durability\n"
-            "  python -m pipeline.report --kafka-bootstrap localhost:9092 --topic insync-audit --output out/\n"
+            "  python -m insync_proxy.pipeline.report --input '/var/log/insync/**/*.jsonl' --output /tmp/durability\n"
+            "  python -m insync_proxy.pipeline.report --kafka-bootstrap localhost:9092 --topic insync-audit --output out/\n"
             "  spark-submit --master yarn pipeline/report_job.py --input hdfs:///audit/ --output hdfs:///report/\n"
             "exit status: 0 done, 2 bad arguments/missing input/no Java, 1 Spark job failed"
         ),
@@ -378,15 +378,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --input and/or --kafka-bootstrap with --topic")
     progress = Progress(enabled=not args.quiet)
     try:
-        from pipeline import sources
-        from pipeline.spark_env import build_session, check_master
+        from insync_proxy.pipeline import sources
+        from insync_proxy.pipeline.spark_env import build_session, check_master
 
         if args.master:
             check_master(args.master)
         sources.check_inputs(args.input)  # fail fast, before paying for a JVM start
         jars = None
         if args.kafka_bootstrap:
-            from pipeline.jars import kafka_jars
+            from insync_proxy.pipeline.jars import kafka_jars
 
             progress.stage("resolving Spark's Kafka connector jars")
             jars = kafka_jars()

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 try:
-    import pipeline.report  # noqa: F401 - import check only
+    import insync_proxy.pipeline.report  # noqa: F401 - import check only
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.report import main  # noqa: E402 - after the sys.path fix above
+from insync_proxy.pipeline.report import main  # noqa: E402 - after the sys.path fix above
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.spark_env import PipelineError
+from insync_proxy.pipeline.spark_env import PipelineError
 
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.\-]*://")
 
@@ -49,7 +49,7 @@ def check_inputs(inputs: Sequence[str]) -> list[str]:
 def read_audit_file_events(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
     """Parsed, validated audit events (see :func:`pipeline.schema.parse_audit_events`) from JSON Lines
     files, directories (read recursively for ``*.jsonl``) and globs."""
-    from pipeline.schema import read_audit_json
+    from insync_proxy.pipeline.schema import read_audit_json
 
     paths = check_inputs(inputs)
     dirs = [p for p in paths if not glob.has_magic(p) and _is_local(p) and os.path.isdir(p.removeprefix("file://"))]

@@ -1,6 +1,6 @@
 """Streaming mode: 1-minute windowed durability aggregates kept up to date from the audit topic.
 
-    python -m pipeline.stream --kafka-bootstrap localhost:9092 --topic insync-audit \\
+    python -m insync_proxy.pipeline.stream --kafka-bootstrap localhost:9092 --topic insync-audit \\
         --output /data/durability-stream --checkpoint /data/durability-stream-checkpoint
 
 Structured Streaming reads the audit topic (Spark's Kafka source) or a directory that sidecars write
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.spark_env import PipelineError, Progress
+from insync_proxy.pipeline.spark_env import PipelineError, Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,8 +39,8 @@ def windowed_aggregates(events: DataFrame, window: str = DEFAULT_WINDOW, waterma
     """
     from pyspark.sql import functions as F
 
-    from pipeline.schema import EVENT_PRODUCE_DECISION, PROXY_ANSWERED_DECISIONS
-    from pipeline.tables import PERCENTILE_ACCURACY, PERCENTILES
+    from insync_proxy.pipeline.schema import EVENT_PRODUCE_DECISION, PROXY_ANSWERED_DECISIONS
+    from insync_proxy.pipeline.tables import PERCENTILE_ACCURACY, PERCENTILES
 
     decisions = events.filter(F.col("event") == EVENT_PRODUCE_DECISION).withWatermark("ts", watermark)
     pct = F.percentile_approx("latency_ms", list(PERCENTILES), PERCENTILE_ACCURACY)
@@ -81,8 +81,8 @@ def start_streams(
     ``available_now=True`` processes what is there and stops (tests, backfills); otherwise a
     micro-batch runs every ``trigger``. Returns the started queries (aggregates first).
     """
-    from pipeline.schema import parse_audit_events, rejected_events, valid_events
-    from pipeline.spark_env import configure_session
+    from insync_proxy.pipeline.schema import parse_audit_events, rejected_events, valid_events
+    from insync_proxy.pipeline.spark_env import configure_session
 
     configure_session(spark)
     parsed = parse_audit_events(lines, source_col="source")
@@ -114,9 +114,9 @@ def start_streams(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Command-line interface of ``python -m pipeline.stream``."""
+    """Command-line interface of ``python -m insync_proxy.pipeline.stream``."""
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline.stream",
+        prog="python -m insync_proxy.pipeline.stream",
         description=__doc__.split("\n\n")[2] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="output: OUTPUT/windows (Parquet, partitioned by date), OUTPUT/rejected (JSON Lines)",
@@ -146,14 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--kafka-bootstrap needs --topic")
     progress = Progress()
     try:
-        from pipeline import sources
-        from pipeline.spark_env import build_session, check_master
+        from insync_proxy.pipeline import sources
+        from insync_proxy.pipeline.spark_env import build_session, check_master
 
         if args.master:
             check_master(args.master)
         jars = None
         if args.kafka_bootstrap:
-            from pipeline.jars import kafka_jars
+            from insync_proxy.pipeline.jars import kafka_jars
 
             progress.stage("resolving Spark's Kafka connector jars")
             jars = kafka_jars()

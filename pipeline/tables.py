@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.schema import (
+from insync_proxy.pipeline.schema import (
     DECISION_ANSWERED_INVALID_REQUIRED_ACKS,
     DECISION_ANSWERED_NOT_ENOUGH_REPLICAS,
     EVENT_PRODUCE_DECISION,

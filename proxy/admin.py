@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 if TYPE_CHECKING:
-    from proxy.server import InsyncProxy
+    from insync_proxy.proxy.server import InsyncProxy
 
 log = logging.getLogger("insync_proxy.admin")
 

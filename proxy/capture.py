@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protocol import SUPPORTED_VERSIONS, ApiKey
-from proxy.exchange import Exchange, Frame, api_name
+from insync_proxy.protocol import SUPPORTED_VERSIONS, ApiKey
+from insync_proxy.proxy.exchange import Exchange, Frame, api_name
 
 CAPTURED_APIS = frozenset({*(int(k) for k in SUPPORTED_VERSIONS), int(ApiKey.FETCH)})
 PER_VERSION = 3

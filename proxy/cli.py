@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proxy import __version__
-from proxy.config import ConfigError, ProxyConfig, load_config
+from insync_proxy.proxy import __version__
+from insync_proxy.proxy.config import ConfigError, ProxyConfig, load_config
 
 log = logging.getLogger("insync_proxy")
 
@@ -122,7 +122,7 @@ def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None
 
 async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
     """Run the proxy until SIGTERM or SIGINT, then drain and stop."""
-    from proxy.server import InsyncProxy
+    from insync_proxy.proxy.server import InsyncProxy
 
     proxy = InsyncProxy(config)
     await proxy.start()
@@ -157,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _state_file() -> Path:
-    from proxy.devcluster.distribution import cache_dir
+    from insync_proxy.proxy.devcluster.distribution import cache_dir
 
     return cache_dir() / "dev-cluster" / "state.json"
 
@@ -167,18 +167,18 @@ DEV_CONTROLLER_PORT = 19090
 
 
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
-    from proxy.devcluster.cluster import (
+    from insync_proxy.proxy.devcluster.cluster import (
         ClusterError,
         ClusterSettings,
         LocalKafkaCluster,
         kill_pids,
         write_state,
     )
-    from proxy.devcluster.distribution import DistributionError, cache_dir
+    from insync_proxy.proxy.devcluster.distribution import DistributionError, cache_dir
 
     state_file = _state_file()
     if args.action == "fetch":
-        from proxy.devcluster.distribution import SUPPORTED_KAFKA_VERSIONS, kafka_libs
+        from insync_proxy.proxy.devcluster.distribution import SUPPORTED_KAFKA_VERSIONS, kafka_libs
 
         versions = [args.kafka_version] if args.kafka_version else list(SUPPORTED_KAFKA_VERSIONS)
         try:
@@ -249,8 +249,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from proxy.devcluster.cluster import ClusterError, ClusterSettings, LocalKafkaCluster
-    from proxy.devcluster.distribution import DistributionError
+    from insync_proxy.proxy.devcluster.cluster import ClusterError, ClusterSettings, LocalKafkaCluster
+    from insync_proxy.proxy.devcluster.distribution import DistributionError
 
     _setup_logging(args.log_level or "INFO")
     print("Starting a local 3-broker Apache Kafka (KRaft) on 127.0.0.1 ...", flush=True)
@@ -291,7 +291,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace, rest: list[str]) -> int:
     try:
-        from pipeline.report import main as report_main
+        from insync_proxy.pipeline.report import main as report_main
     except ImportError as exc:
         print(f"insync-proxy report needs the pipeline extra: pip install 'insync-proxy[pipeline]' ({exc})",
               file=sys.stderr)

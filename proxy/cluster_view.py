@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from protocol import MetadataResponse
+from insync_proxy.protocol import MetadataResponse
 
 NULL_TOPIC_ID = uuid.UUID(int=0)
 

@@ -18,13 +18,12 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from protocol import ApiKey, FrameSplitter, ProtocolError, peek_request_header
-from protocol.errors import FrameTooLarge
-from proxy.exchange import Exchange, Frame, api_name
+from insync_proxy.protocol import ApiKey, FrameSplitter, ProtocolError, peek_request_header
+from insync_proxy.protocol.errors import FrameTooLarge
+from insync_proxy.proxy.exchange import Exchange, Frame, api_name
 
 if TYPE_CHECKING:
-    from proxy.listeners import Listener
-    from proxy.server import InsyncProxy
+    from insync_proxy.proxy.server import InsyncProxy, Listener
 
 log = logging.getLogger("insync_proxy.connection")
 

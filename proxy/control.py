@@ -13,7 +13,7 @@ import ssl
 import struct
 from typing import Any
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
@@ -27,10 +27,10 @@ from protocol import (
     encode_request_header,
     response_header_version,
 )
-from protocol.headers import decode_response_header
-from protocol.messages import DescribeConfigsResource, MetadataRequestTopic
-from protocol.schema import Message
-from proxy.sasl import authenticate
+from insync_proxy.protocol.headers import decode_response_header
+from insync_proxy.protocol.messages import DescribeConfigsResource, MetadataRequestTopic
+from insync_proxy.protocol.schema import Message
+from insync_proxy.proxy.sasl import authenticate
 
 log = logging.getLogger("insync_proxy.control")
 

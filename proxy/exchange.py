@@ -11,10 +11,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from protocol import ApiKey
+from insync_proxy.protocol import ApiKey
 
 if TYPE_CHECKING:
-    from proxy.connection import ClientConnection
+    from insync_proxy.proxy.connection import ClientConnection
 
 Frame = bytes | bytearray | memoryview
 ResponseResult = Frame | Awaitable[Frame]

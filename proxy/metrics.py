@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from proxy import __version__
+from insync_proxy.proxy import __version__
 
 OVERFLOW_TOPIC = "__overflow__"
 

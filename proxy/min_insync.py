@@ -17,11 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from protocol import ErrorCode
+from insync_proxy.protocol import ErrorCode
 
 if TYPE_CHECKING:
-    from proxy.control import ControlConnection
-    from proxy.metrics import ProxyMetrics
+    from insync_proxy.proxy.control import ControlConnection
+    from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.min_insync")
 

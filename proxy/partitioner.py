@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     MetadataRequest,
     MetadataResponse,
@@ -32,8 +32,8 @@ from protocol import (
     encode_request_header,
     split_response,
 )
-from protocol.messages import MetadataRequestTopic
-from proxy.sockets import read_exact
+from insync_proxy.protocol.messages import MetadataRequestTopic
+from insync_proxy.proxy.sockets import read_exact
 
 METADATA_VERSION = 12
 

@@ -10,23 +10,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol import ApiKey, MetadataResponse, decode_response, split_response
-from proxy.admin import AdminServer
-from proxy.audit import AuditLog
-from proxy.audit.kafka_sink import KafkaAuditSink
-from proxy.behaviours.acks import AcksPolicy
-from proxy.behaviours.addresses import AddressRewrite, ListenerAddresses
-from proxy.behaviours.api_versions import ApiVersionsNegotiation
-from proxy.behaviours.config_changes import TopicConfigWatcher
-from proxy.behaviours.metadata import MetadataEnricher
-from proxy.capture import FrameCapture
-from proxy.cluster_view import ClusterView
-from proxy.config import ListenerConfig, ProxyConfig, TlsConfig
-from proxy.connection import ClientConnection, UpstreamConnection
-from proxy.control import ControlConnection, ControlError
-from proxy.exchange import BehaviourRegistry, Exchange, api_name
-from proxy.metrics import ProxyMetrics
-from proxy.min_insync import MinInsyncCache, effective_min_isr
+from insync_proxy.protocol import ApiKey, MetadataResponse, decode_response, split_response
+from insync_proxy.proxy.admin import AdminServer
+from insync_proxy.proxy.audit import AuditLog
+from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
+from insync_proxy.proxy.behaviours.acks import AcksPolicy
+from insync_proxy.proxy.behaviours.addresses import AddressRewrite, ListenerAddresses
+from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
+from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
+from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
+from insync_proxy.proxy.capture import FrameCapture
+from insync_proxy.proxy.cluster_view import ClusterView
+from insync_proxy.proxy.config import ListenerConfig, ProxyConfig, TlsConfig
+from insync_proxy.proxy.connection import ClientConnection, UpstreamConnection
+from insync_proxy.proxy.control import ControlConnection, ControlError
+from insync_proxy.proxy.exchange import BehaviourRegistry, Exchange, api_name
+from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.min_insync import MinInsyncCache, effective_min_isr
 
 log = logging.getLogger("insync_proxy")
 

@@ -17,14 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from proxy.devcluster.cluster import (
+from insync_proxy.proxy.devcluster.cluster import (
     ClusterSettings,
     LocalKafkaCluster,
     find_devcluster_jvms,
     kill_pids,
 )
-from proxy.devcluster.containers import BACKEND_ENV, ContainerKafkaCluster, docker_unavailable_reason
-from proxy.devcluster.distribution import KAFKA_39_VERSION, selected_version
+from insync_proxy.proxy.devcluster.containers import (
+    BACKEND_ENV,
+    ContainerKafkaCluster,
+    docker_unavailable_reason,
+)
+from insync_proxy.proxy.devcluster.distribution import KAFKA_39_VERSION, selected_version
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
@@ -87,7 +91,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         _POOL.failed = True
 
 
+#: Fixtures that start JVMs: a Kafka cluster (or stop the shared one for a test's own), the Java client.
+KAFKA_FIXTURES = frozenset({"kafka_cluster", "proxy", "cluster_pool", "exclusive_cluster_slot", "java_client"})
+#: Fixtures that start a Spark session (a JVM too).
+SPARK_FIXTURES = frozenset({"spark"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Marked from what a test uses, so no test can forget it: `-m "not needs_kafka"` starts no JVM.
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        spark = bool(fixtures & SPARK_FIXTURES)
+        if spark:
+            item.add_marker(pytest.mark.needs_spark)
+        if spark or fixtures & KAFKA_FIXTURES or item.get_closest_marker("own_cluster") \
+                or item.get_closest_marker("kafka39"):
+            item.add_marker(pytest.mark.needs_kafka)
     # One cluster at a time: tests that start a cluster of their own run after the shared cluster's, and
     # every test on the 3.9 cluster runs last.
     def order(item: pytest.Item) -> int:

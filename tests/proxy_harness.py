@@ -1,4 +1,4 @@
-"""Runs the real proxy as its own process (`python -m proxy run`) in front of a test cluster.
+"""Runs the real proxy as its own process (`python -m insync_proxy run`) in front of a test cluster.
 
 A separate process, as in production: it gets its own core and GIL, and a test sees exactly what a
 client sees. One proxy serves several listener groups, so one process covers the default schema,
@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
+from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 
 GROUPS = ("default", "kip637", "producers")
 #: The audit topic the shared test proxy also writes to (created by the fixture before the proxy starts).
@@ -99,7 +99,7 @@ class ProxyProcess:
     def start(self, timeout: float = 60.0) -> ProxyProcess:
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "proxy", "run", "--config", str(self.config_file)],
+                [sys.executable, "-m", "insync_proxy", "run", "--config", str(self.config_file)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )

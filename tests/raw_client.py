@@ -9,7 +9,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     ProduceRequest,
     ProduceResponse,
@@ -19,9 +19,9 @@ from protocol import (
     encode_request_header,
     split_response,
 )
-from protocol.messages import PartitionProduceData, TopicProduceData
-from proxy.devcluster.probe import encode_record_batch
-from proxy.sockets import read_exact
+from insync_proxy.protocol.messages import PartitionProduceData, TopicProduceData
+from insync_proxy.proxy.devcluster.probe import encode_record_batch
+from insync_proxy.proxy.sockets import read_exact
 
 
 @dataclass

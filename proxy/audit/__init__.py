@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from proxy.config import AuditConfig
-from proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.config import AuditConfig
+from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.audit")
 

@@ -14,13 +14,13 @@ import logging
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from protocol import ProduceRequest, ProduceResponse
-from protocol.messages import PartitionProduceData, TopicProduceData
-from protocol.records import encode_record_batch
-from proxy.control import ControlConnection, ControlError
+from insync_proxy.protocol import ProduceRequest, ProduceResponse
+from insync_proxy.protocol.messages import PartitionProduceData, TopicProduceData
+from insync_proxy.protocol.records import encode_record_batch
+from insync_proxy.proxy.control import ControlConnection, ControlError
 
 if TYPE_CHECKING:
-    from proxy.server import InsyncProxy
+    from insync_proxy.proxy.server import InsyncProxy
 
 log = logging.getLogger("insync_proxy.audit.kafka")
 

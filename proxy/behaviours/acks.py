@@ -17,7 +17,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     ErrorCode,
     ProtocolError,
@@ -28,12 +28,12 @@ from protocol import (
     produce_acks_offset,
     produce_response_error_codes,
 )
-from protocol.produce import PartitionKey, PartitionSpan, ProduceRequestIndex
-from proxy.exchange import BehaviourBase, Exchange, Frame
-from proxy.min_insync import effective_min_isr
+from insync_proxy.protocol.produce import PartitionKey, PartitionSpan, ProduceRequestIndex
+from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.min_insync import effective_min_isr
 
 if TYPE_CHECKING:
-    from proxy.server import InsyncProxy
+    from insync_proxy.proxy.server import InsyncProxy
 
 ACKS_MIN_INSYNC = -2
 VALID_ACKS = frozenset({-2, -1, 0, 1})

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     DescribeClusterResponse,
     FindCoordinatorResponse,
@@ -20,7 +20,7 @@ from protocol import (
     rewrite_produce_node_endpoints,
     split_response,
 )
-from proxy.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
 
 class ListenerAddresses(Mapping[int, tuple[str, int]]):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import replace
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     ApiVersionsResponse,
     ErrorCode,
@@ -19,8 +19,8 @@ from protocol import (
     encode_response_with_header,
     split_response,
 )
-from protocol.messages import ApiVersion
-from proxy.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.protocol.messages import ApiVersion
+from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
 #: Highest version of each API whose requests or responses the proxy reads or rewrites.
 VERSION_CAPS: dict[int, int] = {

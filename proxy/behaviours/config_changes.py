@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from protocol import ApiKey, ProtocolError
-from protocol.topic_names import TOPIC_CHANGING_APIS, changed_topic_names
-from proxy.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.protocol import ApiKey, ProtocolError
+from insync_proxy.protocol.topic_names import TOPIC_CHANGING_APIS, changed_topic_names
+from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
 if TYPE_CHECKING:
-    from proxy.server import InsyncProxy
+    from insync_proxy.proxy.server import InsyncProxy
 
 log = logging.getLogger("insync_proxy.config_changes")
 

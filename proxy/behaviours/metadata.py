@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     MetadataResponse,
     MetadataResponseKip637,
@@ -31,15 +31,15 @@ from protocol import (
     enrich_metadata_response,
     split_response,
 )
-from protocol.headers import response_header_version
-from protocol.messages import Kip637MetadataResponseTopic
-from protocol.primitives import Reader
-from proxy.behaviours.api_versions import KIP637_METADATA_VERSION
-from proxy.exchange import Exchange, Frame
-from proxy.min_insync import effective_min_isr
+from insync_proxy.protocol.headers import response_header_version
+from insync_proxy.protocol.messages import Kip637MetadataResponseTopic
+from insync_proxy.protocol.primitives import Reader
+from insync_proxy.proxy.behaviours.api_versions import KIP637_METADATA_VERSION
+from insync_proxy.proxy.exchange import Exchange, Frame
+from insync_proxy.proxy.min_insync import effective_min_isr
 
 if TYPE_CHECKING:
-    from proxy.server import InsyncProxy
+    from insync_proxy.proxy.server import InsyncProxy
 
 log = logging.getLogger("insync_proxy.metadata")
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.devcluster.distribution import (
+from insync_proxy.proxy.devcluster.distribution import (
     java_executable,
     kafka_libs,
     kafka_major,
     selected_version,
 )
-from proxy.devcluster.probe import (
+from insync_proxy.proxy.devcluster.probe import (
     ClusterInfo,
     ProbeConnection,
     ProbeError,

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from proxy.devcluster.cluster import (
+from insync_proxy.proxy.devcluster.cluster import (
     CONTROLLER_NODE_ID,
     ClusterError,
     ClusterSettings,

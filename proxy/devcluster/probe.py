@@ -12,8 +12,8 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from protocol.records import encode_record_batch
-from proxy.sockets import read_exact
+from insync_proxy.protocol.records import encode_record_batch
+from insync_proxy.proxy.sockets import read_exact
 
 __all__ = ["ClusterInfo", "ProbeConnection", "ProbeError", "encode_record_batch", "metadata_from_any"]
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.config import load_config
+from insync_proxy.proxy.config import load_config
 from tests.deploy.tools import DEPLOY
 
 KUBERNETES = DEPLOY / "kubernetes"

@@ -10,9 +10,9 @@ import jsonschema
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
-from protocol import ApiKey, ErrorCode
-from proxy.audit import SCHEMA_FILE
-from proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.protocol import ApiKey, ErrorCode
+from insync_proxy.proxy.audit import SCHEMA_FILE
+from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch
@@ -249,7 +249,7 @@ def test_audit_files_match_the_documented_schema(proxy: ProxyProcess, kafka_clus
 
 
 def test_too_new_api_versions_request_gets_the_brokers_v0_answer(proxy: ProxyProcess) -> None:
-    from protocol import ApiVersionsResponse, decode_response, split_response
+    from insync_proxy.protocol import ApiVersionsResponse, decode_response, split_response
 
     with RawKafkaClient(proxy.bootstrap()) as client:
         correlation_id = client.send(ApiKey.API_VERSIONS, 99, b"")

@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import consume_values
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     MetadataRequest,
     MetadataResponse,
@@ -17,9 +17,9 @@ from protocol import (
     encode_request,
     split_response,
 )
-from protocol.messages import MetadataRequestTopic
-from proxy.devcluster.cluster import LocalKafkaCluster
-from proxy.partitioner import MinInsyncMetadata
+from insync_proxy.protocol.messages import MetadataRequestTopic
+from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.proxy.partitioner import MinInsyncMetadata
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient

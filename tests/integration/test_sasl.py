@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
+from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from tests.helpers import consume_values
 from tests.proxy_harness import ProxyProcess
 

@@ -6,8 +6,10 @@ import uuid
 
 import pytest
 
-from proxy.devcluster.cluster import ClusterSettings
-from proxy.devcluster.containers import ContainerKafkaCluster, docker_unavailable_reason
+pytestmark = pytest.mark.needs_kafka
+
+from insync_proxy.proxy.devcluster.cluster import ClusterSettings
+from insync_proxy.proxy.devcluster.containers import ContainerKafkaCluster, docker_unavailable_reason
 from tests.integration.test_dev_cluster import exercise_acks_all_with_shrinking_isr
 
 _REASON = docker_unavailable_reason()

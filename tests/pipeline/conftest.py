@@ -19,7 +19,7 @@ if importlib.util.find_spec("pyspark") is None:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A local[2] session sized for a shared 2-core machine: 4 shuffle partitions, no UI."""
-    from pipeline.spark_env import build_session
+    from insync_proxy.pipeline.spark_env import build_session
 
     session = build_session(
         "local[2]",

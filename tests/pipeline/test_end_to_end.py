@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch
@@ -27,7 +27,7 @@ SCREENSHOT_DIR = Path("test-logs")
 def test_report_shows_the_below_min_isr_interval_and_the_decisions_clients_saw(
     spark: Any, proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, tmp_path: Path
 ) -> None:
-    from pipeline.report import run_report
+    from insync_proxy.pipeline.report import run_report
 
     topic = f"e2e-{uuid.uuid4().hex[:8]}"
     # Given partition 0 on brokers 1,2 and partition 1 on 1,3 (both led by 1), min.insync.replicas=2

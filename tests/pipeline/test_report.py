@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline import report
-from pipeline.spark_env import PipelineError, Progress, check_java, check_master
+from insync_proxy.pipeline import report
+from insync_proxy.pipeline.spark_env import PipelineError, Progress, check_java, check_master
 
 from .events import decision, isr_change, write_jsonl
 

@@ -8,8 +8,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.report import _collect
-from pipeline.stream import start_streams
+from insync_proxy.pipeline.report import _collect
+from insync_proxy.pipeline.stream import start_streams
 
 from .events import at, decision, write_jsonl
 

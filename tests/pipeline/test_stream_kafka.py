@@ -1,6 +1,6 @@
 """Streaming mode over the real audit topic: the proxy writes it, Spark's Kafka source reads it.
 
-Runs `python -m pipeline.stream` in its own process: the Kafka connector jars must be on the session's
+Runs `python -m insync_proxy.pipeline.stream` in its own process: the Kafka connector jars must be on the session's
 classpath from the start, and the test suite's shared Spark session has none.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 from tests.raw_client import RawKafkaClient, batch
@@ -26,7 +26,7 @@ from tests.raw_client import RawKafkaClient, batch
 def test_streaming_windows_over_the_audit_topic(
     spark: Any, proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, tmp_path: Path
 ) -> None:
-    from pipeline.report import _collect
+    from insync_proxy.pipeline.report import _collect
 
     topic = f"stream-{uuid.uuid4().hex[:8]}"
     kafka_cluster.create_topic(topic, 1, 3)
@@ -69,7 +69,7 @@ def test_streaming_windows_over_the_audit_topic(
     env = {**os.environ, "INSYNC_SPARK_KAFKA_VERSION": os.environ.get("INSYNC_SPARK_KAFKA_VERSION", "4.2.0"),
            "INSYNC_SPARK_TOKEN_PROVIDER_VERSION": os.environ.get("INSYNC_SPARK_TOKEN_PROVIDER_VERSION", "4.0.0")}
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline.stream", "--kafka-bootstrap", kafka_cluster.bootstrap_servers,
+        [sys.executable, "-m", "insync_proxy.pipeline.stream", "--kafka-bootstrap", kafka_cluster.bootstrap_servers,
          "--topic", AUDIT_TOPIC, "--output", str(out), "--checkpoint", str(checkpoint), "--master", "local[2]",
          "--available-now", "--starting-offsets", "earliest"],
         capture_output=True, text=True, timeout=600, env=env,

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from pipeline import tables
-from pipeline.report import _collect
-from pipeline.schema import parse_audit_events, valid_events
+from insync_proxy.pipeline import tables
+from insync_proxy.pipeline.report import _collect
+from insync_proxy.pipeline.schema import parse_audit_events, valid_events
 
 from .events import at, decision, isr_change
 

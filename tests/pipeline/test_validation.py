@@ -8,7 +8,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipeline.schema import parse_audit_events, read_audit_json, rejected_events, valid_events
+from insync_proxy.pipeline.schema import parse_audit_events, read_audit_json, rejected_events, valid_events
 
 from .events import decision, isr_change, write_jsonl
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from protocol.api_keys import ApiKey
-from protocol.headers import RequestHeader, encode_request_header, encode_response_with_header
-from protocol.messages import NodeEndpoint, encode_request, encode_response
-from protocol.primitives import Writer
-from protocol.schema import ArrayOf, Message, encode_value
+from insync_proxy.protocol.api_keys import ApiKey
+from insync_proxy.protocol.headers import RequestHeader, encode_request_header, encode_response_with_header
+from insync_proxy.protocol.messages import NodeEndpoint, encode_request, encode_response
+from insync_proxy.protocol.primitives import Writer
+from insync_proxy.protocol.schema import ArrayOf, Message, encode_value
 
 
 def request_frame(msg: Message, version: int, correlation_id: int = 1, client_id: str | None = "test") -> bytes:

@@ -16,12 +16,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from protocol.api_keys import ApiKey
-from protocol.errors import ProtocolError
-from protocol.fetch import find_fetch_node_endpoints, rewrite_fetch_node_endpoints
-from protocol.framing import FrameSplitter
-from protocol.headers import decode_request_header, peek_request_header, split_response
-from protocol.messages import (
+from insync_proxy.protocol.api_keys import ApiKey
+from insync_proxy.protocol.errors import ProtocolError
+from insync_proxy.protocol.fetch import find_fetch_node_endpoints, rewrite_fetch_node_endpoints
+from insync_proxy.protocol.framing import FrameSplitter
+from insync_proxy.protocol.headers import decode_request_header, peek_request_header, split_response
+from insync_proxy.protocol.messages import (
     MetadataResponseKip637,
     NodeEndpoint,
     PartitionProduceData,
@@ -32,15 +32,15 @@ from protocol.messages import (
     decode_response,
     encode_metadata_response_kip637,
 )
-from protocol.metadata_splice import enrich_metadata_response
-from protocol.produce import (
+from insync_proxy.protocol.metadata_splice import enrich_metadata_response
+from insync_proxy.protocol.produce import (
     build_forward_request,
     build_produce_error_response,
     index_produce_request,
     read_produce_acks,
     rewrite_produce_node_endpoints,
 )
-from protocol.schema import is_flexible_version
+from insync_proxy.protocol.schema import is_flexible_version
 
 from .frames import fetch_response_frame, request_frame, response_frame
 from .schema_gen import all_message_versions, random_instance

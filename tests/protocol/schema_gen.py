@@ -9,8 +9,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
-from protocol.schema import (
+from insync_proxy.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
+from insync_proxy.protocol.schema import (
     BOOL,
     BYTES,
     FLOAT64,

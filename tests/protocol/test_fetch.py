@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from protocol.errors import ProtocolError
-from protocol.fetch import find_fetch_node_endpoints, rewrite_fetch_node_endpoints
-from protocol.messages import NodeEndpoint
+from insync_proxy.protocol.errors import ProtocolError
+from insync_proxy.protocol.fetch import find_fetch_node_endpoints, rewrite_fetch_node_endpoints
+from insync_proxy.protocol.messages import NodeEndpoint
 
 from .frames import fetch_response_frame
 

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from protocol.errors import FrameTooLarge
-from protocol.framing import FrameSplitter, encode_frame
+from insync_proxy.protocol.errors import FrameTooLarge
+from insync_proxy.protocol.framing import FrameSplitter, encode_frame
 
 
 def _stream(payloads: list[bytes]) -> bytes:

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     ApiVersionsResponse,
     MetadataResponse,
@@ -29,8 +29,8 @@ from protocol import (
     find_fetch_node_endpoints,
     split_response,
 )
-from protocol.messages import REQUEST_TYPES
-from proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.protocol.messages import REQUEST_TYPES
+from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 

@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from protocol.api_keys import FIRST_FLEXIBLE_VERSION, ApiKey, is_flexible
-from protocol.errors import ErrorCode, MalformedFrame, TruncatedData
-from protocol.headers import (
+from insync_proxy.protocol.api_keys import FIRST_FLEXIBLE_VERSION, ApiKey, is_flexible
+from insync_proxy.protocol.errors import ErrorCode, MalformedFrame, TruncatedData
+from insync_proxy.protocol.headers import (
     RequestHeader,
     ResponseHeader,
     decode_request_header,

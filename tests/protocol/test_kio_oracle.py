@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from protocol.messages import (
+from insync_proxy.protocol.messages import (
     ApiVersion,
     ApiVersionsResponse,
     Coordinator,
@@ -41,7 +41,7 @@ from protocol.messages import (
     encode_request,
     encode_response,
 )
-from protocol.schema import Message
+from insync_proxy.protocol.schema import Message
 
 kio_serial = pytest.importorskip("kio.serial")
 

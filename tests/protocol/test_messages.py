@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from protocol.api_keys import ApiKey
-from protocol.errors import MalformedFrame, ProtocolError, UnsupportedVersion
-from protocol.messages import (
+from insync_proxy.protocol.api_keys import ApiKey
+from insync_proxy.protocol.errors import MalformedFrame, ProtocolError, UnsupportedVersion
+from insync_proxy.protocol.messages import (
     SUPPORTED_VERSIONS,
     ApiVersion,
     ApiVersionsRequest,
@@ -159,7 +159,7 @@ def test_kip637_layout_puts_min_insync_after_authorized_operations_without_topic
     # Given KIP-637's literal "v10" and Kafka's real v9 for the same topic
     kip = MetadataResponseKip637(topics=(Kip637MetadataResponseTopic(name="t", min_insync_replicas=2),))
     real_v9 = encode_response(MetadataResponse(topics=(
-        __import__("protocol.messages", fromlist=["MetadataResponseTopic"]).MetadataResponseTopic(name="t"),)), 9)
+        __import__("insync_proxy.protocol.messages", fromlist=["MetadataResponseTopic"]).MetadataResponseTopic(name="t"),)), 9)
     wire = encode_metadata_response_kip637(kip)
     # Then the KIP layout is v9 with int16 2 inserted before the topic's tagged fields
     topic_tags_at = real_v9.index(h("80000000", "00")) + 4

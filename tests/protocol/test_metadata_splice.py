@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import ProtocolError
-from protocol.headers import encode_response_with_header, split_response
-from protocol.messages import (
+from insync_proxy.protocol.errors import ProtocolError
+from insync_proxy.protocol.headers import encode_response_with_header, split_response
+from insync_proxy.protocol.messages import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
@@ -19,7 +19,7 @@ from protocol.messages import (
     decode_response,
     encode_response,
 )
-from protocol.metadata_splice import enrich_metadata_response
+from insync_proxy.protocol.metadata_splice import enrich_metadata_response
 
 from .schema_gen import message_strategy
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.errors import InvalidValue, MalformedFrame, ProtocolError, TruncatedData
-from protocol.primitives import (
+from insync_proxy.protocol.errors import InvalidValue, MalformedFrame, ProtocolError, TruncatedData
+from insync_proxy.protocol.primitives import (
     Reader,
     Writer,
     encode_uvarint,

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.api_keys import ApiKey
-from protocol.errors import MalformedFrame, ProtocolError, UnsupportedVersion
-from protocol.headers import encode_response_with_header, peek_request_header, split_response
-from protocol.messages import (
+from insync_proxy.protocol.api_keys import ApiKey
+from insync_proxy.protocol.errors import MalformedFrame, ProtocolError, UnsupportedVersion
+from insync_proxy.protocol.headers import encode_response_with_header, peek_request_header, split_response
+from insync_proxy.protocol.messages import (
     LeaderIdAndEpoch,
     NodeEndpoint,
     PartitionProduceData,
@@ -24,7 +24,7 @@ from protocol.messages import (
     decode_response,
     encode_response,
 )
-from protocol.produce import (
+from insync_proxy.protocol.produce import (
     build_forward_request,
     build_forward_request_chunks,
     build_produce_error_response,
@@ -224,8 +224,8 @@ def test_produce_node_endpoints_rewritten_and_untouched_when_unmapped() -> None:
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_error_code_scan_agrees_with_a_full_decode(version: int, data: st.DataObject) -> None:
-    from protocol.messages import ProduceResponse, encode_response
-    from protocol.produce import produce_response_error_codes
+    from insync_proxy.protocol.messages import ProduceResponse, encode_response
+    from insync_proxy.protocol.produce import produce_response_error_codes
 
     from .schema_gen import message_strategy
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.messages import decode_request, decode_response, encode_request, encode_response
-from protocol.schema import Message
+from insync_proxy.protocol.messages import decode_request, decode_response, encode_request, encode_response
+from insync_proxy.protocol.schema import Message
 
 from .schema_gen import all_message_versions, message_strategy
 

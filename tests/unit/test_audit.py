@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from proxy.audit import AuditLog
-from proxy.config import AuditConfig
-from proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.audit import AuditLog
+from insync_proxy.proxy.config import AuditConfig
+from insync_proxy.proxy.metrics import ProxyMetrics
 from tests.helpers import wait_until
 
 

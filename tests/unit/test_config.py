@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import build_parser, config_from_args
-from proxy.config import ConfigError, load_config
+from insync_proxy.proxy.cli import build_parser, config_from_args
+from insync_proxy.proxy.config import ConfigError, load_config
 
 
 def write(tmp_path: Path, text: str) -> str:

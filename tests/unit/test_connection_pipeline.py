@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from protocol import (
+from insync_proxy.protocol import (
     ApiKey,
     DescribeConfigsResponse,
     FrameSplitter,
@@ -23,15 +23,15 @@ from protocol import (
     encode_response_with_header,
     peek_request_header,
 )
-from protocol.messages import (
+from insync_proxy.protocol.messages import (
     DescribeConfigsResourceResult,
     DescribeConfigsResult,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from proxy.config import AuditConfig, ListenerConfig, ProxyConfig
-from proxy.server import InsyncProxy
+from insync_proxy.proxy.config import AuditConfig, ListenerConfig, ProxyConfig
+from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base
 
 Script = Callable[[int, int, int, bytes], Awaitable[bytes | None]]

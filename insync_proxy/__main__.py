@@ -1,0 +1,7 @@
+"""`python -m insync_proxy ...` is the `insync-proxy` command."""
+
+import sys
+
+from insync_proxy.proxy.cli import main
+
+sys.exit(main())

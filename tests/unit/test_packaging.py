@@ -1,0 +1,58 @@
+"""Packaging: one distinctive top-level name, and no import of the source folders by their bare names."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_FOLDERS = ("proxy", "protocol", "pipeline")
+
+
+def _python_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [ROOT / line for line in out.splitlines() if not line.startswith("insync_proxy/")]
+
+
+def test_no_module_imports_a_source_folder_by_its_bare_name() -> None:
+    # Given every tracked Python file; When their imports are read; Then each goes through insync_proxy.
+    offenders = []
+    for path in _python_files():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names
+                          if n.split(".")[0] in SOURCE_FOLDERS]
+    assert not offenders, "import these as insync_proxy.<folder>: " + ", ".join(offenders)
+
+
+def test_wheel_installs_only_the_insync_proxy_top_level_name(tmp_path: Path) -> None:
+    # Given the project; When a wheel is built from it; Then everything sits under insync_proxy/.
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                    "--wheel-dir", str(tmp_path), str(ROOT)], check=True)
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top_level == {"insync_proxy"}
+    for module in ("insync_proxy/proxy/server.py", "insync_proxy/protocol/produce.py",
+                   "insync_proxy/pipeline/report.py", "insync_proxy/proxy/devcluster/pom.xml",
+                   "insync_proxy/proxy/audit/schema-v1.json"):
+        assert module in names
+
+
+def test_proxy_runtime_does_not_import_dev_cluster_or_partitioner() -> None:
+    # The process that serves clients loads neither the dev cluster nor the producer-side partitioner.
+    code = (
+        "import sys, insync_proxy.proxy.server, insync_proxy.proxy.cli; "
+        "print(sorted(m for m in sys.modules if 'devcluster' in m or 'partitioner' in m or 'pyspark' in m))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
