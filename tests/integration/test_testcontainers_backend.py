@@ -6,11 +6,11 @@ import uuid
 
 import pytest
 
-pytestmark = pytest.mark.needs_kafka
-
 from insync_proxy.proxy.devcluster.cluster import ClusterSettings
 from insync_proxy.proxy.devcluster.containers import ContainerKafkaCluster, docker_unavailable_reason
 from tests.integration.test_dev_cluster import exercise_acks_all_with_shrinking_isr
+
+pytestmark = pytest.mark.needs_kafka
 
 _REASON = docker_unavailable_reason()
 
