@@ -2,7 +2,7 @@
 
 Bucket i holds latencies in (bound(i-1), bound(i)] milliseconds, bound(i) = 0.01 ms x 2^(i/4) for
 i = 0..LAST_BOUNDED; bucket 0 also holds everything at or below 0.01 ms, and bucket OVERFLOW
-everything above bound(LAST_BOUNDED) (about 167 s). The bounds never change within a schema version,
+everything above bound(LAST_BOUNDED) (about 336 s). The bounds never change within a schema version,
 so summaries of any number of sidecars and intervals merge by adding counts. A percentile read from
 merged buckets is off by at most one bucket width: a factor of 2^(1/4), i.e. at most +18.9%.
 """
