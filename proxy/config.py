@@ -90,6 +90,9 @@ class ProxyConfig:
     max_frame_bytes: int = 104_857_600
     drain_timeout_seconds: float = 30.0
     connect_timeout_seconds: float = 10.0
+    #: Each read of the control connection (Metadata, DescribeConfigs) waits this long on one broker, then
+    #: moves on to the next.
+    control_request_timeout_seconds: float = 2.0
     upstream_tls: TlsConfig = TlsConfig()
     downstream_tls: TlsConfig = TlsConfig()
     control_sasl: SaslConfig = SaslConfig()
@@ -144,6 +147,10 @@ class ProxyConfig:
                     f"acks_policy {policy.topics!r}: acks_floor={policy.acks_floor} must be -1 (all) or -2 "
                     "(min.insync.replicas)"
                 )
+        if not self.control_request_timeout_seconds > 0:
+            raise ConfigError(
+                f"control_request_timeout_seconds={self.control_request_timeout_seconds}: must be above 0 (default 2)"
+            )
         if self.max_frame_bytes < 1024:
             raise ConfigError(f"max_frame_bytes={self.max_frame_bytes} is too small (Kafka's default is 104857600)")
         if self.control_sasl.mechanism and self.control_sasl.mechanism not in (

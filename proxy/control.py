@@ -1,7 +1,14 @@
 """The proxy's own control connection: Metadata and DescribeConfigs it needs for itself.
 
 Separate from every client connection (clients' sessions and quotas stay theirs), with its own
-TLS settings and credentials. Reconnects to the next bootstrap broker on failure.
+TLS settings and credentials.
+
+- Versions: each new connection asks ApiVersions first and sends every request at the newest version
+  both the broker and the proxy know (Kafka 2.8 has Metadata v11, 3.1+ v12), so old brokers work.
+- Faults: reads (Metadata, DescribeConfigs) are bounded by `request_timeout` (2 s by default); on a
+  timeout or a broken connection the request moves to the next broker (bootstrap servers, then the
+  brokers learned from Metadata), the one that failed going last for a while. A paused broker (its
+  kernel still accepts connections) therefore costs one request timeout, not the whole refresh.
 """
 
 from __future__ import annotations
@@ -11,12 +18,17 @@ import itertools
 import logging
 import ssl
 import struct
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from insync_proxy.protocol import (
     ApiKey,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    ErrorCode,
     FrameSplitter,
     MetadataRequest,
     MetadataResponse,
@@ -30,12 +42,19 @@ from insync_proxy.protocol import (
 from insync_proxy.protocol.headers import decode_response_header
 from insync_proxy.protocol.messages import DescribeConfigsResource, MetadataRequestTopic
 from insync_proxy.protocol.schema import Message
+from insync_proxy.proxy import __version__
 from insync_proxy.proxy.sasl import authenticate
 
 log = logging.getLogger("insync_proxy.control")
 
-METADATA_VERSION = 12  # served by Kafka 3.1 and later, names + topic ids
-DESCRIBE_CONFIGS_VERSION = 4
+#: The newest versions the control connection asks for; lower ones are used when the broker is older.
+METADATA_VERSION = 12  # Kafka 3.1+; 2.8 serves v11, 2.7 v9 (the proxy reads names, ISR and brokers only)
+DESCRIBE_CONFIGS_VERSION = 4  # Kafka 2.6+
+API_VERSIONS_VERSION = 3
+#: Read requests of the control connection give up on a broker after this long and try the next one.
+DEFAULT_REQUEST_TIMEOUT = 2.0
+#: A broker that timed out or broke the connection is tried last for this long.
+SUSPECT_SECONDS = 30.0
 TOPIC_RESOURCE = 2
 CLIENT_ID = "insync-proxy-control"
 OFFLOAD_DECODE_BYTES = 64 * 1024
@@ -43,6 +62,39 @@ OFFLOAD_DECODE_BYTES = 64 * 1024
 
 class ControlError(Exception):
     """The control connection could not get an answer."""
+
+
+class _Timeout(ControlError):
+    """One broker did not answer in time."""
+
+
+@dataclass
+class _Link:
+    """One open connection to one broker, with what it told us about its versions."""
+
+    address: tuple[str, int]
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    pending: dict[int, asyncio.Future[bytes]] = field(default_factory=dict)
+    read_task: asyncio.Task[None] | None = None
+    versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    closed: bool = False
+
+    def close(self, exc: BaseException) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(ControlError(f"control connection to {_name(self.address)} lost: {exc}"))
+        self.pending.clear()
+        self.writer.close()
+        if self.read_task is not None and self.read_task is not asyncio.current_task():
+            self.read_task.cancel()
+
+
+def _name(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
 
 
 class ControlConnection:
@@ -55,85 +107,135 @@ class ControlConnection:
         sasl: Any = None,
         timeout: float = 10.0,
         max_frame_bytes: int = 104_857_600,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
-        self.addresses = addresses
+        """`timeout` bounds writes (Produce) and connecting; `request_timeout` bounds each read on one broker."""
+        self.addresses = list(addresses)
         self.ssl_context = ssl_context
         self.sasl = sasl
         self.timeout = timeout
+        self.request_timeout = request_timeout
         self.max_frame_bytes = max_frame_bytes
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, tuple[asyncio.Future[bytes], int, int]] = {}
+        self._link: _Link | None = None
         self._correlation = itertools.count(1)
-        self._read_task: asyncio.Task[None] | None = None
         self._connect_lock = asyncio.Lock()
-        self._next_address = 0
-        self.connected_to: tuple[str, int] | None = None
+        self._learned: list[tuple[str, int]] = []
+        self._suspect_until: dict[tuple[str, int], float] = {}
+        #: Failovers so far: a request that gave up on one broker and went on to the next.
+        self.failovers = 0
 
-    async def _connect(self) -> None:
+    # ------------------------------------------------------------------ connection
+    @property
+    def connected_to(self) -> tuple[str, int] | None:
+        link = self._link
+        return link.address if link is not None and not link.closed else None
+
+    @property
+    def connected(self) -> bool:
+        return self.connected_to is not None
+
+    def candidates(self) -> list[tuple[str, int]]:
+        """Brokers to try, in order: bootstrap servers then learned brokers; recent failures last."""
+        now = time.monotonic()
+        ordered = list(dict.fromkeys([*self.addresses, *self._learned]))
+        return sorted(ordered, key=lambda a: self._suspect_until.get(a, 0.0) > now)
+
+    def _suspect(self, address: tuple[str, int]) -> None:
+        self._suspect_until[address] = time.monotonic() + SUSPECT_SECONDS
+
+    async def _connect(self, exclude: set[tuple[str, int]] | None = None) -> _Link:
         async with self._connect_lock:
-            if self._writer is not None and not self._writer.is_closing():
-                return
+            link = self._link
+            if link is not None and not link.closed and link.address not in (exclude or ()):
+                return link
             errors = []
-            for i in range(len(self.addresses)):
-                host, port = self.addresses[(self._next_address + i) % len(self.addresses)]
+            # Brokers this request has not tried yet first; a lone bootstrap server is retried once.
+            candidates = self.candidates()
+            order = [a for a in candidates if a not in (exclude or ())] or candidates
+            for address in order:
                 try:
-                    reader, writer = await asyncio.wait_for(
-                        asyncio.open_connection(
-                            host, port, ssl=self.ssl_context, server_hostname=host if self.ssl_context else None
-                        ),
-                        self.timeout,
-                    )
-                except (TimeoutError, OSError) as exc:
-                    errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                    link = await asyncio.wait_for(self._open(address), max(self.request_timeout, 0.1))
+                except TimeoutError:
+                    self._suspect(address)
+                    errors.append(f"{_name(address)}: no answer within {self.request_timeout}s")
                     continue
-                self._reader, self._writer = reader, writer
-                self._read_task = asyncio.get_running_loop().create_task(self._read_loop(reader))
-                self.connected_to = (host, port)
-                self._next_address = (self._next_address + i + 1) % len(self.addresses)
-                if self.sasl is not None and self.sasl.mechanism:
-                    try:
-                        await authenticate(self._raw_request, self.sasl)
-                    except Exception:
-                        self._drop(ControlError("SASL authentication failed"))
-                        raise
-                return
+                except (OSError, ControlError, ProtocolError) as exc:
+                    self._suspect(address)
+                    errors.append(f"{_name(address)}: {exc or type(exc).__name__}")
+                    if isinstance(exc, _AuthenticationFailed):
+                        raise ControlError(f"{exc}") from None
+                    continue
+                self._link = link
+                return link
             raise ControlError("no broker reachable: " + "; ".join(errors))
 
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+    async def _open(self, address: tuple[str, int]) -> _Link:
+        host, port = address
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=self.ssl_context, server_hostname=host if self.ssl_context else None
+        )
+        link = _Link(address, reader, writer)
+        link.read_task = asyncio.get_running_loop().create_task(self._read_loop(link))
+        try:
+            link.versions = await self._api_versions(link)
+            if self.sasl is not None and self.sasl.mechanism:
+                try:
+                    await authenticate(lambda k, v, b: self._send(link, k, v, b, self.request_timeout), self.sasl)
+                except _Timeout:
+                    raise
+                except Exception as exc:
+                    log.error(
+                        "control connection: SASL %s login as %r to %s failed: %s (check [control_sasl] and "
+                        "INSYNC_PROXY_CONTROL_SASL_PASSWORD)", self.sasl.mechanism, self.sasl.username,
+                        _name(address), exc,
+                    )
+                    raise _AuthenticationFailed(
+                        f"SASL {self.sasl.mechanism} authentication as {self.sasl.username!r} failed at "
+                        f"{_name(address)}: {exc}"
+                    ) from None
+        except BaseException as exc:
+            link.close(exc)
+            raise
+        return link
+
+    async def _api_versions(self, link: _Link) -> dict[int, tuple[int, int]]:
+        """The broker's version ranges (ApiVersions v3, or v0 for a broker older than 2.4)."""
+        for version in (API_VERSIONS_VERSION, 0):
+            request = ApiVersionsRequest(client_software_name="insync-proxy", client_software_version=__version__)
+            body = await self._send(link, ApiKey.API_VERSIONS, version, encode_request(request, version),
+                                    self.request_timeout)
+            (error_code,) = struct.unpack_from(">h", body, 0)
+            if error_code == ErrorCode.UNSUPPORTED_VERSION and version != 0:
+                continue  # the broker answered in v0 and will understand v0
+            response = decode_response(ApiKey.API_VERSIONS, version, body)
+            assert isinstance(response, ApiVersionsResponse)
+            if response.error_code != 0:
+                raise ControlError(f"ApiVersions failed at {_name(link.address)} with error {response.error_code}")
+            return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        raise ControlError(f"{_name(link.address)} refused ApiVersions v0")
+
+    async def _read_loop(self, link: _Link) -> None:
         splitter = FrameSplitter(self.max_frame_bytes)
         try:
             while True:
-                data = await reader.read(1 << 16)
+                data = await link.reader.read(1 << 16)
                 if not data:
-                    raise ControlError("broker closed the control connection")
+                    raise ControlError("the broker closed the control connection")
                 for frame in splitter.feed(data):
                     (correlation_id,) = struct.unpack_from(">i", frame, 0)
-                    entry = self._pending.pop(correlation_id, None)
-                    if entry is None:
+                    future = link.pending.pop(correlation_id, None)
+                    if future is None:
                         raise ControlError(f"unexpected correlation id {correlation_id}")
-                    future, api_key, version = entry
                     if not future.done():
                         future.set_result(bytes(frame))
         except asyncio.CancelledError:
             raise
         except (OSError, ControlError, ProtocolError) as exc:
-            self._drop(exc)
+            link.close(exc)
 
-    def _drop(self, exc: BaseException) -> None:
-        for future, _, _ in self._pending.values():
-            if not future.done():
-                future.set_exception(ControlError(f"control connection lost: {exc}"))
-        self._pending.clear()
-        if self._writer is not None:
-            self._writer.close()
-        self._writer = None
-        self._reader = None
-        self.connected_to = None
-
-    async def _raw_request(self, api_key: int, version: int, body: bytes) -> bytes:
-        """Send one request (header built here); return the response body bytes."""
-        if self._writer is None or self._writer.is_closing():
+    async def _send(self, link: _Link, api_key: int, version: int, body: bytes, wait_seconds: float) -> bytes:
+        """Send one request on `link` (header built here); return the response body bytes."""
+        if link.closed or link.writer.is_closing():
             raise ControlError("not connected")
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         header = encode_request_header(
@@ -143,45 +245,82 @@ class ControlConnection:
             )
         )
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._pending[correlation_id] = (future, api_key, version)
+        link.pending[correlation_id] = future
         payload = header + body
-        self._writer.write(struct.pack(">i", len(payload)) + payload)
+        link.writer.write(struct.pack(">i", len(payload)) + payload)
         try:
-            frame = await asyncio.wait_for(future, self.timeout)
+            frame = await asyncio.wait_for(future, wait_seconds)
         except TimeoutError:
-            self._pending.pop(correlation_id, None)
-            self._drop(ControlError("request timed out"))
-            raise ControlError(f"{ApiKey(api_key).name} timed out after {self.timeout}s") from None
+            link.pending.pop(correlation_id, None)
+            raise _Timeout(
+                f"{ApiKey(api_key).name} to {_name(link.address)} timed out after {wait_seconds}s"
+            ) from None
         _, offset = decode_response_header(frame, response_header_version(api_key, version))
         return frame[offset:]
 
-    async def request(self, message: Message, version: int) -> Message:
-        """Send a decoded request, return the decoded response; reconnects once on a broken connection."""
+    # ------------------------------------------------------------------ requests
+    def version_for(self, link: _Link, api_key: int, newest: int) -> int:
+        """The newest version of `api_key` both sides speak, at most `newest`."""
+        broker = link.versions.get(api_key)
+        if broker is None:
+            raise ControlError(f"broker {_name(link.address)} does not support {ApiKey(api_key).name}")
+        version = min(newest, broker[1])
+        if version < broker[0]:
+            raise ControlError(
+                f"broker {_name(link.address)} supports {ApiKey(api_key).name} v{broker[0]}-v{broker[1]}, "
+                f"the control connection at most v{newest}"
+            )
+        return version
+
+    async def request(self, message: Message, version: int, wait_seconds: float | None = None) -> Message:
+        """Send a request at the newest version <= `version` the broker speaks; return the decoded response.
+
+        `wait_seconds` (default: the connect timeout) bounds the wait on one broker. On a timeout or a broken
+        connection the request is tried on the next broker, each broker once.
+        """
         api_key = int(message.API_KEY)
-        body = encode_request(message, version)
-        for attempt in (1, 2):
+        wait = self.timeout if wait_seconds is None else wait_seconds
+        tried: set[tuple[str, int]] = set()
+        errors: list[str] = []
+        attempts = max(2, len(self.candidates()))
+        for _ in range(attempts):
             try:
-                await self._connect()
-                response_body = await self._raw_request(api_key, version, body)
-                if len(response_body) > OFFLOAD_DECODE_BYTES:
-                    # A large cluster's full Metadata takes tens of ms to decode: let the loop breathe.
-                    return await asyncio.get_running_loop().run_in_executor(
-                        None, decode_response, api_key, version, response_body
-                    )
-                return decode_response(api_key, version, response_body)
+                link = await self._connect(exclude=tried)
+            except ControlError as exc:
+                errors.append(str(exc))
+                break
+            tried.add(link.address)
+            try:
+                used = self.version_for(link, api_key, version)
+                response_body = await self._send(link, api_key, used, encode_request(message, used), wait)
             except (ControlError, OSError) as exc:
-                self._drop(exc)
-                if attempt == 2:
-                    raise ControlError(str(exc)) from None
-        raise AssertionError("unreachable")
+                # Timed out or broken: this broker goes last for a while; the next one gets the request.
+                self._suspect(link.address)
+                link.close(exc)
+                if self._link is link:
+                    self._link = None
+                errors.append(str(exc))
+                self.failovers += 1
+                log.warning("control connection: %s; trying another broker", exc)
+                continue
+            if len(response_body) > OFFLOAD_DECODE_BYTES:
+                # A large cluster's full Metadata takes tens of ms to decode: let the loop breathe.
+                return await asyncio.get_running_loop().run_in_executor(
+                    None, decode_response, api_key, used, response_body
+                )
+            return decode_response(api_key, used, response_body)
+        raise ControlError("; ".join(errors) or "no broker to ask")
 
     async def metadata(self, topics: list[str] | None = None) -> MetadataResponse:
         request = MetadataRequest(
             topics=None if topics is None else tuple(MetadataRequestTopic(name=t) for t in topics),
             allow_auto_topic_creation=False,
         )
-        response = await self.request(request, METADATA_VERSION)
+        response = await self.request(request, METADATA_VERSION, self.request_timeout)
         assert isinstance(response, MetadataResponse)
+        if response.brokers:
+            # Fail over to any broker of the cluster, not only to the configured bootstrap servers.
+            self._learned = [(b.host, b.port) for b in response.brokers]
         return response
 
     async def describe_topic_configs(self, topics: list[str], keys: list[str]) -> DescribeConfigsResponse:
@@ -191,15 +330,15 @@ class ControlConnection:
                 for t in topics
             )
         )
-        response = await self.request(request, DESCRIBE_CONFIGS_VERSION)
+        response = await self.request(request, DESCRIBE_CONFIGS_VERSION, self.request_timeout)
         assert isinstance(response, DescribeConfigsResponse)
         return response
 
-    @property
-    def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
-
     async def close(self) -> None:
-        if self._read_task is not None:
-            self._read_task.cancel()
-        self._drop(ControlError("closed"))
+        link, self._link = self._link, None
+        if link is not None:
+            link.close(ControlError("closed"))
+
+
+class _AuthenticationFailed(ControlError):
+    """The broker refused the control connection's credentials: no other broker will accept them either."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from insync_proxy.protocol import ErrorCode
+from insync_proxy.proxy.background import report_failure
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.control import ControlConnection
@@ -87,12 +88,16 @@ class MinInsyncCache:
                 await asyncio.shield(future)
         except TimeoutError:
             pass
-        except Exception as exc:  # the background fetch logs and counts its own failures
+        except Exception as exc:  # pragma: no cover - fetch futures never fail
             log.debug("min.insync.replicas fetch failed: %s", exc)
 
     # ------------------------------------------------------------------ writes
     def fetch(self, topics: list[str]) -> asyncio.Future[None]:
-        """Start (or join) DescribeConfigs for the topics; the future completes when all are in."""
+        """Start (or join) DescribeConfigs for the topics; the future completes when all are in.
+
+        The future never fails (a failure is logged and counted once, where it happens): callers may
+        drop it.
+        """
         loop = asyncio.get_running_loop()
         waits = []
         new = []
@@ -115,10 +120,12 @@ class MinInsyncCache:
         try:
             response = await self.control.describe_topic_configs(topics, [CONFIG_KEY])
         except Exception as exc:
+            # Reported here, once: the fetch's future never fails, so no caller can drop a failure.
             self.metrics.describe_configs_errors_total.labels(type(exc).__name__).inc()
             self.metrics.metadata_cache_refreshes_total.labels("min_insync", "error").inc()
-            log.warning("DescribeConfigs for %d topic(s) failed: %s", len(topics), exc)
-            raise
+            report_failure(self.metrics, "min_insync_fetch", f"DescribeConfigs of min.insync.replicas for "
+                           f"{_topics_text(topics)}", exc)
+            return
         finally:
             for topic in topics:
                 self._in_flight.pop(topic, None)
@@ -173,14 +180,14 @@ class MinInsyncCache:
     async def _refresh_loop(self) -> None:
         while True:
             await asyncio.sleep(max(self.ttl / 4, 0.5))
-            now = time.monotonic()
-            due = [t for t, e in self.entries.items() if now - e.fetched_at > self.ttl * 0.6]
-            if due:
-                try:
+            try:
+                now = time.monotonic()
+                due = [t for t, e in self.entries.items() if now - e.fetched_at > self.ttl * 0.6]
+                if due:
                     await self.fetch(due)
-                except Exception as exc:
-                    log.debug("refresh ahead failed: %s", exc)
-            self._update_gauges()
+                self._update_gauges()
+            except Exception as exc:  # the loop must outlive any one failure
+                report_failure(self.metrics, "min_insync_refresh", "refresh ahead of expiry", exc)
 
     def stop(self) -> None:
         if self._refresh_task is not None:
@@ -188,10 +195,12 @@ class MinInsyncCache:
 
 
 async def _gather_quietly(futures: list[asyncio.Future[None]]) -> None:
-    results = await asyncio.gather(*futures, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
+    await asyncio.gather(*futures, return_exceptions=True)
+
+
+def _topics_text(topics: list[str]) -> str:
+    shown = ", ".join(topics[:3])
+    return f"{len(topics)} topic(s): {shown}" + (", ..." if len(topics) > 3 else "")
 
 
 def _error_name(code: int) -> str:
@@ -200,9 +209,3 @@ def _error_name(code: int) -> str:
     except ValueError:
         return str(code)
 
-
-def effective_min_isr(min_insync_replicas: int | None, replica_count: int) -> int | None:
-    """As the broker computes it: min(min.insync.replicas, replica count); None when unknown."""
-    if min_insync_replicas is None or replica_count <= 0:
-        return None
-    return min(min_insync_replicas, replica_count)
