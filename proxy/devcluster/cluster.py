@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from insync_proxy.protocol.records import encode_record_batch
 from insync_proxy.proxy.devcluster.distribution import (
     java_executable,
     kafka_libs,
@@ -32,7 +33,6 @@ from insync_proxy.proxy.devcluster.probe import (
     ClusterInfo,
     ProbeConnection,
     ProbeError,
-    encode_record_batch,
     metadata_from_any,
 )
 
@@ -139,6 +139,7 @@ class LocalKafkaCluster:
     def __init__(self, settings: ClusterSettings | None = None, progress: Callable[[str], None] | None = None):
         self.settings = settings or ClusterSettings()
         self.version = selected_version(self.settings.version)
+        self._progress = progress
         self._say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
         self._owns_data_dir = self.settings.data_dir is None
         self.data_dir = self.settings.data_dir or Path(tempfile.mkdtemp(prefix="insync-kafka-"))
@@ -192,7 +193,8 @@ class LocalKafkaCluster:
     def start(self, timeout: float = 180.0) -> LocalKafkaCluster:
         """Fetch jars if needed, format storage, start every JVM, and wait until ready."""
         started = time.monotonic()
-        self.libs = kafka_libs(self.version, self._say)
+        # No progress callback: the jar download draws one updating line on a terminal.
+        self.libs = kafka_libs(self.version, self._progress)
         for node in self.nodes():
             (node.directory / "logs").mkdir(parents=True, exist_ok=True)
             (node.directory / "data").mkdir(parents=True, exist_ok=True)

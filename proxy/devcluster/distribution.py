@@ -7,8 +7,10 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 #: The newest complete Apache Kafka 4.x release on Maven Central (4.4.0 is published only in part).
 DEFAULT_KAFKA_VERSION = "4.3.1"
@@ -21,6 +23,7 @@ KAFKA_LIBS_ENV = "INSYNC_PROXY_KAFKA_LIBS"
 CACHE_ENV = "INSYNC_PROXY_CACHE"
 
 _POM = Path(__file__).with_name("pom.xml")
+_DOWNLOADED = re.compile(r"Downloaded from [^:]+: (\S+)")
 _COMPLETE_MARKER = ".complete"
 
 
@@ -107,17 +110,14 @@ def kafka_libs(version: str | None = None, progress: Callable[[str], None] | Non
     ]
     if kafka_major(version) >= 4:
         cmd.append("-Dkafka.logging=log4j2")
-    fetched = 0
     tail: list[str] = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
+        shown = FetchProgress(say if progress is not None else None)
         for line in proc.stdout:
             tail = (tail + [line.rstrip()])[-30:]
-            if "Downloaded from" in line and line.rstrip().endswith(")"):
-                fetched += 1
-                if fetched % 10 == 1:
-                    name = line.split("/")[-1].split(" ")[0]
-                    say(f"  ... {fetched} artifacts fetched (latest: {name})")
+            shown.line(line)
+        shown.finish()
         code = proc.wait()
     if code != 0:
         raise DistributionError(
@@ -126,3 +126,54 @@ def kafka_libs(version: str | None = None, progress: Callable[[str], None] | Non
     (libs / _COMPLETE_MARKER).write_text(version)
     say(f"Kafka {version}: {sum(1 for _ in libs.glob('*.jar'))} jars ready.")
     return libs
+
+
+class FetchProgress:
+    """Maven's download lines as progress: one updating line on a terminal, a line every few seconds elsewhere.
+
+    `say` (a line printer) makes it line-based too, for callers that route progress themselves.
+    """
+
+    def __init__(
+        self, say: Callable[[str], None] | None = None, stream: TextIO | None = None, interval: float = 5.0,
+    ) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.say = say
+        self.tty = say is None and self.stream.isatty()
+        self.interval = interval
+        self.fetched = 0
+        self.latest = ""
+        self._last_said = time.monotonic()
+        self._said_count = 0
+        self._drawn = False
+
+    def line(self, line: str) -> None:
+        """Feed one line of Maven's output."""
+        match = _DOWNLOADED.search(line)
+        if match is None:
+            return
+        self.fetched += 1
+        self.latest = match.group(1).rsplit("/", 1)[-1]
+        text = f"  ... {self.fetched} artifacts fetched (latest: {self.latest})"
+        if self.tty:
+            self.stream.write(f"\r\033[K{text}")
+            self.stream.flush()
+            self._drawn = True
+        elif time.monotonic() - self._last_said >= self.interval:
+            self._emit(text)
+
+    def finish(self) -> None:
+        """End the updating line (terminal) or say the final count once (elsewhere)."""
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+        elif self.fetched and self._said_count != self.fetched:
+            self._emit(f"  ... {self.fetched} artifacts fetched")
+
+    def _emit(self, text: str) -> None:
+        self._last_said = time.monotonic()
+        self._said_count = self.fetched
+        if self.say is not None:
+            self.say(text)
+        else:
+            print(text, file=self.stream, flush=True)
