@@ -379,18 +379,25 @@ class LocalKafkaCluster:
             raise ClusterError(f"CreateTopics {name} failed with error code {code}")
         count = len(assignments) if assignments else partitions
         rf = len(next(iter(assignments.values()))) if assignments else replication_factor
+        self.wait_for_topic(name, count, rf, timeout)
+
+    def wait_for_topic(self, name: str, partitions: int, replication_factor: int, timeout: float = 60.0) -> None:
+        """Wait until every live broker knows the topic, each partition with a leader and a full ISR.
+
+        A topic created through a client (CreateTopics answered by the controller) is not yet known to
+        every broker: until then a broker answers UNKNOWN_TOPIC_OR_PARTITION for it.
+        """
 
         def ready() -> bool:
-            # Every live broker must know it: the leader may otherwise answer UNKNOWN_TOPIC_OR_PARTITION.
             for address in self.live_addresses() or self.broker_addresses:
                 info = metadata_from_any([address], [name]).topics.get(name)
-                if info is None or info.error_code != 0 or len(info.partitions) != count:
+                if info is None or info.error_code != 0 or len(info.partitions) != partitions:
                     return False
-                if not all(p.leader >= 0 and len(p.isr) == rf for p in info.partitions.values()):
+                if not all(p.leader >= 0 and len(p.isr) == replication_factor for p in info.partitions.values()):
                     return False
             return True
 
-        self.wait_for(ready, timeout, f"topic {name} to have leaders and full ISRs", nodes=[])
+        self.wait_for(ready, timeout, f"topic {name} to have leaders and full ISRs on every broker", nodes=[])
 
     def wait_until_ready(self, timeout: float = 180.0) -> None:
         """Ready: every broker registered, and a replication-factor-3 topic accepts acks=all."""

@@ -38,13 +38,16 @@ NAME = re.compile(r"(?P<api>[A-Za-z]+)-v(?P<version>\d+)-(?P<n>\d+)\.request\.bi
 API_BY_NAME = {"".join(p.capitalize() for p in k.name.split("_")): int(k) for k in ApiKey}
 
 
-def drive_real_clients(proxy: ProxyProcess, java_client: Any) -> str:
+def drive_real_clients(cluster: LocalKafkaCluster, proxy: ProxyProcess, java_client: Any) -> str:
     """Admin, producer and consumer traffic from librdkafka, kafka-python and the Java client."""
     topic = f"golden-{uuid.uuid4().hex[:8]}"
     bootstrap = proxy.bootstrap()
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, 2, 3)]).values():
         future.result(60)
+    # CreateTopics returns once the controller has it; a broker that has not caught up yet answers
+    # UNKNOWN_TOPIC_OR_PARTITION (seen on a loaded machine): wait until every broker knows it.
+    cluster.wait_for_topic(topic, 2, 3)
     for future in admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values():
         future.result(60)
     admin.describe_cluster().result(60)
@@ -112,7 +115,7 @@ def _run(cluster: LocalKafkaCluster, java_client: Any) -> None:
     # A proxy of its own: its capture directory holds only this test's frames
     proxy = ProxyProcess(cluster).start()
     try:
-        topic = drive_real_clients(proxy, java_client)
+        topic = drive_real_clients(cluster, proxy, java_client)
     finally:
         proxy.stop()
     seen = check_golden_frames(proxy.capture_dir, topic)
