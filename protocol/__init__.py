@@ -54,7 +54,14 @@ from .messages import (
     encode_request,
     encode_response,
 )
-from .metadata_splice import MIN_INSYNC_REPLICAS_TAG, enrich_metadata_response
+from .metadata_scan import (
+    MetadataScan,
+    ScannedBroker,
+    ScannedPartition,
+    ScannedTopic,
+    scan_metadata_response,
+)
+from .metadata_splice import MIN_INSYNC_REPLICAS_TAG, enrich_metadata_response, splice_metadata_response
 from .produce import (
     PartitionKey,
     ProduceRequestIndex,
@@ -92,6 +99,7 @@ __all__ = [
     "MetadataRequest",
     "MetadataResponse",
     "MetadataResponseKip637",
+    "MetadataScan",
     "PartitionKey",
     "ProduceRequest",
     "ProduceRequestIndex",
@@ -100,6 +108,9 @@ __all__ = [
     "RequestHeader",
     "RequestHeaderPeek",
     "ResponseHeader",
+    "ScannedBroker",
+    "ScannedPartition",
+    "ScannedTopic",
     "TruncatedData",
     "UnsupportedVersion",
     "build_forward_request",
@@ -131,5 +142,7 @@ __all__ = [
     "response_header_version",
     "rewrite_fetch_node_endpoints",
     "rewrite_produce_node_endpoints",
+    "scan_metadata_response",
+    "splice_metadata_response",
     "split_response",
 ]

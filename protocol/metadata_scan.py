@@ -1,0 +1,364 @@
+"""One walk over a MetadataResponse frame: what every later step needs, without a full decode.
+
+The scan reads the brokers, the cluster fields and each topic's head (error code, name, id, partition
+count) and skips the partitions with a few integer reads each, recording byte offsets. A topic's
+partitions (leader, replicas, ISR) are read on demand from those offsets
+(:meth:`MetadataScan.partitions`), and the splice
+(:func:`~protocol.metadata_splice.splice_metadata_response`) rewrites the frame from the scan
+without walking it again.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .api_keys import ApiKey
+from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
+from .headers import response_header_version
+from .messages import AUTHORIZED_OPERATIONS_OMITTED, MIN_INSYNC_REPLICAS_TAG
+from .primitives import Buffer, Reader, read_uvarint_at
+
+__all__ = [
+    "METADATA_MAX_VERSION",
+    "MetadataScan",
+    "ScannedBroker",
+    "ScannedPartition",
+    "ScannedTopic",
+    "scan_metadata_response",
+]
+
+#: Highest MetadataResponse version the scan (and the splice) understands.
+METADATA_MAX_VERSION = 13
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION_HEAD = struct.Struct(">hii")  # error_code, partition_index, leader_id
+_PARTITION_HEAD_V7 = struct.Struct(">hiii")  # ... + leader_epoch
+# Replica/ISR arrays are short: one precompiled struct per length up to 15.
+_INT32_ARRAYS = [struct.Struct(f">{n}i") for n in range(16)]
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedBroker:
+    """A broker of a MetadataResponse, as the broker sent it (before any address rewrite)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class ScannedPartition(NamedTuple):
+    """One partition's state (a tuple: reading thousands of them stays cheap)."""
+
+    partition_index: int
+    error_code: int
+    leader_id: int
+    leader_epoch: int  # -1 before v7
+    replica_nodes: tuple[int, ...]
+    isr_nodes: tuple[int, ...]
+    offline_replicas: tuple[int, ...]  # () before v5
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedTopic:
+    """A topic's head and where its pieces are in the frame (offsets index :attr:`MetadataScan.frame`)."""
+
+    error_code: int
+    name: str | None  # None only in v12+ (topics asked for by id)
+    topic_id: uuid.UUID | None  # None before v10; Kafka's all-zero id is kept as UUID(int=0)
+    is_internal: bool
+    partition_count: int
+    topic_authorized_operations: int  # -2**31 (omitted) before v8
+    min_insync_replicas: int  # tag 637 as found in the frame, -1 if absent (v9+ only)
+    start: int  # offset of the topic's error_code
+    partitions_start: int  # offset of the first partition (after the array length)
+    partitions_end: int  # offset after the last partition
+    tags_start: int  # offset of the topic's tagged-field section (v9+), -1 before
+    end: int  # offset after the topic
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataScan:
+    """A scanned MetadataResponse frame (response header + body).
+
+    Holds a view of the frame: keep the scanned buffer unmodified while the scan is in use.
+    """
+
+    frame: memoryview
+    api_version: int
+    correlation_id: int
+    throttle_time_ms: int  # 0 before v3
+    brokers: tuple[ScannedBroker, ...]
+    cluster_id: str | None  # None before v2
+    controller_id: int  # -1 before v1
+    topics: tuple[ScannedTopic, ...]
+    cluster_authorized_operations: int  # v8-v10, else -2**31 (omitted)
+    error_code: int  # top-level error, v13+ (0 before)
+    #: (offset of the host, offset after the port) per broker, in ``brokers`` order.
+    broker_spans: tuple[tuple[int, int], ...]
+    body_start: int  # offset after the response header
+    topics_end: int  # offset after the last topic
+    tags_start: int  # offset of the top-level tagged-field section (v9+), -1 before
+    _partition_starts: dict[int, list[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def partitions(self, topic: ScannedTopic) -> list[ScannedPartition]:
+        """Read ``topic``'s partitions (index, error, leader, epoch, replicas, ISR, offline) from the frame."""
+        try:
+            return self._read_partitions(topic)
+        except ProtocolError:
+            raise
+        except (IndexError, struct.error, ValueError) as e:  # only if the frame changed after the scan
+            raise TruncatedData(f"MetadataResponse partitions unreadable: {e!r}") from None
+
+    def partition_offsets(self, topic: ScannedTopic) -> list[int]:
+        """Offset of each of ``topic``'s partitions (its error_code), walked once then cached."""
+        starts = self._partition_starts.get(topic.partitions_start)
+        if starts is None:
+            starts = []
+            try:
+                _walk_partitions(self.frame, topic.partitions_start, topic.partition_count, self.api_version, starts)
+            except ProtocolError:
+                raise
+            except (IndexError, struct.error, ValueError) as e:
+                raise TruncatedData(f"MetadataResponse partitions unreadable: {e!r}") from None
+            self._partition_starts[topic.partitions_start] = starts
+        return starts
+
+    def _read_partitions(self, topic: ScannedTopic) -> list[ScannedPartition]:
+        starts: list[int] | None = None
+        if topic.partitions_start not in self._partition_starts:
+            starts = self._partition_starts[topic.partitions_start] = []
+        try:
+            if self.api_version >= 9:
+                return _read_flexible_partitions(self.frame, topic.partitions_start, topic.partition_count, starts)
+            return _read_partitions(self.frame, topic.partitions_start, topic.partition_count, self.api_version,
+                                    starts)
+        except BaseException:
+            self._partition_starts.pop(topic.partitions_start, None)
+            raise
+
+
+def _compact_int32_array(buf: memoryview, p: int) -> tuple[tuple[int, ...], int]:
+    """A COMPACT_ARRAY of INT32 at ``p`` (any length): (values, offset after it)."""
+    c, p = read_uvarint_at(buf, p)
+    if c == 0:
+        raise MalformedFrame("null replica array in MetadataResponse")
+    c -= 1
+    return struct.unpack_from(f">{c}i", buf, p), p + 4 * c
+
+
+def _read_flexible_partitions(buf: memoryview, p: int, count: int, starts: list[int] | None) -> list[ScannedPartition]:
+    """Partitions of v9+ (leader epoch, offline replicas, compact arrays, tagged fields)."""
+    unpack_head = _PARTITION_HEAD_V7.unpack_from
+    arrays = _INT32_ARRAYS
+    new = tuple.__new__
+    out: list[ScannedPartition] = []
+    append = out.append
+    # Unrolled on purpose: this runs once per partition, and a helper call per array costs ~10%.
+    for _ in range(count):
+        if starts is not None:
+            starts.append(p)
+        error_code, index, leader, epoch = unpack_head(buf, p)
+        p += 14
+        c = buf[p] - 1
+        if 0 <= c < 16:
+            replicas = arrays[c].unpack_from(buf, p + 1)
+            p += 1 + 4 * c
+        else:
+            replicas, p = _compact_int32_array(buf, p)
+        c = buf[p] - 1
+        if 0 <= c < 16:
+            isr = arrays[c].unpack_from(buf, p + 1)
+            p += 1 + 4 * c
+        else:
+            isr, p = _compact_int32_array(buf, p)
+        c = buf[p] - 1
+        if 0 <= c < 16:
+            offline = arrays[c].unpack_from(buf, p + 1)
+            p += 1 + 4 * c
+        else:
+            offline, p = _compact_int32_array(buf, p)
+        if buf[p] == 0:
+            p += 1
+        else:
+            tr = Reader(buf, p)
+            tr.tagged_fields()
+            p = tr.pos
+        # tuple.__new__: a NamedTuple's own constructor costs twice as much.
+        append(new(ScannedPartition, (index, error_code, leader, epoch, replicas, isr, offline)))
+    return out
+
+
+def _read_partitions(buf: memoryview, p: int, count: int, v: int, starts: list[int] | None) -> list[ScannedPartition]:
+    """Partitions of v0-v8 (int32-counted arrays; epoch from v7, offline replicas from v5)."""
+    has_epoch = v >= 7
+    n_arrays = 3 if v >= 5 else 2
+    unpack_head = (_PARTITION_HEAD_V7 if has_epoch else _PARTITION_HEAD).unpack_from
+    unpack_i32 = _I32.unpack_from
+    new = tuple.__new__
+    out: list[ScannedPartition] = []
+    for _ in range(count):
+        if starts is not None:
+            starts.append(p)
+        head = unpack_head(buf, p)
+        p += 14 if has_epoch else 10
+        values: list[object] = [head[1], head[0], head[2], head[3] if has_epoch else -1]
+        for _ in range(n_arrays):
+            c = unpack_i32(buf, p)[0]
+            if c < 0:
+                raise MalformedFrame("null replica array in MetadataResponse")
+            values.append(struct.unpack_from(f">{c}i", buf, p + 4))
+            p += 4 + 4 * c
+        if n_arrays == 2:
+            values.append(())
+        out.append(new(ScannedPartition, values))
+    return out
+
+
+def scan_metadata_response(frame: Buffer, api_version: int, *, partition_offsets: bool = False) -> MetadataScan:
+    """Walk a MetadataResponse frame (response header + body) once; see :class:`MetadataScan`.
+
+    The partitions are checked for structure (and skipped) but not read: use
+    :meth:`MetadataScan.partitions` for the topics whose leader/replicas/ISR you need.
+    ``partition_offsets`` records every partition's offset during the walk (what a splice with
+    ``leaderless`` needs) instead of on first use. Raises :class:`~protocol.errors.ProtocolError`
+    on bad input.
+    """
+    if not 0 <= api_version <= METADATA_MAX_VERSION:
+        raise UnsupportedVersion(
+            f"MetadataResponse v{api_version} is not supported (known: v0-v{METADATA_MAX_VERSION})")
+    try:
+        return _scan(frame, api_version, partition_offsets)
+    except ProtocolError:
+        raise
+    except (IndexError, struct.error, ValueError, UnicodeError) as e:
+        raise TruncatedData(f"MetadataResponse v{api_version} is truncated or corrupt: {e!r}") from None
+
+
+def _walk_partitions(buf: memoryview, p: int, count: int, v: int, starts: list[int] | None) -> int:
+    """Skip ``count`` partitions from ``p`` with integer reads only; return the offset after them."""
+    n = len(buf)
+    fixed = 14 if v >= 7 else 10  # error_code, partition_index, leader_id[, leader_epoch]
+    n_arrays = 3 if v >= 5 else 2
+    unpack_i32 = _I32.unpack_from
+    if v >= 9:
+        for _ in range(count):
+            if starts is not None:
+                starts.append(p)
+            p += fixed
+            for _ in range(n_arrays):
+                c = buf[p]
+                if 0 < c < 0x80:
+                    p += 1 + (c - 1) * 4
+                else:
+                    c, p = read_uvarint_at(buf, p)
+                    if c == 0:
+                        raise MalformedFrame("null replica array in MetadataResponse")
+                    p += (c - 1) * 4
+            if buf[p] == 0:
+                p += 1
+            else:
+                tr = Reader(buf, p)
+                tr.tagged_fields()
+                p = tr.pos
+            if p > n:
+                raise TruncatedData("MetadataResponse partition runs past the end of the frame")
+    else:
+        for _ in range(count):
+            if starts is not None:
+                starts.append(p)
+            p += fixed
+            for _ in range(n_arrays):
+                c = unpack_i32(buf, p)[0]
+                if c < 0:
+                    raise MalformedFrame("null replica array in MetadataResponse")
+                p += 4 + c * 4
+            if p > n:
+                raise TruncatedData("MetadataResponse partition runs past the end of the frame")
+    return p
+
+
+def _scan(frame: Buffer, v: int, record_offsets: bool) -> MetadataScan:
+    r = Reader(frame)
+    buf = r.buf
+    flexible = v >= 9
+    correlation_id = r.int32()
+    if response_header_version(ApiKey.METADATA, v) == 1:
+        r.tagged_fields()
+    body_start = r.pos
+    throttle_time_ms = r.int32() if v >= 3 else 0
+
+    brokers: list[ScannedBroker] = []
+    spans: list[tuple[int, int]] = []
+    for _ in range(max(r.array_length(flexible), 0)):
+        node_id = r.int32()
+        host_start = r.pos
+        host = r.compact_string() if flexible else r.string()
+        port = r.int32()
+        spans.append((host_start, r.pos))
+        rack: str | None = None
+        if v >= 1:
+            rack = r.compact_nullable_string() if flexible else r.nullable_string()
+        if flexible:
+            r.tagged_fields()
+        brokers.append(ScannedBroker(node_id, host, port, rack))
+    cluster_id: str | None = None
+    if v >= 2:
+        cluster_id = r.compact_nullable_string() if flexible else r.nullable_string()
+    controller_id = r.int32() if v >= 1 else -1
+
+    n_topics = r.array_length(flexible)
+    if n_topics < 0:
+        raise MalformedFrame("null topics array in MetadataResponse")
+    topics: list[ScannedTopic] = []
+    offsets: dict[int, list[int]] = {}
+    for _ in range(n_topics):
+        start = r.pos
+        error_code = r.int16()
+        name: str | None
+        if flexible:
+            name = r.compact_nullable_string() if v >= 12 else r.compact_string()
+        else:
+            name = r.string()
+        topic_id = r.uuid() if v >= 10 else None
+        is_internal = r.boolean() if v >= 1 else False
+        n_parts = r.array_length(flexible)
+        if n_parts < 0:
+            raise MalformedFrame("null partitions array in MetadataResponse")
+        partitions_start = r.pos
+        starts: list[int] | None = None
+        if record_offsets:
+            starts = offsets[partitions_start] = []
+        r.pos = _walk_partitions(buf, partitions_start, n_parts, v, starts)
+        partitions_end = r.pos
+        authorized = r.int32() if v >= 8 else AUTHORIZED_OPERATIONS_OMITTED
+        min_isr = -1
+        tags_start = -1
+        if flexible:
+            tags_start = r.pos
+            if buf[tags_start] == 0:  # the common case: no tagged fields
+                r.pos += 1
+            else:
+                for tag, data in r.tagged_fields():
+                    if tag == MIN_INSYNC_REPLICAS_TAG and len(data) == 2:
+                        min_isr = _I16.unpack_from(data)[0]
+        topics.append(ScannedTopic(error_code, name, topic_id, is_internal, n_parts, authorized, min_isr,
+                                   start, partitions_start, partitions_end, tags_start, r.pos))
+    topics_end = r.pos
+    cluster_authorized = r.int32() if 8 <= v <= 10 else AUTHORIZED_OPERATIONS_OMITTED
+    top_error = r.int16() if v >= 13 else 0
+    tags_start = -1
+    if flexible:
+        tags_start = r.pos
+        r.tagged_fields()
+    r.expect_end()
+    scan = MetadataScan(buf, v, correlation_id, throttle_time_ms, tuple(brokers), cluster_id, controller_id,
+                        tuple(topics), cluster_authorized, top_error, tuple(spans), body_start, topics_end,
+                        tags_start)
+    if offsets:
+        scan._partition_starts.update(offsets)
+    return scan
