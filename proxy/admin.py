@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-if TYPE_CHECKING:
-    from insync_proxy.proxy.server import InsyncProxy
+from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.admin")
 
 
 class AdminServer:
-    def __init__(self, proxy: InsyncProxy, host: str, port: int) -> None:
-        self.proxy = proxy
+    def __init__(self, metrics: ProxyMetrics, ready: Callable[[], tuple[bool, str]], host: str, port: int) -> None:
+        self.metrics = metrics
+        self.ready = ready
         self.host = host
         self.port = port
         self.server: asyncio.Server | None = None
@@ -61,7 +61,7 @@ class AdminServer:
     def _metrics(self) -> bytes:
         # About a hundred fixed series through prometheus-client (~0.3 ms), then the per-topic series rendered
         # by hand (~1 ms at 1,000 topics): cheaper on the loop than a hop to a thread and back (measured).
-        metrics = self.proxy.metrics
+        metrics = self.metrics
         topics = "".join(counter.render() for counter in metrics.topic_counters)
         return generate_latest(metrics.scrape_registry) + topics.encode()
 
@@ -73,6 +73,6 @@ class AdminServer:
         if path == "/healthz":
             return "200 OK", "text/plain", b"ok\n"
         if path == "/readyz":
-            ready, reason = self.proxy.ready
+            ready, reason = self.ready()
             return ("200 OK" if ready else "503 Service Unavailable"), "text/plain", (reason + "\n").encode()
         return "404 Not Found", "text/plain", b"try /metrics, /healthz or /readyz\n"

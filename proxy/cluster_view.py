@@ -16,6 +16,29 @@ from insync_proxy.protocol import MetadataResponse
 NULL_TOPIC_ID = uuid.UUID(int=0)
 
 
+def effective_min_isr(min_insync_replicas: int | None, replica_count: int) -> int | None:
+    """As the broker computes it: min(min.insync.replicas, replica count); None when unknown."""
+    if min_insync_replicas is None or replica_count <= 0:
+        return None
+    return min(min_insync_replicas, replica_count)
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """A partition's ISR size against its effective min ISR, as the proxy sees it (None: unknown)."""
+
+    isr_size: int | None
+    min_isr: int | None
+
+    @property
+    def below_min_isr(self) -> bool:
+        """True only when both are known and the ISR is too small; unknown is never "below"."""
+        return self.isr_size is not None and self.min_isr is not None and self.isr_size < self.min_isr
+
+
+UNKNOWN_READINESS = Readiness(None, None)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionState:
     leader_id: int
@@ -35,7 +58,6 @@ class ClusterView:
         self.topic_ids: dict[uuid.UUID, str] = {}
         self.topic_partition_counts: dict[str, int] = {}
         self.updated_at = 0.0
-        self.on_brokers_changed: list[Callable[[dict[int, tuple[str, int]]], None]] = []
         self.on_partition_changed: list[Callable[[str, int, PartitionState | None, PartitionState], None]] = []
 
     def update(self, response: MetadataResponse, all_topics: bool = False) -> None:
@@ -45,8 +67,6 @@ class ClusterView:
         if brokers and brokers != self.brokers:
             self.brokers = brokers
             self.known_brokers.update(brokers)
-            for callback in self.on_brokers_changed:
-                callback(brokers)
         seen_topics: set[str] = set()
         for topic in response.topics:
             name = topic.name
@@ -88,6 +108,20 @@ class ClusterView:
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         return self.partitions.get((topic, partition))
+
+    def readiness(self, topic: str, partition: int, min_insync_replicas: int | None) -> Readiness:
+        """The one answer to "is this partition below its min ISR?" (acks precheck, hiding, gauges)."""
+        state = self.partitions.get((topic, partition))
+        if state is None:
+            return UNKNOWN_READINESS
+        return Readiness(len(state.isr), effective_min_isr(min_insync_replicas, len(state.replicas)))
+
+    def count_below_min_isr(self, min_insync_replicas: Callable[[str], int | None]) -> int:
+        """Partitions whose ISR is below their effective min ISR (the gauge)."""
+        return sum(
+            1 for (topic, partition) in self.partitions
+            if self.readiness(topic, partition, min_insync_replicas(topic)).below_min_isr
+        )
 
     def topic_name(self, topic: str | uuid.UUID) -> str | None:
         if isinstance(topic, uuid.UUID):

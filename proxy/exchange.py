@@ -1,23 +1,24 @@
-"""One request/response exchange as it moves through a client connection, and the behaviour API.
+"""One request/response exchange, the listener it came in on, and the behaviour API.
 
 A behaviour is one small object with one job (address rewrite, metadata enrichment, acks policy),
-registered for the API keys whose requests or responses it touches. Frames no behaviour registered
-for pass through as opaque bytes.
+registered for the API keys whose requests, responses or completions it touches. It sees the
+exchange and the narrow `BehaviourContext` it was built with (proxy/context.py), never the process.
+Frames no behaviour registered for pass through as opaque bytes.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from collections.abc import Awaitable, Callable, Container, Iterator, Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, TypeVar
 
 from insync_proxy.protocol import ApiKey
 
-if TYPE_CHECKING:
-    from insync_proxy.proxy.connection import ClientConnection
-
 Frame = bytes | bytearray | memoryview
 ResponseResult = Frame | Awaitable[Frame]
+ResponseHook = Callable[["Exchange", Frame], ResponseResult]
+State = TypeVar("State")
 
 
 def api_name(api_key: int) -> str:
@@ -31,54 +32,117 @@ def api_name(api_key: int) -> str:
 _API_NAMES = {int(k): "".join(part.capitalize() for part in k.name.split("_")) for k in ApiKey}
 
 
+class ListenerAddresses(Mapping[int, tuple[str, int]]):
+    """node id -> the address of that broker's listener in one listener group (computed on lookup)."""
+
+    def __init__(self, host: str, port_base: int) -> None:
+        self.host = host
+        self.port_base = port_base
+
+    def __getitem__(self, node_id: int) -> tuple[str, int]:
+        if node_id < 0:
+            raise KeyError(node_id)
+        return (self.host, self.port_base + node_id)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __bool__(self) -> bool:
+        return True  # covers every node id, though it lists none
+
+    def __contains__(self, node_id: object) -> bool:
+        return isinstance(node_id, int) and node_id >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """What a behaviour may know of the listener an exchange came in on."""
+
+    name: str  #: the listener group's name (`default`, ...)
+    label: str  #: `bootstrap` or `broker-<id>`, prefixed by the group name when it is not `default`
+    metadata_schema: str  #: `tagged` or `kip637`
+    hide_unready_partitions: bool
+    addresses: ListenerAddresses  #: node id -> the address clients must use for that broker
+    broker_listeners: Container[int]  #: node ids that have a listener open now (live view)
+
+
 class Exchange:
     """A request from a client and, once known, the response it gets back.
 
-    Behaviours may: replace `upstream_frame` (what goes to the broker; None: nothing does),
-    set `local_response` (a full response payload the proxy answers itself), or add a
-    `response_hook` that turns the broker's response into the client's.
+    Behaviours may: replace `upstream_frame` (what goes to the broker: bytes, or a list of chunks;
+    None: nothing does), set `local_response` (a full response payload the proxy answers itself), add
+    a response hook that turns the broker's response into the client's, and keep their own typed
+    per-exchange state with `put(state)` / `get(StateClass)`.
     """
 
     __slots__ = (
         "api_key",
         "api_version",
         "client_id",
-        "connection",
-        "context",
         "correlation_id",
         "expects_response",
         "forwarded_at",
+        "listener",
         "local_response",
         "received_at",
         "request_frame",
         "response",
         "response_hooks",
+        "states",
         "upstream_frame",
     )
 
     def __init__(
         self,
-        connection: ClientConnection,
+        listener: ListenerSettings,
         api_key: int,
         api_version: int,
         correlation_id: int,
         client_id: str | None,
         request_frame: memoryview,
+        received_at: float | None = None,
     ) -> None:
-        self.connection = connection
+        self.listener = listener
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
         self.client_id = client_id
         self.request_frame = request_frame
-        self.upstream_frame: Frame | list[Any] | None = request_frame
+        self.upstream_frame: Frame | list[Frame] | None = request_frame
         self.local_response: Frame | None = None
         self.expects_response = True
-        self.response_hooks: list[Callable[[Exchange, Frame], ResponseResult]] = []
+        self.response_hooks: list[ResponseHook] = []
         self.response: Frame | None = None
-        self.received_at = time.perf_counter()
+        self.received_at = time.perf_counter() if received_at is None else received_at
         self.forwarded_at = 0.0
-        self.context: dict[str, Any] = {}
+        self.states: dict[type, object] | None = None
+
+    def put(self, state: object) -> None:
+        """Attach a behaviour's own per-exchange state, found again by its class."""
+        if self.states is None:
+            self.states = {}
+        self.states[type(state)] = state
+
+    def get(self, kind: type[State]) -> State | None:
+        """The state of class `kind` a behaviour attached, if any."""
+        if self.states is None:
+            return None
+        state = self.states.get(kind)
+        return state if isinstance(state, kind) else None
+
+    def answer_locally(self, response: Frame) -> None:
+        """The proxy answers this request itself; nothing goes upstream."""
+        self.upstream_frame = None
+        self.expects_response = True
+        self.local_response = response
+
+    @property
+    def modified(self) -> bool:
+        """True when what goes upstream is not the client's request as it came."""
+        return self.upstream_frame is not self.request_frame
 
     @property
     def done(self) -> bool:
@@ -86,10 +150,11 @@ class Exchange:
 
 
 class Behaviour(Protocol):
-    """What the connection pipeline calls; each implementation registers for the keys it touches."""
+    """What the connection core calls; each implementation registers for the keys it touches."""
 
     request_keys: ClassVar[frozenset[int]]
     response_keys: ClassVar[frozenset[int]]
+    complete_keys: ClassVar[frozenset[int]]
 
     def on_request(self, exchange: Exchange) -> None:
         """Inspect or change a request before it goes upstream (may answer it locally)."""
@@ -97,12 +162,17 @@ class Behaviour(Protocol):
     def on_response(self, exchange: Exchange, frame: Frame) -> ResponseResult:
         """Turn the broker's response frame (header + body) into the client's."""
 
+    def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
+        """The response was written to the client (latency known), or an acks=0 request was forwarded
+        (no response will come: latency None)."""
+
 
 class BehaviourBase:
     """Defaults: touch nothing."""
 
     request_keys: ClassVar[frozenset[int]] = frozenset()
     response_keys: ClassVar[frozenset[int]] = frozenset()
+    complete_keys: ClassVar[frozenset[int]] = frozenset()
 
     def on_request(self, exchange: Exchange) -> None:
         return None
@@ -110,16 +180,22 @@ class BehaviourBase:
     def on_response(self, exchange: Exchange, frame: Frame) -> ResponseResult:
         return frame
 
+    def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
+        return None
+
 
 class BehaviourRegistry:
-    """API key -> the behaviours that registered for its requests / responses, in registration order."""
+    """API key -> the behaviours registered for its requests / responses / completions, in order."""
 
     def __init__(self, behaviours: list[Behaviour]) -> None:
         self.behaviours = behaviours
         self.requests: dict[int, list[Behaviour]] = {}
         self.responses: dict[int, list[Behaviour]] = {}
+        self.completions: dict[int, list[Behaviour]] = {}
         for b in behaviours:
             for key in b.request_keys:
                 self.requests.setdefault(key, []).append(b)
             for key in b.response_keys:
                 self.responses.setdefault(key, []).append(b)
+            for key in b.complete_keys:
+                self.completions.setdefault(key, []).append(b)

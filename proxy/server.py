@@ -7,26 +7,29 @@ import itertools
 import logging
 import ssl
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from insync_proxy.protocol import ApiKey, MetadataResponse, decode_response, split_response
+from insync_proxy.protocol import MetadataResponse
 from insync_proxy.proxy.admin import AdminServer
 from insync_proxy.proxy.audit import AuditLog
 from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
-from insync_proxy.proxy.behaviours.addresses import AddressRewrite, ListenerAddresses
+from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
 from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
 from insync_proxy.proxy.capture import FrameCapture
-from insync_proxy.proxy.cluster_view import ClusterView
+from insync_proxy.proxy.cluster_view import ClusterView, PartitionState, effective_min_isr
 from insync_proxy.proxy.config import ListenerConfig, ProxyConfig, TlsConfig
-from insync_proxy.proxy.connection import ClientConnection, UpstreamConnection
+from insync_proxy.proxy.connection import ClientConnection, ConnectionSettings
+from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.control import ControlConnection, ControlError
-from insync_proxy.proxy.exchange import BehaviourRegistry, Exchange, api_name
+from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry, ListenerAddresses, ListenerSettings
 from insync_proxy.proxy.metrics import ProxyMetrics
-from insync_proxy.proxy.min_insync import MinInsyncCache, effective_min_isr
+from insync_proxy.proxy.min_insync import MinInsyncCache
+from insync_proxy.proxy.observer import ExchangeObserver
 
 log = logging.getLogger("insync_proxy")
 
@@ -68,6 +71,13 @@ class Listener:
         self.node_id = node_id
         self.server = server
         self.port = port
+        config = group.config
+        #: What behaviours see of this listener.
+        self.settings = ListenerSettings(
+            name=group.name, label=self.label, metadata_schema=config.metadata_schema,
+            hide_unready_partitions=config.hide_unready_partitions, addresses=group.addresses,
+            broker_listeners=group.brokers,
+        )
 
     @property
     def name(self) -> str:
@@ -105,7 +115,6 @@ class InsyncProxy:
         self.metrics = metrics or ProxyMetrics(topic_label_limit=config.topic_label_limit)
         self.cluster_view = ClusterView()
         self.groups = [ListenerGroup(lc, config.advertised_host) for lc in config.listeners]
-        self.connections: set[ClientConnection] = set()
         self.upstream_ssl = client_ssl_context(config.upstream_tls)
         self.downstream_ssl = server_ssl_context(config.downstream_tls)
         self.control = ControlConnection(
@@ -122,71 +131,75 @@ class InsyncProxy:
         self.audit = AuditLog(config.audit, config.proxy_id, self.metrics) if config.audit.enabled else None
         self.audit_to_kafka: KafkaAuditSink | None = None
         if self.audit is not None and config.audit.kafka_topic:
-            self.audit_to_kafka = KafkaAuditSink(self, config.audit.kafka_topic, config.audit.queue_size)
+            self.audit_to_kafka = KafkaAuditSink(
+                config.audit.kafka_topic, config.audit.queue_size, proxy_id=config.proxy_id,
+                cluster_view=self.cluster_view, refresh_topics=self.refresh_topics, connect=self._leader_connection,
+                metrics=self.metrics,
+            )
             self.audit.kafka_sink = self.audit_to_kafka
-        self.acks_policy = AcksPolicy(self)
         if self.audit is not None:
             self.cluster_view.on_partition_changed.append(self._audit_isr_change)
-        self.behaviours: list[Any] = [
+        context = BehaviourContext(
+            cluster_view=self.cluster_view,
+            min_insync=self.min_insync,
+            metrics=self.metrics,
+            audit=self.audit,
+            refresh_topics=self.refresh_topics_soon,
+            open_broker_listeners=lambda: self.sync_broker_listeners(remove_missing=False),
+            call_soon=self._call_soon,
+        )
+        behaviours: list[Behaviour] = [
             ApiVersionsNegotiation(),
-            MetadataEnricher(self),
+            MetadataEnricher(context),
             AddressRewrite(),
-            TopicConfigWatcher(self),
-            self.acks_policy,
+            TopicConfigWatcher(context),
+            AcksPolicy(context, config.acks_policies, audit_forwarded=config.audit.enabled),
         ]
-        self.registry = BehaviourRegistry(self.behaviours)
-        self.admin = AdminServer(self, config.admin_host, config.admin_port)
+        self.registry = BehaviourRegistry(behaviours)
+        self.connection_settings = ConnectionSettings(
+            registry=self.registry,
+            observer=ExchangeObserver(
+                self.metrics, self.capture,
+                self.cluster_view.known_brokers if config.debug_address_leak_check else None,
+            ),
+            metrics=self.metrics,
+            max_frame_bytes=config.max_frame_bytes,
+            connect_timeout_seconds=config.connect_timeout_seconds,
+            upstream_ssl=self.upstream_ssl,
+            bootstrap_candidates=self.bootstrap_candidates,
+            on_closed=self._connection_closed,
+        )
+        self.admin = AdminServer(self.metrics, lambda: self.ready, config.admin_host, config.admin_port)
         self._bootstrap_cycle = itertools.count()
         self._tasks: list[asyncio.Task[Any]] = []
         self._listener_lock = asyncio.Lock()
         self._stopping = False
         self._missing_since: dict[int, float] = {}
         self._drained = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
         self.started_at = time.monotonic()
-        self._requests: dict[int, Any] = {}
-        self._request_latency: dict[int, Any] = {}
-        self._upstream_latency: dict[int, Any] = {}
         self.loop: asyncio.AbstractEventLoop
 
-    # ------------------------------------------------------------------ metrics, cached children
-    def requests_counter(self, api_key: int) -> Any:
-        child = self._requests.get(api_key)
-        if child is None:
-            child = self._requests[api_key] = self.metrics.requests_total.labels(api_name(api_key))
-        return child
+    @property
+    def connections(self) -> set[ClientConnection]:
+        """Client connections open now."""
+        return self.connection_settings.connections
 
-    def request_latency(self, api_key: int) -> Any:
-        child = self._request_latency.get(api_key)
-        if child is None:
-            child = self._request_latency[api_key] = self.metrics.request_latency_seconds.labels(api_name(api_key))
-        return child
-
-    def upstream_latency(self, api_key: int) -> Any:
-        child = self._upstream_latency.get(api_key)
-        if child is None:
-            child = self._upstream_latency[api_key] = self.metrics.upstream_latency_seconds.labels(api_name(api_key))
-        return child
-
-    def connection_closed(self, connection: ClientConnection) -> None:
-        self.connections.discard(connection)
+    def _connection_closed(self) -> None:
         if self._stopping and not self.connections:
             self._drained.set()
 
-    def check_address_leak(self, exchange: Exchange, payload: Any) -> None:
-        """Debug aid for tests: a real broker's host immediately followed by its int32 port."""
-        data = bytes(payload)
-        for host, port in self.cluster_view.known_brokers.values():
-            if host.encode() + port.to_bytes(4, "big") in data:
-                self.metrics.address_leaks_total.labels(api_name(exchange.api_key)).inc()
-                log.error("ADDRESS LEAK: %s v%d response to %s carries broker address %s:%d",
-                          api_name(exchange.api_key), exchange.api_version, exchange.connection.peer, host, port)
+    def _call_soon(self, callback: Callable[[], None]) -> None:
+        self.loop.call_soon(callback)
 
-    def on_exchange_done(self, exchange: Exchange, latency_seconds: float | None) -> None:
-        """Called once an exchange's response was written (or, for acks=0, once it was forwarded)."""
-        if "acks" in exchange.context:
-            self.acks_policy.record(exchange, latency_seconds)
+    def _leader_connection(self, address: tuple[str, int]) -> ControlConnection:
+        """A connection of the proxy's own to one broker (the audit topic's leader)."""
+        return ControlConnection(
+            [address], ssl_context=self.upstream_ssl, sasl=self.control.sasl,
+            timeout=self.config.connect_timeout_seconds,
+        )
 
-    def _audit_isr_change(self, topic: str, partition: int, old: Any, new: Any) -> None:
+    def _audit_isr_change(self, topic: str, partition: int, old: PartitionState | None, new: PartitionState) -> None:
         """An `isr_change` audit event whenever the proxy's view of a partition's ISR or leader changes."""
         assert self.audit is not None
         self.audit.emit({
@@ -208,12 +221,18 @@ class InsyncProxy:
             "leader_id": new.leader_id,
         })
 
-    def refresh_topics_soon(self, topics: list[str]) -> None:
+    def refresh_topics_soon(self, topics: Iterable[str]) -> None:
         """Re-read some topics' partitions (leader, ISR) in the background."""
-        self.loop.create_task(self.refresh_topics(topics))
+        self._spawn(self.refresh_topics(topics))
 
-    async def refresh_topics(self, topics: list[str]) -> None:
+    def _spawn(self, coroutine: Any) -> None:
+        task = self.loop.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def refresh_topics(self, topics: Iterable[str]) -> None:
         """Re-read some topics' partitions (leader, ISR) now."""
+        topics = list(topics)
         try:
             response = await self.control.metadata(topics)
         except ControlError as exc:
@@ -251,9 +270,8 @@ class InsyncProxy:
 
         def factory() -> ClientConnection:
             listener = holder["listener"]
-            if node_id is None:
-                return ClientConnection(self, listener, None)
-            return ClientConnection(self, listener, self.cluster_view.known_brokers.get(node_id))
+            upstream = None if node_id is None else self.cluster_view.known_brokers.get(node_id)
+            return ClientConnection(self.connection_settings, listener.settings, upstream)
 
         server = await self.loop.create_server(
             factory, self.config.bind_host, port, ssl=self.downstream_ssl, reuse_address=True, backlog=1024
@@ -296,24 +314,8 @@ class InsyncProxy:
         cold = [t for t in self.cluster_view.topic_partition_counts if not self.min_insync.has_fresh(t)]
         if cold:
             self.min_insync.fetch(cold).add_done_callback(lambda f: f.exception())
-        self.metrics.partitions_below_min_isr.set(self.count_partitions_below_min_isr())
+        self.metrics.partitions_below_min_isr.set(self.cluster_view.count_below_min_isr(self.min_insync.peek))
         return response
-
-    def count_partitions_below_min_isr(self) -> int:
-        count = 0
-        for (topic, _), state in self.cluster_view.partitions.items():
-            min_isr = effective_min_isr(self.min_insync.peek(topic), len(state.replicas))
-            if min_isr is not None and len(state.isr) < min_isr:
-                count += 1
-        return count
-
-    async def learn_brokers_from_response(self, frame: Any, version: int) -> None:
-        """A client's Metadata answer named a broker with no listener yet: create it before the client reads it."""
-        _, body = split_response(frame, ApiKey.METADATA, version)
-        response = decode_response(ApiKey.METADATA, version, body)
-        assert isinstance(response, MetadataResponse)
-        self.cluster_view.update(response)
-        await self.sync_broker_listeners(remove_missing=False)
 
     async def sync_broker_listeners(self, remove_missing: bool) -> None:
         async with self._listener_lock:
@@ -365,20 +367,6 @@ class InsyncProxy:
             return rotated
         return [a for a in rotated if a in registered] + [a for a in rotated if a not in registered]
 
-    async def open_upstream(self, client: ClientConnection, host: str, port: int) -> UpstreamConnection:
-        label = f"{host}:{port}"
-        _, upstream = await asyncio.wait_for(
-            self.loop.create_connection(
-                lambda: UpstreamConnection(client, label, self.config.max_frame_bytes, self.metrics),
-                host,
-                port,
-                ssl=self.upstream_ssl,
-                server_hostname=host if self.upstream_ssl else None,
-            ),
-            self.config.connect_timeout_seconds,
-        )
-        return upstream
-
     @property
     def ready(self) -> tuple[bool, str]:
         """Ready: the control connection reached a broker and the proxy knows the brokers."""
@@ -399,7 +387,7 @@ class InsyncProxy:
         listeners += [listener for g in self.groups for listener in g.brokers.values()]
         for listener in listeners:
             listener.server.close()
-        in_flight = sum(len(c.pending) for c in self.connections)
+        in_flight = sum(c.pending for c in self.connections)
         log.info("stopping: %d connection(s), %d request(s) in flight; draining up to %.0fs",
                  len(self.connections), in_flight, timeout)
         for connection in list(self.connections):

@@ -12,15 +12,15 @@ import asyncio
 import collections
 import logging
 import zlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from insync_proxy.protocol import ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import PartitionProduceData, TopicProduceData
 from insync_proxy.protocol.records import encode_record_batch
+from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.control import ControlConnection, ControlError
-
-if TYPE_CHECKING:
-    from insync_proxy.proxy.server import InsyncProxy
+from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.audit.kafka")
 
@@ -30,20 +30,35 @@ FLUSH_SECONDS = 1.0
 
 
 class KafkaAuditSink:
-    def __init__(self, proxy: InsyncProxy, topic: str, queue_size: int) -> None:
-        self.proxy = proxy
+    def __init__(
+        self,
+        topic: str,
+        queue_size: int,
+        *,
+        proxy_id: str,
+        cluster_view: ClusterView,
+        refresh_topics: Callable[[Iterable[str]], Awaitable[None]],
+        connect: Callable[[tuple[str, int]], ControlConnection],
+        metrics: ProxyMetrics,
+    ) -> None:
         self.topic = topic
+        self.proxy_id = proxy_id
+        self.cluster_view = cluster_view
+        self.refresh_topics = refresh_topics
+        self.connect = connect
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.queue: collections.deque[bytes] = collections.deque()
         self.queue_size = queue_size
         self._leaders: dict[int, ControlConnection] = {}
         self._task: asyncio.Task[None] | None = None
-        self._written = proxy.metrics.audit_events_written_total.labels("kafka")
-        self._dropped = proxy.metrics.audit_events_dropped_total.labels("kafka_queue_full")
+        self._written = metrics.audit_events_written_total.labels("kafka")
+        self._dropped = metrics.audit_events_dropped_total.labels("kafka_queue_full")
         self._warned = False
 
     def offer(self, lines: list[bytes]) -> None:
         """From the audit writer thread: hand JSON lines over (thread-safe, one loop callback per batch)."""
-        self.proxy.loop.call_soon_threadsafe(self._append, lines)
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._append, lines)
 
     def _append(self, lines: list[bytes]) -> None:
         for line in lines:
@@ -53,7 +68,8 @@ class KafkaAuditSink:
             self.queue.append(line)
 
     def start(self) -> None:
-        self._task = self.proxy.loop.create_task(self._run())
+        self.loop = asyncio.get_running_loop()
+        self._task = self.loop.create_task(self._run())
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -76,16 +92,16 @@ class KafkaAuditSink:
                 log.warning("audit events to Kafka topic %s failed: %s", self.topic, exc)
 
     def _partition(self, count: int) -> int:
-        return zlib.crc32(self.proxy.config.proxy_id.encode()) % max(count, 1)
+        return zlib.crc32(self.proxy_id.encode()) % max(count, 1)
 
     async def _flush(self) -> bool:
         """Send up to one batch; True when it was acknowledged."""
         if not self.queue:
             return True
-        view = self.proxy.cluster_view
+        view = self.cluster_view
         count = view.topic_partition_counts.get(self.topic)
         if count is None:
-            await self.proxy.refresh_topics([self.topic])
+            await self.refresh_topics([self.topic])
             count = view.topic_partition_counts.get(self.topic)
             if count is None:
                 if not self._warned:
@@ -97,10 +113,10 @@ class KafkaAuditSink:
         state = view.partition(self.topic, partition)
         address = view.known_brokers.get(state.leader_id) if state is not None else None
         if address is None:
-            await self.proxy.refresh_topics([self.topic])
+            await self.refresh_topics([self.topic])
             return False
         lines = [self.queue[i] for i in range(min(len(self.queue), MAX_RECORDS_PER_BATCH))]
-        key = self.proxy.config.proxy_id.encode()
+        key = self.proxy_id.encode()
         # The batch checksum (CRC-32C) is computed in pure Python: keep it off the event loop.
         records = await asyncio.get_running_loop().run_in_executor(
             None, encode_record_batch, lines, [key] * len(lines)
@@ -112,10 +128,7 @@ class KafkaAuditSink:
         )
         connection = self._leaders.get(state.leader_id) if state is not None else None
         if connection is None:
-            connection = ControlConnection(
-                [address], ssl_context=self.proxy.upstream_ssl, sasl=self.proxy.control.sasl,
-                timeout=self.proxy.config.connect_timeout_seconds,
-            )
+            connection = self.connect(address)
             self._leaders[state.leader_id] = connection  # type: ignore[union-attr]
         try:
             response: Any = await connection.request(request, PRODUCE_VERSION)
@@ -127,7 +140,7 @@ class KafkaAuditSink:
         error = response.responses[0].partition_responses[0].error_code
         if error != 0:
             log.debug("audit batch to %s-%d: error %d", self.topic, partition, error)
-            await self.proxy.refresh_topics([self.topic])
+            await self.refresh_topics([self.topic])
             return False
         for _ in lines:
             self.queue.popleft()

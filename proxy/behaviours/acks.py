@@ -13,9 +13,12 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from insync_proxy.protocol import (
     ApiKey,
@@ -29,11 +32,9 @@ from insync_proxy.protocol import (
     produce_response_error_codes,
 )
 from insync_proxy.protocol.produce import PartitionKey, PartitionSpan, ProduceRequestIndex
+from insync_proxy.proxy.config import AcksPolicyConfig
+from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
-from insync_proxy.proxy.min_insync import effective_min_isr
-
-if TYPE_CHECKING:
-    from insync_proxy.proxy.server import InsyncProxy
 
 ACKS_MIN_INSYNC = -2
 VALID_ACKS = frozenset({-2, -1, 0, 1})
@@ -62,19 +63,30 @@ class _Decision:
         self.error_code = error_code
 
 
+@dataclass(slots=True)
+class ProduceDecisions:
+    """AcksPolicy's state of one Produce exchange: what it decided, until the response is written."""
+
+    acks: int
+    decisions: list[_Decision]
+    index: ProduceRequestIndex
+    #: Partitions the proxy answered itself when the rest was forwarded (merged into the answer).
+    proxy_errors: dict[PartitionKey, int] | None = None
+
+
 class AcksPolicy(BehaviourBase):
     """Reads every Produce request's acks in place and decides, per partition, what goes upstream."""
 
     request_keys = frozenset({ApiKey.PRODUCE})
+    complete_keys = frozenset({ApiKey.PRODUCE})
 
-    def __init__(self, proxy: InsyncProxy) -> None:
-        self.proxy = proxy
-        config = proxy.config
-        self.policies = config.acks_policies
+    def __init__(self, context: BehaviourContext, policies: Sequence[AcksPolicyConfig], audit_forwarded: bool) -> None:
+        self.context = context
+        self.policies = list(policies)
         self.has_floor = any(p.acks_floor is not None for p in self.policies)
         self.has_fast_fail = any(p.fast_fail for p in self.policies)
-        self.audit_forwarded = config.audit.enabled
-        self._policy_cache: dict[str, Any] = {}
+        self.audit_forwarded = audit_forwarded
+        self._policy_cache: dict[str, AcksPolicyConfig | None] = {}
         self._last_isr_refresh: dict[str, float] = {}
         self._decision_counters: dict[tuple[str, int, int | None, str], Any] = {}
 
@@ -105,16 +117,17 @@ class AcksPolicy(BehaviourBase):
             return
         self._decide(exchange, index, acks)
 
-    def _policy(self, topic: str) -> Any:
+    def _policy(self, topic: str) -> AcksPolicyConfig | None:
+        """The first policy whose pattern matches the topic (cached per topic)."""
         try:
             return self._policy_cache[topic]
         except KeyError:
-            policy = self._policy_cache[topic] = self.proxy.config.policy_for(topic)
+            policy = self._policy_cache[topic] = next((p for p in self.policies if p.matches(topic)), None)
             return policy
 
     def _decide(self, exchange: Exchange, index: ProduceRequestIndex, acks: int) -> None:
-        view = self.proxy.cluster_view
-        metrics = self.proxy.metrics
+        view = self.context.cluster_view
+        metrics = self.context.metrics
         # acks is per request: a floor on any of its topics raises the whole request.
         acks_sent = acks
         floor_topics: set[str] = set()
@@ -154,19 +167,18 @@ class AcksPolicy(BehaviourBase):
                 None if span.key in errors else upstream_acks,
                 int(ErrorCode.NOT_ENOUGH_REPLICAS) if span.key in errors else None,
             ))
-        exchange.context["acks"] = (acks, decisions, index)
+        state = ProduceDecisions(acks, decisions, index)
+        exchange.put(state)
         upstream_acks = -1 if acks_sent == ACKS_MIN_INSYNC else acks_sent
         total = len(decisions)
         if errors and len(errors) == total:
-            exchange.upstream_frame = None
-            exchange.expects_response = True
-            exchange.local_response = build_produce_error_response(index, errors)
+            exchange.answer_locally(build_produce_error_response(index, errors))
             return
         if errors:
             keep = {span.key for span in index.partitions() if span.key not in errors}
             exchange.upstream_frame = list(build_forward_request_chunks(index, keep, acks=upstream_acks)[1:])
-            exchange.context["proxy_errors"] = errors
-            exchange.response_hooks.append(self._merge)
+            state.proxy_errors = errors
+            exchange.response_hooks.append(functools.partial(_merge, state))
         elif upstream_acks != acks:
             frame = index.frame
             a = index.acks_offset
@@ -177,10 +189,8 @@ class AcksPolicy(BehaviourBase):
             exchange.expects_response = True
 
     def _isr(self, topic: str, partition: int) -> tuple[int | None, int | None]:
-        state = self.proxy.cluster_view.partition(topic, partition)
-        if state is None:
-            return None, None
-        return len(state.isr), effective_min_isr(self.proxy.min_insync.peek(topic), len(state.replicas))
+        readiness = self.context.cluster_view.readiness(topic, partition, self.context.min_insync.peek(topic))
+        return readiness.isr_size, readiness.min_isr
 
     def _refresh_isr_soon(self, topic: str) -> None:
         """A failed precheck re-reads the topic's ISR (at most once a second) so a retry sees recovery."""
@@ -188,45 +198,42 @@ class AcksPolicy(BehaviourBase):
         if now - self._last_isr_refresh.get(topic, 0.0) < 1.0:
             return
         self._last_isr_refresh[topic] = now
-        self.proxy.refresh_topics_soon([topic])
+        self.context.refresh_topics([topic])
 
     def _reject_invalid_acks(self, exchange: Exchange, index: ProduceRequestIndex, acks: int) -> None:
         errors = {span.key: int(ErrorCode.INVALID_REQUIRED_ACKS) for span in index.partitions()}
-        exchange.upstream_frame = None
-        exchange.expects_response = True
-        exchange.local_response = build_produce_error_response(index, errors)
-        exchange.context["acks"] = (acks, [
+        exchange.answer_locally(build_produce_error_response(index, errors))
+        exchange.put(ProduceDecisions(acks, [
             self._plain_decision(span, ANSWERED_INVALID_REQUIRED_ACKS, None, int(ErrorCode.INVALID_REQUIRED_ACKS))
             for span in index.partitions()
-        ], index)
+        ], index))
 
     def _record_forwarded(self, exchange: Exchange, index: ProduceRequestIndex, acks: int, acks_sent: int) -> None:
-        exchange.context["acks"] = (acks, [
+        exchange.put(ProduceDecisions(acks, [
             self._plain_decision(span, FORWARDED, acks_sent, None) for span in index.partitions()
-        ], index)
+        ], index))
 
     def _plain_decision(self, span: PartitionSpan, decision: str, acks_sent: int | None,
                         error_code: int | None) -> _Decision:
-        name = self.proxy.cluster_view.topic_name(span.topic) or str(span.topic)
+        name = self.context.cluster_view.topic_name(span.topic) or str(span.topic)
         isr_size, min_isr = self._isr(name, span.partition)
         return _Decision(name, span.partition, max(span.records_size, 0), isr_size, min_isr, decision,
                          acks_sent, error_code)
 
-    # ------------------------------------------------------------------ response path
-    def _merge(self, exchange: Exchange, frame: Frame) -> Frame:
-        _, decisions, index = exchange.context["acks"]
-        return merge_produce_responses(index, frame, exchange.context["proxy_errors"])
-
-    def record(self, exchange: Exchange, latency_seconds: float | None) -> None:
+    # ------------------------------------------------------------------ completion
+    def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
         """After the response was written (or forwarded, for acks=0): metrics and audit per partition."""
-        acks, decisions, index = exchange.context["acks"]
-        metrics = self.proxy.metrics
+        state = exchange.get(ProduceDecisions)
+        if state is None:
+            return
+        acks, decisions = state.acks, state.decisions
+        metrics = self.context.metrics
         response = exchange.response
         codes: dict[tuple[str, int], int] = {}
         if response is not None and any(d.error_code is None and d.acks_sent != 0 for d in decisions):
-            codes = _response_error_codes(response, exchange.api_version, self.proxy)
-        audit = self.proxy.audit
-        listener = exchange.connection.listener.label
+            codes = _response_error_codes(response, exchange.api_version, self.context)
+        audit = self.context.audit
+        listener = exchange.listener.label
         latency_ms = None if latency_seconds is None else round(latency_seconds * 1000, 3)
         # Stamped when the decision was taken (the request arrived), as isr_size/min_isr describe that moment.
         decided_at = time.time() - (time.perf_counter() - exchange.received_at)
@@ -264,10 +271,16 @@ class AcksPolicy(BehaviourBase):
                 }, at=decided_at)
 
 
-def _response_error_codes(response: Frame, version: int, proxy: InsyncProxy) -> dict[tuple[str, int], int]:
+def _merge(state: ProduceDecisions, exchange: Exchange, frame: Frame) -> Frame:
+    """The broker's answer for the forwarded partitions plus the proxy's own, in request order."""
+    assert state.proxy_errors is not None
+    return merge_produce_responses(state.index, frame, state.proxy_errors)
+
+
+def _response_error_codes(response: Frame, version: int, context: BehaviourContext) -> dict[tuple[str, int], int]:
     try:
         scanned = produce_response_error_codes(response, version)
     except ProtocolError:
         return {}
-    view = proxy.cluster_view
+    view = context.cluster_view
     return {(view.topic_name(topic) or str(topic), partition): code for topic, partition, code in scanned}

@@ -6,7 +6,6 @@ covers FindCoordinator, DescribeCluster, Produce v10+ and Fetch v16+ node endpoi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 from insync_proxy.protocol import (
@@ -23,38 +22,13 @@ from insync_proxy.protocol import (
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
 
-class ListenerAddresses(Mapping[int, tuple[str, int]]):
-    """node id -> the address of that broker's listener in one listener group (computed on lookup)."""
-
-    def __init__(self, host: str, port_base: int) -> None:
-        self.host = host
-        self.port_base = port_base
-
-    def __getitem__(self, node_id: int) -> tuple[str, int]:
-        if node_id < 0:
-            raise KeyError(node_id)
-        return (self.host, self.port_base + node_id)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-    def __bool__(self) -> bool:
-        return True  # covers every node id, though it lists none
-
-    def __contains__(self, node_id: object) -> bool:
-        return isinstance(node_id, int) and node_id >= 0
-
-
 class AddressRewrite(BehaviourBase):
     """Rewrites host/port in FindCoordinator, DescribeCluster, Produce and Fetch responses."""
 
     response_keys = frozenset({ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.PRODUCE, ApiKey.FETCH})
 
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame:
-        addresses = exchange.connection.listener.group.addresses
+        addresses = exchange.listener.addresses
         key, version = exchange.api_key, exchange.api_version
         if key == ApiKey.PRODUCE:
             return rewrite_produce_node_endpoints(frame, version, addresses) if version >= 10 else frame

@@ -58,10 +58,7 @@ class ApiVersionsNegotiation(BehaviourBase):
                 ),
                 0,
             )
-            exchange.upstream_frame = None
-            exchange.local_response = encode_response_with_header(
-                ApiKey.API_VERSIONS, 0, exchange.correlation_id, body
-            )
+            exchange.answer_locally(encode_response_with_header(ApiKey.API_VERSIONS, 0, exchange.correlation_id, body))
 
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame:
         correlation_id, body = split_response(frame, ApiKey.API_VERSIONS, exchange.api_version)
@@ -70,7 +67,7 @@ class ApiVersionsNegotiation(BehaviourBase):
         version = 0 if error_code == ErrorCode.UNSUPPORTED_VERSION else exchange.api_version
         response = decode_response(ApiKey.API_VERSIONS, version, body)
         assert isinstance(response, ApiVersionsResponse)
-        kip637 = exchange.connection.listener.group.config.metadata_schema == "kip637"
+        kip637 = exchange.listener.metadata_schema == "kip637"
         api_keys = []
         for entry in response.api_keys:
             key = entry.api_key

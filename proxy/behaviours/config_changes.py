@@ -7,27 +7,25 @@ carries the new value.
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import TYPE_CHECKING
 
 from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.protocol.topic_names import TOPIC_CHANGING_APIS, changed_topic_names
+from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
-
-if TYPE_CHECKING:
-    from insync_proxy.proxy.server import InsyncProxy
 
 log = logging.getLogger("insync_proxy.config_changes")
 
 #: How long a topic-changing response may wait for the cache to re-read the topics.
-REFRESH_WAIT_SECONDS = 2.0
+REFRESH_WAIT_SECONDS = 5.0
 
 
 class TopicConfigWatcher(BehaviourBase):
     request_keys = frozenset(TOPIC_CHANGING_APIS)
 
-    def __init__(self, proxy: InsyncProxy) -> None:
-        self.proxy = proxy
+    def __init__(self, context: BehaviourContext) -> None:
+        self.context = context
 
     def on_request(self, exchange: Exchange) -> None:
         try:
@@ -36,19 +34,17 @@ class TopicConfigWatcher(BehaviourBase):
             log.debug("cannot read topic names of %s v%d: %s", exchange.api_key, exchange.api_version, exc)
             return
         if names or brokers_changed:
-            exchange.context["changed_topics"] = (names, brokers_changed)
-            exchange.response_hooks.append(self._after_change)
+            exchange.response_hooks.append(functools.partial(self._after_change, list(names), brokers_changed))
 
-    async def _after_change(self, exchange: Exchange, frame: Frame) -> Frame:
-        names, brokers_changed = exchange.context["changed_topics"]
-        cache = self.proxy.min_insync
+    async def _after_change(self, names: list[str], brokers_changed: bool, exchange: Exchange, frame: Frame) -> Frame:
+        cache = self.context.min_insync
         if brokers_changed:
             cache.invalidate_all()
         else:
             cache.invalidate(names)
         if exchange.api_key == ApiKey.DELETE_TOPICS:
             for name in names:
-                self.proxy.cluster_view.forget_topic(name)
+                self.context.cluster_view.forget_topic(name)
             return frame
         await cache.wait_for(names, bound_seconds=REFRESH_WAIT_SECONDS)
         return frame

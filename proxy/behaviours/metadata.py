@@ -13,8 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Iterator, Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 from insync_proxy.protocol import (
     ApiKey,
@@ -35,11 +34,8 @@ from insync_proxy.protocol.headers import response_header_version
 from insync_proxy.protocol.messages import Kip637MetadataResponseTopic
 from insync_proxy.protocol.primitives import Reader
 from insync_proxy.proxy.behaviours.api_versions import KIP637_METADATA_VERSION
-from insync_proxy.proxy.exchange import Exchange, Frame
-from insync_proxy.proxy.min_insync import effective_min_isr
-
-if TYPE_CHECKING:
-    from insync_proxy.proxy.server import InsyncProxy
+from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
 log = logging.getLogger("insync_proxy.metadata")
 
@@ -71,12 +67,19 @@ def metadata_broker_ids(frame: Frame, version: int) -> list[int]:
     return ids
 
 
+@dataclass(frozen=True, slots=True)
+class Kip637Request:
+    """MetadataEnricher's state: this exchange is KIP-637's "v10", sent upstream as v9."""
+
+    upstream_version: int
+
+
 class _MinInsyncLookup(Mapping[str | uuid.UUID, int]):
     """What the splice asks per topic: the cached value; records the topics it had to leave out."""
 
-    def __init__(self, proxy: InsyncProxy) -> None:
-        self.cache = proxy.min_insync
-        self.view = proxy.cluster_view
+    def __init__(self, context: BehaviourContext) -> None:
+        self.cache = context.min_insync
+        self.view = context.cluster_view
         self.missing: list[str] = []
         self.hits = 0
 
@@ -103,8 +106,8 @@ class _MinInsyncLookup(Mapping[str | uuid.UUID, int]):
 class _UnreadyPartitions:
     """(topic, partition) whose ISR is below the effective min ISR in the proxy's view."""
 
-    def __init__(self, proxy: InsyncProxy) -> None:
-        self.proxy = proxy
+    def __init__(self, context: BehaviourContext) -> None:
+        self.context = context
         self.hidden = 0
 
     def __contains__(self, key: object) -> bool:
@@ -112,76 +115,71 @@ class _UnreadyPartitions:
             return False
         topic: str = key[0]
         partition: int = key[1]
-        state = self.proxy.cluster_view.partition(topic, partition)
-        if state is None:
-            return False
-        min_isr = effective_min_isr(self.proxy.min_insync.peek(topic), len(state.replicas))
-        if min_isr is not None and len(state.isr) < min_isr:
+        context = self.context
+        if context.cluster_view.readiness(topic, partition, context.min_insync.peek(topic)).below_min_isr:
             self.hidden += 1
             return True
         return False
 
 
-class MetadataEnricher:
+class MetadataEnricher(BehaviourBase):
     """Address rewrite + min.insync.replicas enrichment of Metadata responses, and the ISR view."""
 
     request_keys = frozenset({ApiKey.METADATA})
     response_keys = frozenset({ApiKey.METADATA})
 
-    def __init__(self, proxy: InsyncProxy) -> None:
-        self.proxy = proxy
+    def __init__(self, context: BehaviourContext) -> None:
+        self.context = context
         self._last_learnt = 0.0
 
     def on_request(self, exchange: Exchange) -> None:
-        group = exchange.connection.listener.group
-        if group.config.metadata_schema == "kip637" and exchange.api_version == KIP637_METADATA_VERSION:
+        if exchange.listener.metadata_schema == "kip637" and exchange.api_version == KIP637_METADATA_VERSION:
             # KIP-637's "v10" is Kafka's v9 plus one field: ask the broker for v9.
             header, offset = decode_request_header(exchange.request_frame)
             request = decode_request(ApiKey.METADATA, KIP637_METADATA_VERSION, exchange.request_frame[offset:])
             exchange.upstream_frame = encode_request_header(
                 replace(header, request_api_version=KIP637_UPSTREAM_VERSION)
             ) + encode_request(request, KIP637_UPSTREAM_VERSION)
-            exchange.context["kip637"] = True
+            exchange.put(Kip637Request(KIP637_UPSTREAM_VERSION))
 
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame | Awaitable[Frame]:
-        version = KIP637_UPSTREAM_VERSION if exchange.context.get("kip637") else exchange.api_version
+        kip637 = exchange.get(Kip637Request)
+        version = kip637.upstream_version if kip637 is not None else exchange.api_version
         broker_ids = metadata_broker_ids(frame, version)
-        group = exchange.connection.listener.group
-        if any(not group.has_broker_listener(node_id) for node_id in broker_ids):
+        listeners = exchange.listener.broker_listeners
+        if any(node_id not in listeners for node_id in broker_ids):
             # A client may connect to a broker's listener as soon as it reads this answer.
             return self._after_listeners(exchange, frame, version, broker_ids)
         return self._enrich(exchange, frame, version, broker_ids)
 
     async def _after_listeners(self, exchange: Exchange, frame: Frame, version: int, broker_ids: list[int]) -> Frame:
-        await self.proxy.learn_brokers_from_response(frame, version)
+        self._learn(frame, version)
+        await self.context.open_broker_listeners()
         result = self._enrich(exchange, frame, version, broker_ids)
         return await result if not isinstance(result, bytes | bytearray | memoryview) else result
 
     def _enrich(self, exchange: Exchange, frame: Frame, version: int, broker_ids: list[int]) -> Frame | Awaitable[Frame]:
-        group = exchange.connection.listener.group
-        hide = group.config.hide_unready_partitions
-        if hide:
+        if exchange.listener.hide_unready_partitions:
             self._learn(frame, version)  # decide on this answer's own ISR
-        lookup = _MinInsyncLookup(self.proxy)
+        lookup = _MinInsyncLookup(self.context)
         new = self._splice(exchange, frame, version, broker_ids, lookup)
-        if lookup.missing and self.proxy.min_insync.miss_wait > 0:
+        if lookup.missing and self.context.min_insync.miss_wait > 0:
             return self._after_fetch(exchange, frame, version, broker_ids, lookup.missing)
         return self._finish(exchange, frame, new, version, lookup)
 
     async def _after_fetch(
         self, exchange: Exchange, frame: Frame, version: int, broker_ids: list[int], missing: list[str]
     ) -> Frame:
-        await self.proxy.min_insync.wait_for(missing)
-        lookup = _MinInsyncLookup(self.proxy)
+        await self.context.min_insync.wait_for(missing)
+        lookup = _MinInsyncLookup(self.context)
         new = self._splice(exchange, frame, version, broker_ids, lookup)
         return self._finish(exchange, frame, new, version, lookup)
 
     def _splice(
         self, exchange: Exchange, frame: Frame, version: int, broker_ids: list[int], lookup: _MinInsyncLookup
     ) -> bytes:
-        group = exchange.connection.listener.group
-        addresses = group.addresses
-        unready = _UnreadyPartitions(self.proxy) if group.config.hide_unready_partitions else None
+        addresses = exchange.listener.addresses
+        unready = _UnreadyPartitions(self.context) if exchange.listener.hide_unready_partitions else None
         new = enrich_metadata_response(
             frame,
             version,
@@ -190,22 +188,22 @@ class MetadataEnricher:
             leaderless=unready,
         )
         if unready is not None and unready.hidden:
-            self.proxy.metrics.partitions_hidden_total.inc(unready.hidden)
+            self.context.metrics.partitions_hidden_total.inc(unready.hidden)
         return new
 
     def _finish(self, exchange: Exchange, original: Frame, new: bytes, version: int, lookup: _MinInsyncLookup) -> Frame:
         if lookup.missing:
-            self.proxy.min_insync.fetch(lookup.missing)  # for next time: never block a client longer
+            self.context.min_insync.fetch(lookup.missing)  # for next time: never block a client longer
         if lookup.hits:
-            self.proxy.metrics.topics_enriched_total.inc(lookup.hits)
-        if not exchange.connection.listener.group.config.hide_unready_partitions:
+            self.context.metrics.topics_enriched_total.inc(lookup.hits)
+        if not exchange.listener.hide_unready_partitions:
             # A full decode costs far more than the answer itself: learn at most once a second from
             # clients' answers (the proxy's own refresh keeps the view current between them).
             now = time.monotonic()
             if now - self._last_learnt >= LEARN_INTERVAL_SECONDS:
                 self._last_learnt = now
-                self.proxy.loop.call_soon(self._learn, original, version)
-        if exchange.context.get("kip637"):
+                self.context.call_soon(lambda: self._learn(original, version))
+        if exchange.get(Kip637Request) is not None:
             return self._to_kip637_layout(exchange, new)
         return new
 
@@ -243,4 +241,4 @@ class MetadataEnricher:
             log.debug("could not learn from a Metadata v%d response: %s", version, exc)
             return
         assert isinstance(response, MetadataResponse)
-        self.proxy.cluster_view.update(response)
+        self.context.cluster_view.update(response)

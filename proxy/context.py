@@ -1,0 +1,37 @@
+"""What a behaviour may use of the proxy: a narrow context, never the process object.
+
+Built once by the server and handed to each behaviour's constructor. Everything here is either a
+shared view (cluster, min.insync.replicas cache), a sink (metrics, audit), or one verb the behaviour
+needs (re-read topics, open listeners for newly seen brokers, defer work off the latency path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from insync_proxy.proxy.cluster_view import ClusterView
+from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.min_insync import MinInsyncCache
+
+
+class AuditSink(Protocol):
+    """Where behaviours send audit events (proxy/audit)."""
+
+    def emit(self, event: dict[str, Any], at: float | None = None) -> None: ...
+
+
+@dataclass(slots=True)
+class BehaviourContext:
+    cluster_view: ClusterView
+    min_insync: MinInsyncCache
+    metrics: ProxyMetrics
+    audit: AuditSink | None
+    #: Re-read these topics' partitions (leader, ISR) in the background.
+    refresh_topics: Callable[[Iterable[str]], None]
+    #: Open listeners for brokers the cluster view knows but no listener serves yet; awaited before a
+    #: client reads a Metadata answer that names them.
+    open_broker_listeners: Callable[[], Awaitable[None]]
+    #: Run a callable soon on the event loop, after the current response is on its way.
+    call_soon: Callable[[Callable[[], None]], None]

@@ -1,0 +1,65 @@
+"""What the proxy observes of every exchange: request counts and latencies, debug capture, leak check."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from insync_proxy.proxy.capture import FrameCapture
+from insync_proxy.proxy.exchange import Exchange, Frame, api_name
+from insync_proxy.proxy.metrics import ProxyMetrics
+
+log = logging.getLogger("insync_proxy")
+
+
+class ExchangeObserver:
+    """The connection core's observer: Prometheus series per API (children cached), and debug aids."""
+
+    def __init__(
+        self,
+        metrics: ProxyMetrics,
+        capture: FrameCapture | None = None,
+        leak_check_brokers: Mapping[int, tuple[str, int]] | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.capture = capture
+        #: Real broker addresses to look for in responses (debug_address_leak_check), else None.
+        self.leak_check_brokers = leak_check_brokers
+        self._requests: dict[int, Any] = {}
+        self._request_latency: dict[int, Any] = {}
+        self._upstream_latency: dict[int, Any] = {}
+
+    def request_received(self, exchange: Exchange) -> None:
+        child = self._requests.get(exchange.api_key)
+        if child is None:
+            child = self._requests[exchange.api_key] = self.metrics.requests_total.labels(api_name(exchange.api_key))
+        child.inc()
+
+    def upstream_answered(self, exchange: Exchange, frame: memoryview, seconds: float) -> None:
+        child = self._upstream_latency.get(exchange.api_key)
+        if child is None:
+            child = self._upstream_latency[exchange.api_key] = self.metrics.upstream_latency_seconds.labels(
+                api_name(exchange.api_key))
+        child.observe(seconds)
+        if self.capture is not None:
+            self.capture.record(exchange, frame)
+
+    def response_written(self, exchange: Exchange, payload: Frame, seconds: float) -> None:
+        child = self._request_latency.get(exchange.api_key)
+        if child is None:
+            child = self._request_latency[exchange.api_key] = self.metrics.request_latency_seconds.labels(
+                api_name(exchange.api_key))
+        child.observe(seconds)
+        if self.leak_check_brokers is not None:
+            self._check_address_leak(exchange, payload)
+
+    def _check_address_leak(self, exchange: Exchange, payload: Frame) -> None:
+        """Debug aid for tests: a real broker's host immediately followed by its int32 port."""
+        data = bytes(payload)
+        assert self.leak_check_brokers is not None
+        for host, port in self.leak_check_brokers.values():
+            if host.encode() + port.to_bytes(4, "big") in data:
+                self.metrics.address_leaks_total.labels(api_name(exchange.api_key)).inc()
+                log.error("ADDRESS LEAK: %s v%d response on listener %s carries broker address %s:%d",
+                          api_name(exchange.api_key), exchange.api_version, exchange.listener.label, host, port)
