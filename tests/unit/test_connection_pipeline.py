@@ -14,6 +14,7 @@ import pytest
 
 from insync_proxy.protocol import (
     ApiKey,
+    ApiVersionsResponse,
     DescribeConfigsResponse,
     FrameSplitter,
     MetadataResponse,
@@ -24,6 +25,7 @@ from insync_proxy.protocol import (
     peek_request_header,
 )
 from insync_proxy.protocol.messages import (
+    ApiVersion,
     DescribeConfigsResourceResult,
     DescribeConfigsResult,
     MetadataResponseBroker,
@@ -77,6 +79,13 @@ class FakeBroker:
                     partition_index=0, leader_id=1, leader_epoch=0, replica_nodes=(1,), isr_nodes=(1,)),)),),
             ), version)
             return encode_response_with_header(key, version, correlation_id, body)
+        if key == ApiKey.API_VERSIONS:
+            # Like a broker: the proxy's control connection negotiates versions first.
+            body = encode_response(ApiVersionsResponse(api_keys=tuple(
+                ApiVersion(api_key=k, min_version=0, max_version=v) for k, v in (
+                    (ApiKey.METADATA, 12), (ApiKey.DESCRIBE_CONFIGS, 4), (ApiKey.API_VERSIONS, 3))
+            )), 0 if version == 0 else min(version, 3))
+            return encode_response_with_header(key, 0 if version == 0 else min(version, 3), correlation_id, body)
         if key == ApiKey.DESCRIBE_CONFIGS:
             await asyncio.sleep(self.describe_delay)
             body = encode_response(DescribeConfigsResponse(results=(DescribeConfigsResult(
