@@ -2,6 +2,8 @@
 
 Written from Apache Kafka's ``clients/src/main/resources/common/message/*.json`` (trunk of late
 2024 for 3.9, plus the 4.0/4.1 additions: Metadata v13, Produce v12-v13, DescribeCluster v2).
+Besides what the proxy reads on client paths, CreateTopics, SaslHandshake and SaslAuthenticate are
+declared here for the project's own clients (the control connection's login, the dev cluster).
 Field names are Kafka's, in snake_case. One dataclass covers every version of a message.
 """
 
@@ -16,6 +18,7 @@ from .errors import UnsupportedVersion
 from .primitives import Buffer
 from .schema import (
     BOOL,
+    BYTES,
     INT8,
     INT16,
     INT32,
@@ -42,6 +45,13 @@ __all__ = [
     "ApiVersionsResponse",
     "BatchIndexAndErrorMessage",
     "Coordinator",
+    "CreatableReplicaAssignment",
+    "CreatableTopic",
+    "CreatableTopicConfig",
+    "CreatableTopicConfigs",
+    "CreatableTopicResult",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
     "DescribeClusterBroker",
     "DescribeClusterRequest",
     "DescribeClusterResponse",
@@ -68,6 +78,10 @@ __all__ = [
     "PartitionProduceResponse",
     "ProduceRequest",
     "ProduceResponse",
+    "SaslAuthenticateRequest",
+    "SaslAuthenticateResponse",
+    "SaslHandshakeRequest",
+    "SaslHandshakeResponse",
     "SupportedFeatureKey",
     "TopicProduceData",
     "TopicProduceResponse",
@@ -551,6 +565,143 @@ class DescribeConfigsResponse(Message):
 
 
 # ---------------------------------------------------------------------------------------------
+# CreateTopics (key 19): v0-v7 in 3.9, v2-v7 in 4.x; flexible v5+. Not on any proxy path: the dev
+# cluster and the benchmarks create their topics with it.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableReplicaAssignment(Struct):
+    """The brokers one partition is placed on (manual assignment)."""
+
+    partition_index: int = kfield(INT32, "0+", default=0)
+    broker_ids: tuple[int, ...] = kfield(ArrayOf(INT32), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableTopicConfig(Struct):
+    """A topic config to set at creation."""
+
+    name: str = kfield(STRING, "0+", default="")
+    value: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableTopic(Struct):
+    """A topic to create; -1 partitions / replication factor = the broker's default (v4+) or assignments."""
+
+    name: str = kfield(STRING, "0+", default="")
+    num_partitions: int = kfield(INT32, "0+", default=-1)
+    replication_factor: int = kfield(INT16, "0+", default=-1)
+    assignments: tuple[CreatableReplicaAssignment, ...] = kfield(
+        ArrayOf(CreatableReplicaAssignment), "0+", default=())
+    configs: tuple[CreatableTopicConfig, ...] = kfield(ArrayOf(CreatableTopicConfig), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTopicsRequest(Message):
+    """CreateTopicsRequest v0-v7."""
+
+    API_KEY: ClassVar[int] = ApiKey.CREATE_TOPICS
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 7)
+    FLEXIBLE_FROM: ClassVar[int | None] = 5
+
+    topics: tuple[CreatableTopic, ...] = kfield(ArrayOf(CreatableTopic), "0+", default=())
+    timeout_ms: int = kfield(INT32, "0+", default=60000)
+    validate_only: bool = kfield(BOOL, "1+", default=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableTopicConfigs(Struct):
+    """A config of a created topic, as the broker reports it (v5+)."""
+
+    name: str = kfield(STRING, "5+", default="")
+    value: str | None = kfield(STRING, "5+", nullable="5+", default=None)
+    read_only: bool = kfield(BOOL, "5+", default=False)
+    config_source: int = kfield(INT8, "5+", default=-1)
+    is_sensitive: bool = kfield(BOOL, "5+", default=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableTopicResult(Struct):
+    """The outcome for one topic (36 TOPIC_ALREADY_EXISTS, ...)."""
+
+    name: str = kfield(STRING, "0+", default="")
+    topic_id: uuid.UUID = kfield(UUID, "7+", default=NULL_UUID)
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "1+", nullable="0+", default=None)
+    topic_config_error_code: int = kfield(INT16, "5+", tag=0, default=0)
+    num_partitions: int = kfield(INT32, "5+", default=-1)
+    replication_factor: int = kfield(INT16, "5+", default=-1)
+    configs: tuple[CreatableTopicConfigs, ...] | None = kfield(
+        ArrayOf(CreatableTopicConfigs), "5+", nullable="5+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTopicsResponse(Message):
+    """CreateTopicsResponse v0-v7 (v7 adds the new topic's id)."""
+
+    API_KEY: ClassVar[int] = ApiKey.CREATE_TOPICS
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 7)
+    FLEXIBLE_FROM: ClassVar[int | None] = 5
+
+    throttle_time_ms: int = kfield(INT32, "2+", default=0)
+    topics: tuple[CreatableTopicResult, ...] = kfield(ArrayOf(CreatableTopicResult), "0+", default=())
+
+
+# ---------------------------------------------------------------------------------------------
+# SaslHandshake (key 17): v0-v1, never flexible (KAFKA-9577). SaslAuthenticate (key 36): v0-v2,
+# flexible v2+. Clients' SASL frames pass through the proxy opaque; these serve its own logins.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslHandshakeRequest(Message):
+    """SaslHandshakeRequest v0-v1 (v1: the tokens follow in SaslAuthenticate requests)."""
+
+    API_KEY: ClassVar[int] = ApiKey.SASL_HANDSHAKE
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 1)
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+
+    mechanism: str = kfield(STRING, "0+", default="")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslHandshakeResponse(Message):
+    """SaslHandshakeResponse v0-v1: an error if the mechanism is not enabled, and the enabled ones."""
+
+    API_KEY: ClassVar[int] = ApiKey.SASL_HANDSHAKE
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 1)
+    FLEXIBLE_FROM: ClassVar[int | None] = None
+
+    error_code: int = kfield(INT16, "0+", default=0)
+    mechanisms: tuple[str, ...] = kfield(ArrayOf(STRING), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslAuthenticateRequest(Message):
+    """SaslAuthenticateRequest v0-v2: one client token of the mechanism's exchange."""
+
+    API_KEY: ClassVar[int] = ApiKey.SASL_AUTHENTICATE
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
+    FLEXIBLE_FROM: ClassVar[int | None] = 2
+
+    auth_bytes: bytes = kfield(BYTES, "0+", default=b"")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslAuthenticateResponse(Message):
+    """SaslAuthenticateResponse v0-v2: the server's token, or an error (58 SASL_AUTHENTICATION_FAILED)."""
+
+    API_KEY: ClassVar[int] = ApiKey.SASL_AUTHENTICATE
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
+    FLEXIBLE_FROM: ClassVar[int | None] = 2
+
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+    auth_bytes: bytes = kfield(BYTES, "0+", default=b"")
+    session_lifetime_ms: int = kfield(INT64, "1+", default=0)
+
+
+# ---------------------------------------------------------------------------------------------
 # Registry and entry points.
 
 REQUEST_TYPES: dict[int, type[Message]] = {
@@ -560,6 +711,9 @@ REQUEST_TYPES: dict[int, type[Message]] = {
     ApiKey.API_VERSIONS: ApiVersionsRequest,
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
     ApiKey.DESCRIBE_CLUSTER: DescribeClusterRequest,
+    ApiKey.CREATE_TOPICS: CreateTopicsRequest,
+    ApiKey.SASL_HANDSHAKE: SaslHandshakeRequest,
+    ApiKey.SASL_AUTHENTICATE: SaslAuthenticateRequest,
 }
 RESPONSE_TYPES: dict[int, type[Message]] = {
     ApiKey.PRODUCE: ProduceResponse,
@@ -568,6 +722,9 @@ RESPONSE_TYPES: dict[int, type[Message]] = {
     ApiKey.API_VERSIONS: ApiVersionsResponse,
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsResponse,
     ApiKey.DESCRIBE_CLUSTER: DescribeClusterResponse,
+    ApiKey.CREATE_TOPICS: CreateTopicsResponse,
+    ApiKey.SASL_HANDSHAKE: SaslHandshakeResponse,
+    ApiKey.SASL_AUTHENTICATE: SaslAuthenticateResponse,
 }
 #: Versions the codec decodes and encodes fully, per API key (request and response alike).
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {

@@ -17,6 +17,13 @@ from insync_proxy.protocol.messages import (
     ApiVersion,
     ApiVersionsResponse,
     Coordinator,
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreatableTopicConfigs,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
     DescribeClusterBroker,
     DescribeClusterResponse,
     DescribeConfigsResourceResult,
@@ -36,6 +43,10 @@ from insync_proxy.protocol.messages import (
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
     TopicProduceData,
     TopicProduceResponse,
     encode_request,
@@ -87,6 +98,27 @@ SAMPLES: list[tuple[str, str, Message, range]] = [
             name="min.insync.replicas", value="2", config_source=1, documentation="doc",
             synonyms=(DescribeConfigsSynonym(name="min.insync.replicas", value="2", source=1),)),)),)),
      range(1, 5)),
+    ("create_topics", "request", CreateTopicsRequest(
+        topics=(CreatableTopic(name="orders", num_partitions=3, replication_factor=3,
+                               configs=(CreatableTopicConfig(name="min.insync.replicas", value="2"),
+                                        CreatableTopicConfig(name="retention.ms", value=None))),
+                CreatableTopic(name="placed", assignments=(
+                    CreatableReplicaAssignment(partition_index=0, broker_ids=(1, 2, 3)),
+                    CreatableReplicaAssignment(partition_index=1, broker_ids=(2, 3, 1))))),
+        timeout_ms=30000, validate_only=True), range(2, 8)),
+    ("create_topics", "response", CreateTopicsResponse(throttle_time_ms=3, topics=(
+        CreatableTopicResult(name="orders", topic_id=TOPIC_ID, num_partitions=3, replication_factor=3,
+                             configs=(CreatableTopicConfigs(name="min.insync.replicas", value="2", config_source=1),
+                                      CreatableTopicConfigs(name="password", read_only=True, is_sensitive=True))),
+        CreatableTopicResult(name="placed", error_code=36, error_message="exists", topic_config_error_code=29,
+                             configs=None))), range(2, 8)),
+    ("sasl_handshake", "request", SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), range(0, 2)),
+    ("sasl_handshake", "response", SaslHandshakeResponse(
+        error_code=33, mechanisms=("PLAIN", "SCRAM-SHA-256")), range(0, 2)),
+    ("sasl_authenticate", "request", SaslAuthenticateRequest(auth_bytes=b"n,,n=user,r=abc"), range(0, 3)),
+    ("sasl_authenticate", "response", SaslAuthenticateResponse(
+        error_message="welcome", auth_bytes=b"r=abcdef,s=c2FsdA==,i=4096", session_lifetime_ms=3600000),
+     range(0, 3)),
 ]
 
 CASES = [(api, kind, msg, v) for api, kind, msg, versions in SAMPLES for v in versions]

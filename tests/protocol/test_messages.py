@@ -15,6 +15,12 @@ from insync_proxy.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     Coordinator,
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
     DescribeClusterBroker,
     DescribeClusterRequest,
     DescribeClusterResponse,
@@ -29,6 +35,10 @@ from insync_proxy.protocol.messages import (
     MetadataResponseKip637,
     MetadataResponsePartition,
     ProduceRequest,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
     decode_metadata_response_kip637,
     decode_request,
     decode_response,
@@ -59,6 +69,9 @@ def test_supported_versions_cover_kafka_3_9_and_4_x() -> None:
     assert SUPPORTED_VERSIONS[ApiKey.FIND_COORDINATOR] == (0, 6)
     assert SUPPORTED_VERSIONS[ApiKey.DESCRIBE_CLUSTER] == (0, 2)
     assert SUPPORTED_VERSIONS[ApiKey.DESCRIBE_CONFIGS] == (0, 4)
+    assert SUPPORTED_VERSIONS[ApiKey.CREATE_TOPICS] == (0, 7)
+    assert SUPPORTED_VERSIONS[ApiKey.SASL_HANDSHAKE] == (0, 1)
+    assert SUPPORTED_VERSIONS[ApiKey.SASL_AUTHENTICATE] == (0, 2)
 
 
 def test_api_versions_response_v0_decodes() -> None:
@@ -153,6 +166,42 @@ def test_describe_configs_request_and_response_v4() -> None:
     config = msg.results[0].configs[0]
     assert (config.name, config.value, config.config_source) == ("min.insync.replicas", "2", 1)
     assert encode_response(msg, 4) == wire
+
+
+def test_create_topics_request_v2_with_assignments_and_configs() -> None:
+    # The layout the dev cluster's probe used to write by hand
+    wire = h("00000001", "0001", "74", "ffffffff", "ffff",  # one topic "t", -1 partitions, -1 replication
+             "00000001", "00000000", "00000002", "00000001", "00000002",  # partition 0 on brokers 1, 2
+             "00000001", "0001", "6b", "ffff",  # config k = null
+             "00007530", "00")  # timeout 30 s, validate_only false
+    check(19, 2, wire, CreateTopicsRequest(
+        topics=(CreatableTopic(name="t", assignments=(CreatableReplicaAssignment(partition_index=0, broker_ids=(1, 2)),),
+                               configs=(CreatableTopicConfig(name="k", value=None),)),),
+        timeout_ms=30000), response=False)
+
+
+def test_create_topics_response_v2_and_v7() -> None:
+    check(19, 2, h("00000000", "00000001", "0001", "74", "0024", "ffff"),
+          CreateTopicsResponse(topics=(CreatableTopicResult(name="t", error_code=36),)))
+    # v7: topic_id after the name; num_partitions, replication_factor, null configs; tag 0 = config error
+    wire = h("00000000", "02", "0274", TOPIC_ID.hex, "0000", "00", "00000003", "0003", "00",
+             "01", "00", "02", "001d", "00")
+    check(19, 7, wire, CreateTopicsResponse(topics=(CreatableTopicResult(
+        name="t", topic_id=TOPIC_ID, num_partitions=3, replication_factor=3, configs=None,
+        topic_config_error_code=29),)))
+
+
+def test_sasl_handshake_v1_and_authenticate_v1_v2() -> None:
+    check(17, 1, h("0005", "504c41494e"), SaslHandshakeRequest(mechanism="PLAIN"), response=False)
+    check(17, 1, h("0021", "00000001", "0005", "504c41494e"),
+          SaslHandshakeResponse(error_code=33, mechanisms=("PLAIN",)))
+    check(36, 1, h("00000002", "0000"), SaslAuthenticateRequest(auth_bytes=b"\0\0"), response=False)
+    check(36, 1, h("0000", "ffff", "00000003", "723d61", "0000000000000e10"),
+          SaslAuthenticateResponse(auth_bytes=b"r=a", session_lifetime_ms=3600))
+    # v2 is flexible: compact bytes and strings, tagged fields
+    check(36, 2, h("03", "0000", "00"), SaslAuthenticateRequest(auth_bytes=b"\0\0"), response=False)
+    check(36, 2, h("003a", "03", "6e6f", "01", "0000000000000000", "00"),
+          SaslAuthenticateResponse(error_code=58, error_message="no", auth_bytes=b""))
 
 
 def test_kip637_layout_puts_min_insync_after_authorized_operations_without_topic_id() -> None:
