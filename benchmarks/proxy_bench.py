@@ -24,7 +24,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -46,22 +45,22 @@ sys.path.insert(0, str(ROOT))
 
 from insync_proxy.protocol import (  # noqa: E402
     ApiKey,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
     MetadataRequest,
     MetadataResponse,
     ProduceResponse,
-    RequestHeader,
     decode_response,
     encode_request,
-    encode_request_header,
     split_response,
 )
-from insync_proxy.protocol.messages import MetadataRequestTopic  # noqa: E402
+from insync_proxy.protocol.messages import CreatableTopic, MetadataRequestTopic  # noqa: E402
+from insync_proxy.proxy.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
+from insync_proxy.proxy.blocking_client import request_frame as encode_request_frame  # noqa: E402
 from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
 from insync_proxy.proxy.devcluster.distribution import java_executable  # noqa: E402
-from insync_proxy.proxy.devcluster.probe import ProbeConnection  # noqa: E402
-from insync_proxy.proxy.sockets import read_exact  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
-from tests.raw_client import RawKafkaClient, batch  # noqa: E402
+from tests.raw_client import RawKafkaClient, batch, produce_request  # noqa: E402
 
 RECORD_SIZE = 1024
 NOT_ENOUGH_REPLICAS = 19
@@ -331,16 +330,13 @@ def section_producer_performance(cluster: LocalKafkaCluster, proxy: ProxyProcess
 
 # ---------------------------------------------------------------------------------------------- raw client helpers
 def request_frame(api_key: int, version: int, body: bytes, client_id: str = "insync-proxy-bench") -> bytearray:
-    """A whole request frame (size prefix included) whose correlation id can be patched at offset 8."""
-    header = encode_request_header(RequestHeader(
-        request_api_key=api_key, request_api_version=version, correlation_id=0, client_id=client_id))
-    payload = header + body
-    return bytearray(struct.pack(">i", len(payload)) + payload)
+    """A whole request frame (size prefix included) whose correlation id is patched at CORRELATION_ID_OFFSET."""
+    return encode_request_frame(api_key, version, body, client_id=client_id)
 
 
-def read_frame(sock: socket.socket) -> bytes:
-    size = struct.unpack(">i", read_exact(sock, 4))[0]
-    return read_exact(sock, size)
+def produce_frame(topic: str, partition: int, records: bytes, acks: int) -> bytearray:
+    """A Produce v9 frame of one batch with any acks value."""
+    return request_frame(ApiKey.PRODUCE, 9, encode_request(produce_request({(topic, partition): records}, acks), 9))
 
 
 def produce_errors(frame: bytes, version: int = 9) -> list[int]:
@@ -355,23 +351,18 @@ def round_trips(port: int, frame: bytearray, count: int, check: Callable[[bytes]
 
     `check` verifies the first responses and the last one (None: an echo server, nothing to verify).
     """
-    raw = RawKafkaClient(f"127.0.0.1:{port}")
-    sock = raw.sock
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     timings = []
-    try:
+    with BlockingKafkaClient("127.0.0.1", port) as client:
         for i in range(count):
-            struct.pack_into(">i", frame, 8, i + 1)
+            struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, i + 1)
             t0 = time.perf_counter()
-            sock.sendall(frame)
-            response = read_frame(sock)
+            client.send_bytes(frame)
+            response = client.receive_frame()
             timings.append(time.perf_counter() - t0)
             if check is not None and (i < 3 or i == count - 1):
                 (correlation_id,) = struct.unpack_from(">i", response, 0)
                 assert correlation_id == i + 1, (correlation_id, i + 1)
                 check(response)
-    finally:
-        raw.close()
     return timings
 
 
@@ -395,17 +386,15 @@ def produce_load(port: int, topic: str, partitions: Sequence[int], acks: int, se
         result = LoadResult(error_codes=set())
         results.append(result)
         try:
-            with RawKafkaClient(f"127.0.0.1:{port}") as client:
-                sock = client.sock
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                frame = request_frame(ApiKey.PRODUCE, 9, client.produce_request({(topic, partition): payload}, acks))
+            with BlockingKafkaClient("127.0.0.1", port) as client:
+                frame = produce_frame(topic, partition, payload, acks)
                 sent = received = 0
                 while sent < window:
                     sent += 1
-                    struct.pack_into(">i", frame, 8, sent)
-                    sock.sendall(frame)
+                    struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, sent)
+                    client.send_bytes(frame)
                 while received < sent:
-                    response = read_frame(sock)
+                    response = client.receive_frame()
                     received += 1
                     (correlation_id,) = struct.unpack_from(">i", response, 0)
                     if correlation_id != received:
@@ -420,8 +409,8 @@ def produce_load(port: int, topic: str, partitions: Sequence[int], acks: int, se
                         result.record_bytes += len(payload)
                     if time.perf_counter() < stop_at:
                         sent += 1
-                        struct.pack_into(">i", frame, 8, sent)
-                        sock.sendall(frame)
+                        struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, sent)
+                        client.send_bytes(frame)
         except BaseException as exc:  # reported by the caller
             failures.append(exc)
 
@@ -453,8 +442,8 @@ def section_acks(cluster: LocalKafkaCluster, proxy: ProxyProcess, plan: Plan, re
     leader = 1
     for p in range(count):
         cluster.wait_for_leader(topic, p)
-    wait_until(lambda: all(cluster.leader_of(topic, p) == leader for p in range(count)), 60,
-               f"broker {leader} to lead every partition of {topic}")
+    cluster.wait_for(lambda: all(cluster.leader_of(topic, p) == leader for p in range(count)), 60,
+                     f"broker {leader} to lead every partition of {topic}")
     variants = (("direct acks=-1", cluster.brokers[leader].port, -1),
                 ("proxy acks=-1", proxy.broker_port(leader), -1),
                 ("proxy acks=-2", proxy.broker_port(leader), -2))
@@ -523,11 +512,9 @@ def section_not_enough_replicas(cluster: LocalKafkaCluster, proxy: ProxyProcess,
     cluster.pause_broker(follower)
     try:
         cluster.wait_for_isr(topic, 0, 2, timeout=90)
-        wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") > 0, 60,
-                   "the proxy to see a partition below min ISR")
-        client = RawKafkaClient(f"127.0.0.1:{proxy.broker_port(leader)}")
-        frame = request_frame(ApiKey.PRODUCE, 9, client.produce_request({(topic, 0): batch(b"x" * RECORD_SIZE)}, -2))
-        client.close()
+        cluster.wait_for(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") > 0, 60,
+                         "the proxy to see a partition below min ISR")
+        frame = produce_frame(topic, 0, batch(b"x" * RECORD_SIZE), -2)
 
         def check(response: bytes) -> None:
             codes = produce_errors(response)
@@ -561,8 +548,8 @@ def section_not_enough_replicas(cluster: LocalKafkaCluster, proxy: ProxyProcess,
     }
     say(f"[2] broker {follower} resumed; waiting for the ISR of {topic}-0 to recover")
     cluster.wait_for_isr(topic, 0, 3, timeout=120)
-    wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") == 0, 60,
-               "the proxy to see every ISR recovered")
+    cluster.wait_for(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") == 0, 60,
+                     "the proxy to see every ISR recovered")
 
 
 #: A uvloop echo server in its own process: the floor of a Python round trip on this machine.
@@ -616,18 +603,6 @@ def latency_stats(seconds: Sequence[float]) -> dict[str, float]:
             "max_ms": max(ms)}
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 # ---------------------------------------------------------------------------------------------- section 3
 def section_metadata(cluster: LocalKafkaCluster, proxy: ProxyProcess, plan: Plan, results: dict[str, Any]) -> None:
     topic, broker = "bench-meta", 1
@@ -675,39 +650,27 @@ def section_metadata(cluster: LocalKafkaCluster, proxy: ProxyProcess, plan: Plan
 
 
 # ---------------------------------------------------------------------------------------------- section 4
-def _string(s: str) -> bytes:
-    raw = s.encode()
-    return struct.pack(">h", len(raw)) + raw
-
-
 def create_topics(cluster: LocalKafkaCluster, names: Sequence[str], chunk: int = 100) -> None:
-    """CreateTopics v2, many topics per request (1 partition, RF 1); waits until every one has a leader."""
+    """CreateTopics, many topics per request (1 partition, RF 1); waits until every one has a leader."""
     host, port = cluster.broker_addresses[0]
-    with ProbeConnection(host, port, timeout=120) as conn:
+    with BlockingKafkaClient(host, port, timeout=120, client_id="insync-proxy-bench") as client:
+        version = client.highest_common_version(ApiKey.CREATE_TOPICS, (2, 7))
         for i in range(0, len(names), chunk):
-            part = names[i:i + chunk]
-            body = struct.pack(">i", len(part))
-            for name in part:
-                body += _string(name) + struct.pack(">ihii", 1, 1, 0, 0)  # partitions, RF, no assignments/configs
-            body += struct.pack(">ib", 60000, 0)
-            response = conn.request(19, 2, body)
-            offset = 8  # throttle, topic count
-            for _ in part:
-                (n,) = struct.unpack_from(">h", response, offset)
-                offset += 2 + n
-                (code,) = struct.unpack_from(">h", response, offset)
-                offset += 2
-                n = struct.unpack_from(">h", response, offset)[0]
-                offset += 2 + max(n, 0)
-                if code not in (0, 36):
-                    raise RuntimeError(f"CreateTopics failed with error {code}")
+            request = CreateTopicsRequest(
+                topics=tuple(CreatableTopic(name=name, num_partitions=1, replication_factor=1)
+                             for name in names[i:i + chunk]),
+                timeout_ms=60000)
+            response = client.request(request, version, CreateTopicsResponse)
+            failed = {t.name: t.error_code for t in response.topics if t.error_code not in (0, 36)}
+            if failed:
+                raise RuntimeError(f"CreateTopics failed: {failed}")
 
     def ready() -> bool:
         info = cluster.metadata(list(names))
         return all(name in info.topics and info.topics[name].error_code == 0
                    and all(p.leader >= 0 for p in info.topics[name].partitions.values()) for name in names)
 
-    wait_until(ready, 180, f"{len(names)} topics to have leaders")
+    cluster.wait_for(ready, 180, f"{len(names)} topics to have leaders")
 
 
 def scrape_times(proxy: ProxyProcess, count: int) -> tuple[list[float], int, int]:
@@ -768,8 +731,7 @@ def loop_stall(proxy: ProxyProcess, by_leader: dict[int, list[str]], plan: Plan)
     broker involved), alone and while another thread scrapes /metrics back to back."""
     leader, topics = next(iter(sorted(by_leader.items())))
     port = proxy.broker_port(leader)
-    with RawKafkaClient(f"127.0.0.1:{port}") as client:
-        frame = request_frame(ApiKey.PRODUCE, 9, client.produce_request({(topics[0], 0): batch(b"x" * RECORD_SIZE)}, 3))
+    frame = produce_frame(topics[0], 0, batch(b"x" * RECORD_SIZE), 3)
 
     def check(response: bytes) -> None:
         if produce_errors(response) != [INVALID_REQUIRED_ACKS]:

@@ -15,27 +15,18 @@ one topic (`MinInsyncMetadata.partitioner(topic, acks)`); `partition_for()` serv
 from __future__ import annotations
 
 import random
-import socket
-import struct
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from insync_proxy.protocol import (
-    ApiKey,
-    MetadataRequest,
-    MetadataResponse,
-    RequestHeader,
-    decode_response,
-    encode_request,
-    encode_request_header,
-    split_response,
-)
+from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
-from insync_proxy.proxy.sockets import read_exact
+from insync_proxy.proxy.blocking_client import BlockingKafkaClient, parse_address
 
-METADATA_VERSION = 12
+#: Metadata versions that can carry the tagged min.insync.replicas (v9+), up to what protocol/ knows.
+METADATA_VERSIONS = (9, 13)
+CLIENT_ID = "insync-ready-partitioner"
 
 
 @dataclass(frozen=True)
@@ -62,35 +53,21 @@ class MinInsyncMetadata:
     """Enriched Metadata from the proxy, refreshed at most every `max_age_seconds`."""
 
     def __init__(self, bootstrap: str, max_age_seconds: float = 5.0, timeout: float = 10.0) -> None:
-        host, port = bootstrap.split(",")[0].rsplit(":", 1)
-        self.address = (host, int(port))
+        self.address = parse_address(bootstrap)
         self.max_age = max_age_seconds
         self.timeout = timeout
         self.topics: dict[str, TopicInfo] = {}
         self._fetched_at: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._correlation_id = 0
 
     def refresh(self, topics: Sequence[str]) -> None:
         """Ask the proxy for these topics' Metadata now."""
         request = MetadataRequest(
             topics=tuple(MetadataRequestTopic(name=t) for t in topics), allow_auto_topic_creation=False
         )
-        with self._lock:
-            self._correlation_id += 1
-            correlation_id = self._correlation_id
-        header = encode_request_header(RequestHeader(
-            request_api_key=ApiKey.METADATA, request_api_version=METADATA_VERSION,
-            correlation_id=correlation_id, client_id="insync-ready-partitioner",
-        ))
-        payload = header + encode_request(request, METADATA_VERSION)
-        with socket.create_connection(self.address, timeout=self.timeout) as sock:
-            sock.sendall(struct.pack(">i", len(payload)) + payload)
-            size = struct.unpack(">i", read_exact(sock, 4))[0]
-            frame = read_exact(sock, size)
-        _, body = split_response(frame, ApiKey.METADATA, METADATA_VERSION)
-        response = decode_response(ApiKey.METADATA, METADATA_VERSION, body)
-        assert isinstance(response, MetadataResponse)
+        with BlockingKafkaClient(*self.address, timeout=self.timeout, client_id=CLIENT_ID) as client:
+            version = client.highest_common_version(ApiKey.METADATA, METADATA_VERSIONS)
+            response = client.request(request, version, MetadataResponse)
         now = time.monotonic()
         for t in response.topics:
             if t.error_code != 0 or t.name is None:
@@ -109,7 +86,7 @@ class MinInsyncMetadata:
         if time.monotonic() - self._fetched_at.get(topic, 0.0) > self.max_age:
             try:
                 self.refresh([topic])
-            except OSError:
+            except OSError:  # the blocking client's errors included
                 pass  # keep serving the last known view
         return self.topics.get(topic)
 

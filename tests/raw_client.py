@@ -1,27 +1,14 @@
-"""The project's own raw protocol client for tests: puts any acks value on the wire (e.g. -2, 3, -3).
-
-Built on protocol/ (the codec under test elsewhere) and the dev cluster's record batch encoder.
-"""
+"""The tests' raw Produce client: the blocking client plus Produce helpers that put any acks value
+on the wire (e.g. -2, 3, -3), which no client library lets through."""
 
 from __future__ import annotations
 
-import socket
-import struct
 from dataclasses import dataclass
 
-from insync_proxy.protocol import (
-    ApiKey,
-    ProduceRequest,
-    ProduceResponse,
-    RequestHeader,
-    decode_response,
-    encode_request,
-    encode_request_header,
-    split_response,
-)
+from insync_proxy.protocol import ApiKey, ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import PartitionProduceData, TopicProduceData
-from insync_proxy.proxy.devcluster.probe import encode_record_batch
-from insync_proxy.proxy.sockets import read_exact
+from insync_proxy.protocol.records import encode_record_batch
+from insync_proxy.proxy.blocking_client import BlockingKafkaClient, parse_address
 
 
 @dataclass
@@ -30,60 +17,38 @@ class PartitionResult:
     base_offset: int
 
 
-class RawKafkaClient:
-    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "insync-raw-test") -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.correlation_id = 0
-        self.client_id = client_id
+def produce_request(batches: dict[tuple[str, int], bytes], acks: int, transactional_id: str | None = None,
+                    timeout_ms: int = 30000) -> ProduceRequest:
+    """One ProduceRequest (by topic name) carrying each (topic, partition)'s batch."""
+    topics: dict[str, list[PartitionProduceData]] = {}
+    for (topic, partition), records in batches.items():
+        topics.setdefault(topic, []).append(PartitionProduceData(index=partition, records=records))
+    return ProduceRequest(
+        transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
+        topic_data=tuple(TopicProduceData(name=t, partition_data=tuple(p)) for t, p in topics.items()),
+    )
 
-    def close(self) -> None:
-        self.sock.close()
+
+class RawKafkaClient(BlockingKafkaClient):
+    """A blocking client to "host:port" with ``produce``."""
+
+    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "insync-raw-test") -> None:
+        host, port = parse_address(bootstrap)
+        super().__init__(host, port, timeout=timeout, client_id=client_id)
 
     def __enter__(self) -> RawKafkaClient:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def produce(self, batches: dict[tuple[str, int], bytes], acks: int, version: int = 9
+                ) -> dict[tuple[str, int], PartitionResult]:
+        """One Produce request; returns each partition's error code and base offset, in response order.
 
-    def send(self, api_key: int, version: int, body: bytes) -> int:
-        self.correlation_id += 1
-        header = encode_request_header(RequestHeader(
-            request_api_key=api_key, request_api_version=version, correlation_id=self.correlation_id,
-            client_id=self.client_id,
-        ))
-        payload = header + body
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        return self.correlation_id
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def receive(self) -> bytes:
-        size = struct.unpack(">i", read_exact(self.sock, 4))[0]
-        return read_exact(self.sock, size)
-
-    def produce_request(self, batches: dict[tuple[str, int], bytes], acks: int, version: int = 9,
-                        transactional_id: str | None = None) -> bytes:
-        topics: dict[str, list[PartitionProduceData]] = {}
-        for (topic, partition), batch in batches.items():
-            topics.setdefault(topic, []).append(PartitionProduceData(index=partition, records=batch))
-        request = ProduceRequest(
-            transactional_id=transactional_id, acks=acks, timeout_ms=30000,
-            topic_data=tuple(TopicProduceData(name=t, partition_data=tuple(p)) for t, p in topics.items()),
-        )
-        return encode_request(request, version)
-
-    def produce(self, batches: dict[tuple[str, int], bytes], acks: int, version: int = 9) -> dict[tuple[str, int], PartitionResult]:
-        """One Produce request; returns each partition's error code and base offset, in response order."""
-        correlation_id = self.send(ApiKey.PRODUCE, version, self.produce_request(batches, acks, version))
+        acks=0 gets no answer: an empty dict.
+        """
+        correlation_id = self.send(produce_request(batches, acks), version)
         if acks == 0:
             return {}
-        frame = self.receive()
-        got, body = split_response(frame, ApiKey.PRODUCE, version)
-        assert got == correlation_id, (got, correlation_id)
-        response = decode_response(ApiKey.PRODUCE, version, body)
-        assert isinstance(response, ProduceResponse)
+        response = self.receive(ApiKey.PRODUCE, version, correlation_id, ProduceResponse)
         return {
             (t.name, p.index): PartitionResult(p.error_code, p.base_offset)
             for t in response.responses
@@ -92,4 +57,5 @@ class RawKafkaClient:
 
 
 def batch(*values: bytes) -> bytes:
+    """A record batch (magic 2, uncompressed) of these values."""
     return encode_record_batch(list(values))

@@ -4,7 +4,8 @@ clients without a JVM.
 The script gets each request's decoded header and raw body and returns what to send back: a
 response message (encoded at the request's version, with the right header), raw bytes written as
 they are (wrong correlation ids, broken frames), ``None`` (no answer: the request waits), or
-``CLOSE`` (the connection is closed).
+``CLOSE`` (the connection is closed). ApiVersions is answered by the broker itself (every version
+protocol/ supports, or the ``api_versions`` given) unless ``api_versions`` is None.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from insync_proxy.protocol import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    ApiVersionsResponse,
     FrameSplitter,
     RequestHeader,
     decode_request,
@@ -24,9 +28,12 @@ from insync_proxy.protocol import (
     encode_response,
     encode_response_with_header,
 )
+from insync_proxy.protocol.messages import ApiVersion
 from insync_proxy.protocol.schema import Message
 
 CLOSE = object()
+#: ApiVersions of a broker that speaks every version protocol/ knows.
+EVERY_SUPPORTED_VERSION: dict[int, tuple[int, int]] = {int(k): v for k, v in SUPPORTED_VERSIONS.items()}
 
 Answer = Message | bytes | object | None
 
@@ -51,8 +58,10 @@ def response_frame(header: RequestHeader, message: Message) -> bytes:
 class ScriptedBroker:
     """Accepts connections on 127.0.0.1 (optionally TLS) and answers each request with ``script``."""
 
-    def __init__(self, script: Callable[[Received], Answer], ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, script: Callable[[Received], Answer], ssl_context: ssl.SSLContext | None = None,
+                 api_versions: dict[int, tuple[int, int]] | None = EVERY_SUPPORTED_VERSION) -> None:
         self.script = script
+        self.api_versions = api_versions
         self.ssl_context = ssl_context
         self.received: list[Received] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -117,6 +126,11 @@ class ScriptedBroker:
                 for frame in splitter.feed(data):
                     header, offset = decode_request_header(frame)
                     request = Received(header, bytes(frame[offset:]))
+                    if header.request_api_key == ApiKey.API_VERSIONS and self.api_versions is not None:
+                        conn.sendall(response_frame(header, ApiVersionsResponse(api_keys=tuple(
+                            ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                            for k, (lo, hi) in sorted(self.api_versions.items())))))
+                        continue
                     self.received.append(request)
                     answer = self.script(request)
                     if answer is CLOSE:

@@ -1,24 +1,47 @@
-"""A deliberately tiny, blocking Kafka client for the dev cluster's own readiness checks.
+"""The dev cluster's own readiness checks: Metadata, CreateTopics and Produce over the blocking client.
 
-It speaks only non-flexible versions (Metadata v1, CreateTopics v2, Produce v3) so that the dev
-cluster can tell on its own, with no client library installed, that brokers are registered, ISRs
-have a given size and a replicated topic accepts acks=all. It is not the proxy's codec (protocol/)
-and is not on any hot path.
+It lets the dev cluster tell on its own, with no client library installed, that brokers are
+registered, ISRs have a given size and a replicated topic accepts acks=all. Each connection asks the
+broker's ApiVersions once and uses the highest version both sides speak (Kafka 2.8 to 4.x); the
+bytes come from protocol/.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
 from dataclasses import dataclass, field
 
-from insync_proxy.protocol.records import encode_record_batch
-from insync_proxy.proxy.sockets import read_exact
+from insync_proxy.protocol import (
+    ApiKey,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from insync_proxy.protocol.messages import (
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    MetadataRequestTopic,
+    PartitionProduceData,
+    TopicProduceData,
+)
+from insync_proxy.proxy.blocking_client import BlockingKafkaClient
 
-__all__ = ["ClusterInfo", "ProbeConnection", "ProbeError", "encode_record_batch", "metadata_from_any"]
+__all__ = ["ClusterInfo", "PartitionInfo", "ProbeConnection", "ProbeError", "TopicInfo", "metadata_from_any"]
+
+#: Versions the probe can use, per API: (lowest, highest). Produce stops at v12 (v13 names topics by id).
+VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.METADATA: (1, 13),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.PRODUCE: (3, 12),
+}
+CLIENT_ID = "insync-probe"
+
 
 class ProbeError(Exception):
-    """The probe could not get an answer from the broker."""
+    """The probe could not get an answer from any broker."""
 
 
 @dataclass
@@ -44,44 +67,27 @@ class ClusterInfo:
     topics: dict[str, TopicInfo]
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return int(value)
-
-    def string(self) -> str | None:
-        n = self.take(">h")
-        if n < 0:
-            return None
-        s = self.data[self.pos : self.pos + n].decode()
-        self.pos += n
-        return s
-
-    def int32_array(self) -> list[int]:
-        return [self.take(">i") for _ in range(self.take(">i"))]
-
-
-def _string(s: str | None) -> bytes:
-    if s is None:
-        return struct.pack(">h", -1)
-    raw = s.encode()
-    return struct.pack(">h", len(raw)) + raw
+def cluster_info(response: MetadataResponse) -> ClusterInfo:
+    """The parts of a Metadata response the dev cluster waits on."""
+    topics: dict[str, TopicInfo] = {}
+    for t in response.topics:
+        info = TopicInfo(t.name or "", t.error_code)
+        for p in t.partitions:
+            info.partitions[p.partition_index] = PartitionInfo(
+                p.partition_index, p.error_code, p.leader_id, list(p.replica_nodes), list(p.isr_nodes))
+        topics[info.name] = info
+    return ClusterInfo({b.node_id: (b.host, b.port) for b in response.brokers}, response.controller_id, topics)
 
 
 class ProbeConnection:
-    """One blocking connection; request/response, one at a time."""
+    """One blocking connection to a broker; request/response, one at a time."""
 
     def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
-        self._sock = socket.create_connection((host, port), timeout=timeout)
-        self._correlation_id = 0
+        self.client = BlockingKafkaClient(host, port, timeout=timeout, client_id=CLIENT_ID)
+        self._broker_versions: dict[int, tuple[int, int]] | None = None
 
     def close(self) -> None:
-        self._sock.close()
+        self.client.close()
 
     def __enter__(self) -> ProbeConnection:
         return self
@@ -89,48 +95,20 @@ class ProbeConnection:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, api_key: int, api_version: int, body: bytes) -> bytes:
-        self._correlation_id += 1
-        header = struct.pack(">hhi", api_key, api_version, self._correlation_id) + _string("insync-probe")
-        payload = header + body
-        self._sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", read_exact(self._sock, 4))[0]
-        response = read_exact(self._sock, size)
-        (correlation_id,) = struct.unpack_from(">i", response, 0)
-        if correlation_id != self._correlation_id:
-            raise ProbeError(f"correlation id {correlation_id} != {self._correlation_id}")
-        return response[4:]
+    def version(self, api_key: int) -> int:
+        """The highest version of ``api_key`` the probe and this broker both speak."""
+        if self._broker_versions is None:
+            self._broker_versions = self.client.api_versions()
+        return self.client.highest_common_version(api_key, VERSIONS[api_key], self._broker_versions)
 
     def metadata(self, topics: list[str] | None = None) -> ClusterInfo:
-        """Metadata v1: brokers, controller, and the topics' partitions with leader/replicas/ISR."""
-        if topics is None:
-            body = struct.pack(">i", -1)
-        else:
-            body = struct.pack(">i", len(topics)) + b"".join(_string(t) for t in topics)
-        r = _Reader(self.request(3, 1, body))
-        brokers: dict[int, tuple[str, int]] = {}
-        for _ in range(r.take(">i")):
-            node_id = r.take(">i")
-            host = r.string() or ""
-            port = r.take(">i")
-            r.string()  # rack
-            brokers[node_id] = (host, port)
-        controller_id = r.take(">i")
-        result: dict[str, TopicInfo] = {}
-        for _ in range(r.take(">i")):
-            error_code = r.take(">h")
-            name = r.string() or ""
-            r.take(">b")  # is_internal
-            info = TopicInfo(name, error_code)
-            for _ in range(r.take(">i")):
-                p_error = r.take(">h")
-                index = r.take(">i")
-                leader = r.take(">i")
-                replicas = r.int32_array()
-                isr = r.int32_array()
-                info.partitions[index] = PartitionInfo(index, p_error, leader, replicas, isr)
-            result[name] = info
-        return ClusterInfo(brokers, controller_id, result)
+        """Brokers, controller, and the topics' partitions with leader/replicas/ISR (None = all topics).
+
+        Topics are auto-created if the broker allows it, as every client's Metadata request would.
+        """
+        request = MetadataRequest(
+            topics=None if topics is None else tuple(MetadataRequestTopic(name=t) for t in topics))
+        return cluster_info(self.client.request(request, self.version(ApiKey.METADATA), MetadataResponse))
 
     def create_topic(
         self,
@@ -141,39 +119,29 @@ class ProbeConnection:
         assignments: dict[int, list[int]] | None = None,
         timeout_ms: int = 30000,
     ) -> int:
-        """CreateTopics v2; returns the topic's error code (0, or 36 TOPIC_ALREADY_EXISTS, ...)."""
-        configs = configs or {}
-        body = struct.pack(">i", 1) + _string(name)
-        if assignments:
-            body += struct.pack(">ih", -1, -1) + struct.pack(">i", len(assignments))
-            for partition, replicas in sorted(assignments.items()):
-                body += struct.pack(">ii", partition, len(replicas)) + b"".join(
-                    struct.pack(">i", r) for r in replicas
-                )
-        else:
-            body += struct.pack(">ih", num_partitions, replication_factor) + struct.pack(">i", 0)
-        body += struct.pack(">i", len(configs))
-        for key, value in configs.items():
-            body += _string(key) + _string(value)
-        body += struct.pack(">ib", timeout_ms, 0)
-        r = _Reader(self.request(19, 2, body))
-        r.take(">i")  # throttle
-        r.take(">i")  # topics count
-        r.string()
-        error_code = r.take(">h")
-        return error_code
+        """Create one topic; returns its error code (0, or 36 TOPIC_ALREADY_EXISTS, ...)."""
+        topic = CreatableTopic(
+            name=name,
+            num_partitions=-1 if assignments else num_partitions,
+            replication_factor=-1 if assignments else replication_factor,
+            assignments=tuple(CreatableReplicaAssignment(partition_index=p, broker_ids=tuple(r))
+                              for p, r in sorted((assignments or {}).items())),
+            configs=tuple(CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()),
+        )
+        return self.create_topics([topic], timeout_ms)[name]
+
+    def create_topics(self, topics: list[CreatableTopic], timeout_ms: int = 30000) -> dict[str, int]:
+        """Create several topics in one request; returns each topic's error code."""
+        response = self.client.request(CreateTopicsRequest(topics=tuple(topics), timeout_ms=timeout_ms),
+                                       self.version(ApiKey.CREATE_TOPICS), CreateTopicsResponse)
+        return {t.name: t.error_code for t in response.topics}
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1, timeout_ms: int = 10000) -> int:
-        """Produce v3 of one batch to one partition; returns the partition's error code."""
-        body = _string(None) + struct.pack(">hi", acks, timeout_ms)
-        body += struct.pack(">i", 1) + _string(topic) + struct.pack(">i", 1)
-        body += struct.pack(">ii", partition, len(batch)) + batch
-        r = _Reader(self.request(0, 3, body))
-        r.take(">i")
-        r.string()
-        r.take(">i")
-        r.take(">i")  # partition index
-        return r.take(">h")
+        """Produce one batch to one partition; returns the partition's error code."""
+        request = ProduceRequest(acks=acks, timeout_ms=timeout_ms, topic_data=(TopicProduceData(
+            name=topic, partition_data=(PartitionProduceData(index=partition, records=batch),)),))
+        response = self.client.request(request, self.version(ApiKey.PRODUCE), ProduceResponse)
+        return response.responses[0].partition_responses[0].error_code
 
 
 def metadata_from_any(
@@ -185,7 +153,6 @@ def metadata_from_any(
         try:
             with ProbeConnection(host, port, timeout) as conn:
                 return conn.metadata(topics)
-        except (OSError, ProbeError, struct.error) as exc:
+        except OSError as exc:
             last = exc
     raise ProbeError(f"no broker answered Metadata: {last}")
-

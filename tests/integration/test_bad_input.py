@@ -10,10 +10,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from insync_proxy.protocol import ApiKey, ProduceResponse
 from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
+from tests.raw_client import RawKafkaClient, batch, produce_request
 
 
 def closed_by_proxy(sock: socket.socket, timeout: float = 30.0) -> bool:
@@ -85,7 +86,7 @@ def test_sigterm_drains_in_flight_requests_then_exits(kafka_cluster: LocalKafkaC
             kafka_cluster.pause_broker(follower)
             try:
                 produced_before = proxy.metric("insync_proxy_requests_total", api="Produce")
-                client.send(0, 9, client.produce_request({(topic_name, 0): batch(b"in-flight")}, acks=-1))
+                correlation_id = client.send(produce_request({(topic_name, 0): batch(b"in-flight")}, acks=-1), 9)
                 wait_until(lambda: proxy.metric("insync_proxy_requests_total", api="Produce") > produced_before, 10,
                            what="the proxy to forward the in-flight request")
                 started = time.monotonic()
@@ -95,8 +96,8 @@ def test_sigterm_drains_in_flight_requests_then_exits(kafka_cluster: LocalKafkaC
                 wait_until(lambda: not _can_connect(proxy.bootstrap()), 10, what="the listener to close")
             finally:
                 kafka_cluster.resume_broker(follower)
-            response = client.receive()
-            assert len(response) > 8
+            response = client.receive(ApiKey.PRODUCE, 9, correlation_id, ProduceResponse)
+            assert len(response.responses) == 1
         exit_code = proxy.process.wait(40)
         assert exit_code == 0
         assert time.monotonic() - started < 35  # within the drain timeout (30 s) plus margin

@@ -13,26 +13,20 @@ from insync_proxy.protocol import (
     MetadataRequest,
     MetadataResponse,
     decode_metadata_response_kip637,
-    decode_response,
     encode_request,
-    split_response,
 )
 from insync_proxy.protocol.messages import MetadataRequestTopic
+from insync_proxy.proxy.blocking_client import BlockingKafkaClient
 from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.proxy.partitioner import MinInsyncMetadata
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient
 
 
 def metadata(bootstrap: str, topics: list[str], version: int) -> MetadataResponse:
-    with RawKafkaClient(bootstrap) as client:
+    with BlockingKafkaClient.connect(bootstrap) as client:
         request = MetadataRequest(topics=tuple(MetadataRequestTopic(name=t) for t in topics))
-        client.send(ApiKey.METADATA, version, encode_request(request, version))
-        _, body = split_response(client.receive(), ApiKey.METADATA, version)
-    response = decode_response(ApiKey.METADATA, version, body)
-    assert isinstance(response, MetadataResponse)
-    return response
+        return client.request(request, version, MetadataResponse)
 
 
 def min_insync_values(bootstrap: str, topics: list[str], version: int) -> dict[str, int]:
@@ -100,9 +94,8 @@ def test_kip637_listener_answers_v10_in_the_kip637_layout(
     request = MetadataRequest(topics=(MetadataRequestTopic(name=topic_name),))
 
     def ask() -> Any:
-        with RawKafkaClient(proxy.bootstrap("kip637")) as client:
-            client.send(ApiKey.METADATA, 10, encode_request(request, 10))
-            _, body = split_response(client.receive(), ApiKey.METADATA, 10)
+        with BlockingKafkaClient.connect(proxy.bootstrap("kip637")) as client:
+            body = client.request_raw(ApiKey.METADATA, 10, encode_request(request, 10))
         response = decode_metadata_response_kip637(body)
         topic = response.topics[0]
         return response if topic.min_insync_replicas == 2 else None

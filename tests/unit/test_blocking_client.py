@@ -130,7 +130,8 @@ def test_api_versions_falls_back_when_the_peer_does_not_know_our_version() -> No
                                                             request.header.correlation_id, body))
         return response
 
-    with ScriptedBroker(v0_layout) as broker, BlockingKafkaClient.connect(broker.address) as client:
+    with ScriptedBroker(v0_layout, api_versions=None) as broker, \
+            BlockingKafkaClient.connect(broker.address) as client:
         versions = client.api_versions()
         assert versions[ApiKey.METADATA] == (0, 9)
         assert client.highest_common_version(ApiKey.METADATA, (0, 13), versions) == 9

@@ -50,3 +50,31 @@ def test_keyless_records_go_to_ready_partitions_and_keyed_records_keep_their_has
     assert {partitioner(None, [0, 1, 2, 3], [0, 1, 3]) for _ in range(100)} == {1, 3}
     key = b"order-42"
     assert partitioner(key, [0, 1, 2, 3], [0, 1, 3]) == (murmur2(key) & 0x7FFFFFFF) % 4
+
+
+def test_refresh_reads_the_proxys_enriched_metadata() -> None:
+    from insync_proxy.protocol import MetadataRequest, MetadataResponse
+    from insync_proxy.protocol.messages import MetadataResponsePartition, MetadataResponseTopic
+    from tests.scripted_broker import Received, ScriptedBroker
+
+    def proxy(request: Received) -> MetadataResponse:
+        decoded = request.decoded()
+        assert isinstance(decoded, MetadataRequest) and not decoded.allow_auto_topic_creation
+        return MetadataResponse(topics=(MetadataResponseTopic(name="t", min_insync_replicas=2, partitions=(
+            MetadataResponsePartition(partition_index=0, leader_id=1, replica_nodes=(1, 2, 3), isr_nodes=(1,)),
+            MetadataResponsePartition(partition_index=1, leader_id=2, replica_nodes=(1, 2, 3), isr_nodes=(2, 3)),
+        )),))
+
+    # Given a proxy that answers Metadata v12 with min.insync.replicas in tag 637
+    with ScriptedBroker(proxy) as broker:
+        view = MinInsyncMetadata(broker.address)
+        # Then only partition 1 is ready for acks=all, both for acks=1
+        assert view.ready_partitions("t", "all") == [1]
+        assert view.ready_partitions("t", 1) == [0, 1]
+    assert broker.received[0].header.request_api_version == 13  # the highest both speak
+
+
+def test_an_unreachable_proxy_keeps_the_last_view() -> None:
+    view = _view()
+    view._fetched_at["t"] = 0.0  # stale: the next read refreshes, and 127.0.0.1:1 refuses
+    assert view.ready_partitions("t", "all") == [1, 3]
