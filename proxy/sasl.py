@@ -1,8 +1,8 @@
 """SASL for the proxy's own control connection: PLAIN and SCRAM-SHA-256/512 (RFC 5802/7677).
 
 Client connections never come here: their SASL frames pass through the proxy untouched.
-SaslHandshake v1 and SaslAuthenticate v1 (non-flexible) are encoded here directly: they are the
-only two messages this needs and no client-facing path decodes them.
+SaslHandshake v1 and SaslAuthenticate v1 bodies come from the schema in protocol/messages.py; the
+caller's ``request`` adds the header and returns the response body.
 """
 
 from __future__ import annotations
@@ -11,13 +11,24 @@ import base64
 import hashlib
 import hmac
 import os
-import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
+from insync_proxy.protocol import (
+    ApiKey,
+    ProtocolError,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+    decode_response,
+    encode_request,
+)
 
+HANDSHAKE_VERSION = 1
+AUTHENTICATE_VERSION = 1
+
+#: (api_key, api_version, request body) -> response body
 RawRequest = Callable[[int, int, bytes], Awaitable[bytes]]
 
 
@@ -25,39 +36,30 @@ class SaslError(Exception):
     """Authentication failed; the message never contains the password."""
 
 
-def _string(value: str) -> bytes:
-    raw = value.encode()
-    return struct.pack(">h", len(raw)) + raw
-
-
-def _read_string(data: bytes, pos: int) -> tuple[str | None, int]:
-    (n,) = struct.unpack_from(">h", data, pos)
-    pos += 2
-    if n < 0:
-        return None, pos
-    return data[pos : pos + n].decode(), pos + n
-
-
 async def _handshake(request: RawRequest, mechanism: str) -> None:
-    body = await request(SASL_HANDSHAKE, 1, _string(mechanism))
-    (error_code,) = struct.unpack_from(">h", body, 0)
-    if error_code != 0:
-        (count,) = struct.unpack_from(">i", body, 2)
-        pos, enabled = 6, []
-        for _ in range(max(count, 0)):
-            name, pos = _read_string(body, pos)
-            enabled.append(name)
-        raise SaslError(f"broker does not enable SASL mechanism {mechanism} (enabled: {enabled}, error {error_code})")
+    body = await request(ApiKey.SASL_HANDSHAKE, HANDSHAKE_VERSION,
+                         encode_request(SaslHandshakeRequest(mechanism=mechanism), HANDSHAKE_VERSION))
+    try:
+        response = decode_response(ApiKey.SASL_HANDSHAKE, HANDSHAKE_VERSION, body)
+    except ProtocolError as exc:
+        raise SaslError(f"undecodable SaslHandshake response: {exc}") from None
+    assert isinstance(response, SaslHandshakeResponse)
+    if response.error_code != 0:
+        raise SaslError(f"broker does not enable SASL mechanism {mechanism} "
+                        f"(enabled: {list(response.mechanisms)}, error {response.error_code})")
 
 
 async def _authenticate(request: RawRequest, token: bytes) -> bytes:
-    body = await request(SASL_AUTHENTICATE, 1, struct.pack(">i", len(token)) + token)
-    (error_code,) = struct.unpack_from(">h", body, 0)
-    message, pos = _read_string(body, 2)
-    if error_code != 0:
-        raise SaslError(f"SASL authentication failed (error {error_code}): {message}")
-    (n,) = struct.unpack_from(">i", body, pos)
-    return body[pos + 4 : pos + 4 + max(n, 0)]
+    body = await request(ApiKey.SASL_AUTHENTICATE, AUTHENTICATE_VERSION,
+                         encode_request(SaslAuthenticateRequest(auth_bytes=token), AUTHENTICATE_VERSION))
+    try:
+        response = decode_response(ApiKey.SASL_AUTHENTICATE, AUTHENTICATE_VERSION, body)
+    except ProtocolError as exc:
+        raise SaslError(f"undecodable SaslAuthenticate response: {exc}") from None
+    assert isinstance(response, SaslAuthenticateResponse)
+    if response.error_code != 0:
+        raise SaslError(f"SASL authentication failed (error {response.error_code}): {response.error_message}")
+    return response.auth_bytes
 
 
 async def authenticate(request: RawRequest, sasl: Any) -> None:
@@ -75,6 +77,20 @@ async def authenticate(request: RawRequest, sasl: Any) -> None:
     raise SaslError(f"unsupported SASL mechanism {mechanism}")
 
 
+def _attributes(message: str, required: str) -> dict[str, str]:
+    """A SCRAM message's attributes (RFC 5802 section 5); SaslError if the server sent an error or garbage."""
+    try:
+        attributes = dict(item.split("=", 1) for item in message.split(","))
+    except ValueError:
+        raise SaslError("malformed SCRAM message from the broker") from None
+    if "e" in attributes:
+        raise SaslError(f"SCRAM error from the broker: {attributes['e']}")
+    missing = [name for name in required if name not in attributes]
+    if missing:
+        raise SaslError(f"SCRAM message from the broker lacks {', '.join(missing)}")
+    return attributes
+
+
 def _escape(name: str) -> str:
     return name.replace("=", "=3D").replace(",", "=2C")
 
@@ -83,7 +99,7 @@ async def _scram(request: RawRequest, digest: str, username: str, password: str)
     nonce = base64.b64encode(os.urandom(24)).decode()
     client_first_bare = f"n={_escape(username)},r={nonce}"
     server_first = (await _authenticate(request, ("n,," + client_first_bare).encode())).decode()
-    fields = dict(item.split("=", 1) for item in server_first.split(","))
+    fields = _attributes(server_first, "rsi")
     server_nonce, salt, iterations = fields["r"], base64.b64decode(fields["s"]), int(fields["i"])
     if not server_nonce.startswith(nonce):
         raise SaslError("SCRAM server nonce does not extend the client nonce")
@@ -98,5 +114,6 @@ async def _scram(request: RawRequest, digest: str, username: str, password: str)
     server_final = (await _authenticate(request, final.encode())).decode()
     server_key = hmac.new(salted, b"Server Key", digest).digest()
     expected = base64.b64encode(hmac.new(server_key, auth_message, digest).digest()).decode()
-    if dict(item.split("=", 1) for item in server_final.split(",")).get("v") != expected:
+    received = _attributes(server_final, "v")["v"]
+    if not hmac.compare_digest(received.encode(), expected.encode()):
         raise SaslError("SCRAM server signature does not match: the broker is not who it claims to be")
