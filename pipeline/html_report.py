@@ -72,7 +72,7 @@ def html_table(rows: Sequence[Row], columns: Sequence[str], caption: str, limit:
     )
     note = f"<p class='note'>{len(rows) - limit:,} more rows in the Parquet table.</p>" if len(rows) > limit else ""
     if not rows:
-        body = f"<tr><td colspan='{len(columns)}' class='null'>no rows</td></tr>"
+        body = f"<tr><td colspan='{len(columns)}' class='null'>none</td></tr>"
     return f"<table><caption>{_e(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
 
 
@@ -93,7 +93,7 @@ def _epoch(value: datetime) -> float:
 def svg_isr_timeline(intervals: Sequence[Row], start: datetime | None, end: datetime | None, max_rows: int = 40) -> str:
     """Per-partition timeline of ISR-below-min intervals (open intervals hatched), as inline SVG."""
     if not intervals or start is None or end is None:
-        return "<p class='null'>No partition was seen below its min ISR.</p>"
+        return "<p class='null'>Below-min-ISR intervals: none (no partition was seen below its min ISR).</p>"
     per_partition: dict[tuple[str, int], list[Row]] = defaultdict(list)
     for row in intervals:
         per_partition[(row["topic"], row["partition"])].append(row)
@@ -156,12 +156,12 @@ def _legend(items: Iterable[tuple[str, str]], x0: int, y: int) -> str:
 
 
 def svg_decisions_over_time(timeline: Sequence[Row]) -> str:
-    """Stacked bars of produce decisions per time bucket, coloured by decision kind, as inline SVG."""
+    """Stacked bars of produce requests per time bucket, coloured by decision kind, as inline SVG."""
     if not timeline:
-        return "<p class='null'>No produce decisions.</p>"
+        return "<p class='null'>Produce requests: none.</p>"
     buckets: dict[datetime, dict[str, int]] = defaultdict(dict)
     for row in timeline:
-        buckets[row["bucket_start"]][row["decision"] or "unknown"] = row["decisions"]
+        buckets[row["bucket_start"]][row["decision"] or "unknown"] = row["requests"]
     bucket_s = int(timeline[0]["bucket_seconds"])
     starts = sorted(buckets)
     t0 = _epoch(starts[0])
@@ -178,7 +178,7 @@ def svg_decisions_over_time(timeline: Sequence[Row]) -> str:
 
     parts = [
         f"<svg width='{width}' height='{top + plot_h + 45}' role='img' "
-        f"aria-label='Produce decisions over time'>",
+        f"aria-label='Produce requests over time by decision'>",
         _legend(((k, DECISION_COLOURS.get(k, OTHER_COLOUR)) for k in kinds), left, 14),
     ]
     for tick in _nice_ticks(0, peak, 4):
@@ -205,7 +205,7 @@ def svg_decisions_over_time(timeline: Sequence[Row]) -> str:
         label = datetime.fromtimestamp(tick, UTC).strftime("%m-%d %H:%M:%S")
         parts.append(f"<text x='{tx:.1f}' y='{axis_y + 16}' text-anchor='middle' {_FONT}>{label}</text>")
     parts.append(
-        f"<text x='{left}' y='{axis_y + 34}' {_FONT}>decisions per {bucket_s:,} s bucket (UTC)</text></svg>"
+        f"<text x='{left}' y='{axis_y + 34}' {_FONT}>requests per {bucket_s:,} s bucket (UTC), by decision</text></svg>"
     )
     return "".join(parts)
 
@@ -214,7 +214,7 @@ def svg_latency_by_acks(latency: Sequence[Row]) -> str:
     """Grouped bars of latency p50/p95/p99 per acks mode (log scale when the spread is wide), as SVG."""
     rows = [r for r in latency if r.get("p50_ms") is not None]
     if not rows:
-        return "<p class='null'>No latencies recorded.</p>"
+        return "<p class='null'>Latency: none measured.</p>"
     rows = sorted(rows, key=lambda r: (r["acks_requested"] is None, r["acks_requested"] or 0, r["acks_sent"] is None))
     values = [float(r[p]) for r in rows for p in PERCENTILE_COLOURS]
     peak = max(values) or 1.0
@@ -284,7 +284,8 @@ def render_html(
         ("audit lines read", counts.get("lines", 0)),
         ("valid events", counts.get("valid", 0)),
         ("rejected lines", counts.get("rejected", 0)),
-        ("produce decisions", counts.get("produce_decisions", 0)),
+        ("produce requests", summary.get("requests", 0)),
+        ("records", summary.get("records", 0)),
         ("proxy-answered errors", summary.get("proxy_answered_errors", 0)),
         ("below-min intervals", len(intervals)),
     ]
@@ -317,16 +318,17 @@ def render_html(
         svg_decisions_over_time(tables.get("decisions_timeline", [])),
         html_table(tables.get("decisions_by_partition", []),
                    ["topic", "partition", "forwarded", "raised_by_floor", "answered_not_enough_replicas",
-                    "answered_invalid_required_acks", "total"],
-                   "Decisions per partition"),
-        html_table(tables.get("acks_matrix", []), ["acks_mode", "acks_requested", "acks_sent", "decisions", "record_bytes"],
+                    "answered_invalid_required_acks", "total", "records", "record_bytes", "written_records"],
+                   "Requests per partition by decision, records and record bytes (records: counted by v2 summaries)"),
+        html_table(tables.get("acks_matrix", []), ["acks_mode", "acks_requested", "acks_sent", "requests", "record_bytes"],
                    "Acks asked for and acks sent upstream"),
         "<h2>Latency by acks mode</h2>",
         svg_latency_by_acks(tables.get("latency_overall", [])),
         html_table(
             [dict(r, acks_mode=acks_label(r["acks_requested"], r["acks_sent"])) for r in tables.get("latency_overall", [])],
             ["acks_mode", "requests", "p50_ms", "p95_ms", "p99_ms", "max_ms", "mean_ms"],
-            "Produce latency (percentile_approx, rank error ≤ n/10000)",
+            f"Produce latency from merged log-scale histograms: each percentile is its bucket's upper bound, "
+            f"at most +{summary.get('latency_relative_error', 0.189):.1%} above the exact value",
         ),
         "<h2>Durability exposure</h2>",
         html_table(tables.get("exposure_by_topic", []),
@@ -338,7 +340,7 @@ def render_html(
                    ["client_id", "answered_errors", "not_enough_replicas", "invalid_required_acks", "partitions"],
                    "Top clients by proxy-answered errors", limit=20),
         "<h2>Rejected input</h2>",
-        html_table(rejected_rows, ["reason", "lines"], "Lines that did not match audit schema v1 (see rejected/)"),
+        html_table(rejected_rows, ["reason", "lines"], "Lines that did not match audit schema v1 or v2 (see rejected/)"),
     ]
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"

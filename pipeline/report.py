@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from collections import defaultdict
@@ -101,8 +102,13 @@ def _derived_views(tables: dict[str, list[dict[str, Any]]]) -> dict[str, list[di
         agg = by_partition.setdefault((r["topic"], r["partition"]), {"topic": r["topic"], "partition": r["partition"],
                                                                       "total": 0})
         kind = r["decision"] or "unknown"
-        agg[kind] = agg.get(kind, 0) + r["decisions"]
-        agg["total"] += r["decisions"]
+        agg[kind] = agg.get(kind, 0) + r["requests"]
+        agg["total"] += r["requests"]
+    for r in tables["partition_traffic"]:
+        part = by_partition.get((r["topic"], r["partition"]))
+        if part is not None:
+            for c in ("records", "record_bytes", "written_records"):
+                part[c] = None if r[c] is None and part.get(c) is None else (part.get(c) or 0) + (r[c] or 0)
     views["decisions_by_partition"] = sorted(by_partition.values(), key=lambda a: (-a["total"], a["topic"], a["partition"]))
 
     from insync_proxy.pipeline.html_report import acks_label
@@ -111,8 +117,8 @@ def _derived_views(tables: dict[str, list[dict[str, Any]]]) -> dict[str, list[di
     for r in tables["decisions_by_acks"]:
         key = (r["acks_requested"], r["acks_sent"])
         agg = matrix.setdefault(key, {"acks_mode": acks_label(*key), "acks_requested": key[0], "acks_sent": key[1],
-                                      "decisions": 0, "record_bytes": 0})
-        agg["decisions"] += r["decisions"]
+                                      "requests": 0, "record_bytes": 0})
+        agg["requests"] += r["requests"]
         agg["record_bytes"] += r["record_bytes"] or 0
     views["acks_matrix"] = sorted(matrix.values(), key=lambda a: _sort_key(a, ("acks_requested", "acks_sent")))
 
@@ -151,6 +157,22 @@ def _json_default(value: object) -> object:
     raise TypeError(f"not JSON serialisable: {type(value)}")
 
 
+def _write_table(spark: SparkSession, frame: DataFrame, name: str, path: Path) -> DataFrame:
+    """Write ``frame`` as table ``name`` (Parquet, partitioned by date) and return it read back.
+
+    Spark writes no data file for an empty frame partitioned by date, which would leave a directory
+    no reader can take the schema from: an empty table is written unpartitioned instead, one empty
+    Parquet file carrying the table's schema (date included).
+    """
+    from insync_proxy.pipeline.tables import TABLE_SCHEMAS, empty_table
+
+    schema = TABLE_SCHEMAS[name]
+    frame.write.mode("overwrite").partitionBy("date").parquet(str(path))
+    if not any(path.rglob("*.parquet")):
+        empty_table(spark, name).coalesce(1).write.mode("overwrite").parquet(str(path))
+    return spark.read.schema(schema).parquet(str(path))
+
+
 def run_report(
     spark: SparkSession,
     inputs: Sequence[str] | str,
@@ -158,12 +180,16 @@ def run_report(
     *,
     kafka: KafkaInput | None = None,
     progress: Progress | None = None,
+    staging: str = "parquet",
 ) -> ReportResult:
-    """Read audit events, write the Parquet tables, ``rejected/``, ``report.html`` and ``summary.json``.
+    """Read audit events (v1 and v2), write the Parquet tables, ``rejected/``, ``report.html`` and ``summary.json``.
 
     ``inputs`` are JSON Lines files, directories (read recursively for ``*.jsonl``) or globs; with
     ``kafka`` the audit topic is read as well (or alone, with ``inputs=[]``). Each table directory
     under ``output_dir`` is replaced as a whole. Raises :class:`PipelineError` for a missing input.
+
+    The parsed lines are staged once (``staging="parquet"``: written under ``output_dir/_staging``
+    and deleted at the end; ``"memory"``: Spark's cache) so the JSON is parsed only once.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -181,42 +207,59 @@ def run_report(
     configure_session(spark)
 
     progress.stage(f"reading audit events from {', '.join(inputs) or '-'}" + (f" + kafka topic {kafka.topic}" if kafka else ""))
-    frames = [sources.read_audit_file_events(spark, inputs)] if inputs else []
+    frames = []
+    if inputs:
+        files = sources.resolve_inputs(inputs)
+        progress.stage(f"  {len(files):,} input file(s)" if files else "  no audit file in the input: empty report")
+        frames.append(sources.read_audit_files(spark, files))
     if kafka is not None:
         lines = sources.read_audit_kafka(spark, kafka.bootstrap, kafka.topic, kafka.starting_offsets,
                                          kafka.ending_offsets)
         frames.append(schema.parse_audit_events(lines, source_col="source"))
     parsed = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
-    # Parsed once and cached: every table and the accounting read this instead of re-parsing JSON.
-    # Only the columns the tables use are kept, which makes the cache a third smaller.
-    parsed = parsed.select(*tables.TABLE_COLUMNS, "reject_reason", "source", "line").persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    staging_dir = out / "_staging"
+    if staging == "parquet":
+        # Parsed once, written as Parquet: every table and the accounting read the columns they need
+        # from it instead of re-parsing JSON (cheaper than the in-memory cache at 10M lines).
+        progress.stage("parsing and validating (audit schema v1 and v2) into a Parquet staging copy")
+        parsed.write.mode("overwrite").parquet(str(staging_dir))
+        parsed = spark.read.parquet(str(staging_dir))
+    elif staging == "memory":
+        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    else:
+        raise ValueError(f"staging must be 'parquet' or 'memory', not {staging!r}")
+    cached: list[DataFrame] = []
     try:
-        progress.stage("parsing and validating against audit schema v1")
-        stats = (
-            parsed.groupBy("reject_reason", "event")
-            .agg(F.count(F.lit(1)).alias("n"), F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"))
+        progress.stage("counting valid and rejected lines")
+        stats = parsed.groupBy("reject_reason", "schema_version", "event").agg(
+            F.count(F.lit(1)).alias("n"),
+            F.min(F.coalesce("interval_start", "ts")).alias("first_ts"),
+            F.max("ts").alias("last_ts"),
         )
-        stat_rows = _collect(stats)
-        counts = {"lines": 0, "valid": 0, "rejected": 0, "produce_decisions": 0, "isr_changes": 0}
+        counts = {"lines": 0, "valid": 0, "rejected": 0, "v1_events": 0, "v2_events": 0, "produce_decisions": 0,
+                  "produce_summaries": 0, "isr_changes": 0, "partition_readiness": 0}
+        kind_counter = {schema.EVENT_PRODUCE_DECISION: "produce_decisions", schema.EVENT_PRODUCE_SUMMARY: "produce_summaries",
+                        schema.EVENT_ISR_CHANGE: "isr_changes", schema.EVENT_PARTITION_READINESS: "partition_readiness"}
         rejected_by_reason: dict[str, int] = defaultdict(int)
         first_ts: datetime | None = None
         last_ts: datetime | None = None
-        for r in stat_rows:
+        for r in _collect(stats):
             counts["lines"] += r["n"]
             if r["reject_reason"] is not None:
                 counts["rejected"] += r["n"]
                 rejected_by_reason[r["reject_reason"]] += r["n"]
                 continue
             counts["valid"] += r["n"]
-            counts["produce_decisions" if r["event"] == schema.EVENT_PRODUCE_DECISION else "isr_changes"] += r["n"]
+            counts[f"v{r['schema_version']}_events"] += r["n"]
+            counts[kind_counter[r["event"]]] += r["n"]
             first_ts = r["first_ts"] if first_ts is None else min(first_ts, r["first_ts"])
             last_ts = r["last_ts"] if last_ts is None else max(last_ts, r["last_ts"])
         progress.stage(
-            f"  {counts['lines']:,} lines: {counts['valid']:,} valid ({counts['produce_decisions']:,} produce "
-            f"decisions, {counts['isr_changes']:,} isr changes), {counts['rejected']:,} rejected"
+            f"  {counts['lines']:,} lines: {counts['valid']:,} valid ({counts['v1_events']:,} v1, "
+            f"{counts['v2_events']:,} v2; {counts['produce_summaries']:,} produce summaries, "
+            f"{counts['produce_decisions']:,} produce decisions, {counts['isr_changes']:,} isr changes, "
+            f"{counts['partition_readiness']:,} readiness changes), {counts['rejected']:,} rejected"
             + (f" {dict(rejected_by_reason)}" if rejected_by_reason else "")
         )
 
@@ -226,34 +269,45 @@ def run_report(
         schema.rejected_events(parsed).coalesce(1).write.mode("overwrite").json(str(rejected_dir))
 
         events = schema.valid_events(parsed)
+        summaries = schema.summaries(events)
         span = (last_ts - first_ts).total_seconds() if first_ts and last_ts else 0.0
         bucket = tables.timeline_bucket_seconds(span)
+        # The two small intermediates every traffic and latency table is cut from, computed once.
+        cube = tables.traffic_cube(summaries).persist(StorageLevel.MEMORY_AND_DISK)
+        histograms = tables.latency_histograms(summaries).persist(StorageLevel.MEMORY_AND_DISK)
+        cached += [cube, histograms]
         frames_by_table: dict[str, DataFrame] = {
-            "decisions_by_kind": tables.decisions_by_kind(events),
-            "decisions_by_acks": tables.decisions_by_acks(events),
-            "isr_below_min_intervals": tables.isr_below_min_intervals(events),
-            "latency_by_acks": tables.latency_by_acks(events),
-            "durability_exposure": tables.durability_exposure(events),
-            "top_clients": tables.top_clients(events),
-            "decisions_timeline": tables.decisions_timeline(events, bucket),
+            "partition_traffic": tables.partition_traffic(cube),
+            "decisions_by_kind": tables.decisions_by_kind(cube),
+            "decisions_by_acks": tables.decisions_by_acks(cube),
+            "isr_below_min_intervals": tables.isr_below_min_intervals(schema.observations(events)),
+            "latency_by_acks": tables.latency_by_acks(histograms),
+            "durability_exposure": tables.durability_exposure(cube),
+            "top_clients": tables.top_clients(cube),
+            "decisions_timeline": tables.decisions_timeline(summaries, bucket),
         }
         collected: dict[str, list[dict[str, Any]]] = {}
         table_paths: dict[str, Path] = {}
         for i, (name, frame) in enumerate(frames_by_table.items(), 1):
             path = out / name
             progress.stage(f"[{i}/{len(frames_by_table)}] computing {name}")
-            frame.write.mode("overwrite").partitionBy("date").parquet(str(path))
             # Read back the small written table rather than recomputing it for the report.
-            collected[name] = _collect(spark.read.parquet(str(path)))
+            collected[name] = _collect(_write_table(spark, frame, name, path))
             table_paths[name] = path
             progress.stage(f"  wrote {len(collected[name]):,} rows to {path}")
 
         progress.stage("computing overall latency by acks mode")
-        collected["latency_overall"] = _collect(tables.latency_overall(events))
+        collected["latency_overall"] = _collect(tables.latency_overall(histograms))
     finally:
-        parsed.unpersist()
+        for frame in cached:
+            frame.unpersist()
+        if staging == "parquet":
+            shutil.rmtree(staging_dir, ignore_errors=True)
+        else:
+            parsed.unpersist()
 
     for name, keys in {
+        "partition_traffic": ("date", "topic", "partition"),
         "decisions_by_kind": ("date", "topic", "partition", "decision"),
         "decisions_by_acks": ("date", "topic", "partition", "acks_requested", "acks_sent"),
         "isr_below_min_intervals": ("topic", "partition", "start"),
@@ -268,17 +322,21 @@ def run_report(
 
     exposure = collected["exposure_by_topic"]
     bytes_sent = sum(r["bytes_sent"] for r in exposure)
+    traffic = collected["partition_traffic"]
     summary: dict[str, Any] = {
         "first_ts": first_ts,
         "last_ts": last_ts,
-        "topic_partitions": len({(r["topic"], r["partition"]) for r in collected["decisions_by_kind"]}
+        "topic_partitions": len({(r["topic"], r["partition"]) for r in traffic}
                                 | {(r["topic"], r["partition"]) for r in collected["isr_below_min_intervals"]}),
+        "requests": sum(r["requests"] for r in traffic),
+        "records": sum(r["records"] for r in traffic if r["records"] is not None),
+        "record_bytes": sum(r["record_bytes"] for r in traffic),
         "proxy_answered_errors": sum(r["answered_errors"] for r in collected["top_clients_overall"]),
         "exposed_share": (sum(r["bytes_acks_0"] + r["bytes_acks_1"] for r in exposure) / bytes_sent) if bytes_sent else None,
         "below_min_intervals": len(collected["isr_below_min_intervals"]),
         "open_intervals": sum(1 for r in collected["isr_below_min_intervals"] if r["open"]),
         "timeline_bucket_seconds": bucket,
-        "percentile_accuracy": tables.PERCENTILE_ACCURACY,
+        "latency_relative_error": tables.PERCENTILE_RELATIVE_ERROR,
     }
 
     html_path = out / "report.html"
@@ -304,24 +362,34 @@ def run_report(
 
 
 def console_summary(result: ReportResult) -> str:
-    """A short plain-text summary of a report run for the terminal."""
+    """A short plain-text summary of a report run for the terminal ("none" where there is nothing)."""
+    from insync_proxy.pipeline.html_report import acks_label
+
     c, s = result.counts, result.summary
     lines = [
-        f"audit lines: {c['lines']:,}  valid: {c['valid']:,}  rejected: {c['rejected']:,}"
+        f"audit lines: {c['lines']:,}  valid: {c['valid']:,} (v1: {c['v1_events']:,}, v2: {c['v2_events']:,})  "
+        f"rejected: {c['rejected']:,}"
         + (f" ({', '.join(f'{k}: {v:,}' for k, v in sorted(result.rejected_by_reason.items()))})" if c["rejected"] else ""),
-        f"events from {s['first_ts']} to {s['last_ts']} over {s['topic_partitions']:,} topic-partitions",
-        f"below-min-ISR intervals: {s['below_min_intervals']:,} ({s['open_intervals']:,} still open)",
+        (f"events from {s['first_ts']} to {s['last_ts']} over {s['topic_partitions']:,} topic-partitions"
+         if s["first_ts"] else "events: none"),
+        f"produce requests: {s['requests']:,} ({s['records']:,} records counted, {s['record_bytes']:,} record bytes)"
+        if s["requests"] else "produce requests: none",
+        f"below-min-ISR intervals: {s['below_min_intervals']:,} ({s['open_intervals']:,} still open)"
+        if s["below_min_intervals"] else "below-min-ISR intervals: none",
     ]
     for r in result.tables["below_min_by_partition"][:5]:
         lines.append(f"  {r['topic']}-{r['partition']}: {r['below_min_s']:.1f} s below min ISR in {r['intervals']} intervals"
                      f" (lowest ISR {r['lowest_isr']}, min ISR {r['min_isr']})")
-    from insync_proxy.pipeline.html_report import acks_label
-
+    if not result.tables["latency_overall"]:
+        lines.append("latency: none measured")
     for r in result.tables["latency_overall"]:
         lines.append(f"latency {acks_label(r['acks_requested'], r['acks_sent'])}: p50 {r['p50_ms']:.2f} ms, "
-                     f"p95 {r['p95_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms (n={r['requests']:,})")
+                     f"p95 {r['p95_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms (n={r['requests']:,}; bucket error "
+                     f"at most +{s['latency_relative_error']:.1%})")
     share = s["exposed_share"]
-    lines.append("bytes sent with acks 0/1: " + ("n/a" if share is None else f"{share:.1%}"))
+    lines.append("bytes sent with acks 0/1: " + ("none sent" if share is None else f"{share:.1%}"))
+    if not result.tables["top_clients_overall"]:
+        lines.append("proxy-answered errors: none")
     for r in result.tables["top_clients_overall"][:5]:
         lines.append(f"  client {r['client_id']}: {r['answered_errors']:,} proxy-answered errors")
     lines.append(f"report: {result.html_path}  (tables under {result.output_dir}, {result.elapsed_s:.1f} s)")
@@ -333,8 +401,8 @@ def build_parser(prog: str = "python -m insync_proxy.pipeline.report") -> argpar
     parser = argparse.ArgumentParser(
         prog=prog,
         description=(
-            "Durability report over insync-proxy audit events (schema v1): per topic and partition, "
-            "decisions by kind and by acks asked/sent, intervals with ISR below min ISR, produce latency "
+            "Durability report over insync-proxy audit events (schema v1 and v2, mixed): per topic and "
+            "partition, requests, records and record bytes, decisions by kind and by acks asked/sent, intervals with ISR below min ISR, produce latency "
             "p50/p95/p99 by acks mode, bytes written with acks 0/1, and the clients the proxy answered "
             "with errors. Writes date-partitioned Parquet tables, rejected/ (lines that failed "
             "validation, with the reason), report.html (self-contained) and summary.json."
@@ -364,8 +432,35 @@ def build_parser(prog: str = "python -m insync_proxy.pipeline.report") -> argpar
     parser.add_argument("--shuffle-partitions", type=int, default=DEFAULT_SHUFFLE_PARTITIONS,
                         help=f"spark.sql.shuffle.partitions (default {DEFAULT_SHUFFLE_PARTITIONS}; raise it on a cluster)")
     parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory when started from Python (default 2g)")
+    parser.add_argument("--staging", choices=("parquet", "memory"), default="parquet",
+                        help="where the parsed lines are kept between the table jobs (default parquet, under OUTPUT/_staging)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines, only the summary")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="show Spark's own log (WARN and up) and full traces on failure (like INSYNC_DEBUG=1)")
     return parser
+
+
+def verbose_requested(flag: bool = False) -> bool:
+    """True with ``--verbose`` or ``INSYNC_DEBUG`` set (to anything but empty or 0)."""
+    return flag or os.environ.get("INSYNC_DEBUG", "") not in ("", "0")
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line saying why a Spark job failed: the JVM exception's own message, not py4j's frame."""
+    message = ""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:  # py4j's Py4JJavaError: its str() starts with "An error occurred while calling o12.x"
+        try:
+            message = str(java.getMessage() or java.toString())
+        except Exception:  # the JVM may be gone
+            message = ""
+    if not message:
+        message = getattr(exc, "getMessage", lambda: "")() if hasattr(exc, "getMessage") else ""
+    if not message:
+        message = str(exc)
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("An error occurred while calling", "JVM stacktrace"))]
+    return (useful or lines or [type(exc).__name__])[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--kafka-bootstrap and --topic go together")
     if not args.input and not args.kafka_bootstrap:
         parser.error("give --input and/or --kafka-bootstrap with --topic")
+    verbose = verbose_requested(args.verbose)
     progress = Progress(enabled=not args.quiet)
     try:
         from insync_proxy.pipeline import sources
@@ -383,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.master:
             check_master(args.master)
-        sources.check_inputs(args.input)  # fail fast, before paying for a JVM start
+        sources.resolve_inputs(args.input)  # fail fast, before paying for a JVM start
         jars = None
         if args.kafka_bootstrap:
             from insync_proxy.pipeline.jars import kafka_jars
@@ -392,18 +488,18 @@ def main(argv: list[str] | None = None) -> int:
             jars = kafka_jars()
         progress.stage(f"starting Spark ({args.master or 'default master'})")
         spark = build_session(args.master, "insync-proxy durability report", shuffle_partitions=args.shuffle_partitions,
-                              driver_memory=args.driver_memory, jars=jars)
+                              driver_memory=args.driver_memory, jars=jars, verbose=verbose)
         kafka = KafkaInput(args.kafka_bootstrap, args.topic, args.starting_offsets, args.ending_offsets) \
             if args.kafka_bootstrap else None
-        result = run_report(spark, args.input, args.output, kafka=kafka, progress=progress)
+        result = run_report(spark, args.input, args.output, kafka=kafka, progress=progress, staging=args.staging)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a failed Spark job: its first line; INSYNC_DEBUG=1 shows the whole trace
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: the report job failed: {first} (set INSYNC_DEBUG=1 for the full trace)", file=sys.stderr)
-        if os.environ.get("INSYNC_DEBUG"):
+    except Exception as exc:  # a failed Spark job: one line; --verbose / INSYNC_DEBUG=1 shows the whole trace
+        if verbose:
             raise
+        print(f"error: the report job failed: {failure_line(exc)} (run with --verbose or INSYNC_DEBUG=1 for "
+              "Spark's log and the full trace)", file=sys.stderr)
         return 1
     print(console_summary(result))
     return 0

@@ -1,8 +1,14 @@
-"""The audit event schema (v1) as Spark sees it, and the parse/validate step shared by batch and streaming.
+"""The audit event schemas (v1 and v2) as Spark sees them, the parse/validate step shared by batch and
+streaming, and the normalisation of both versions into one aggregate shape.
 
-The authoritative schema is ``proxy/audit/schema-v1.json`` (documented in ``docs/audit-events.md``);
-this module mirrors it with an explicit Spark schema so nothing is inferred. Every input line ends up
-either as a typed, valid event or as a rejected record carrying a reason: nothing is dropped silently.
+The authoritative schemas are ``proxy/audit/schema-v1.json`` and ``proxy/audit/schema-v2.json``
+(documented in ``docs/audit-events.md``); this module mirrors their union with an explicit Spark
+schema so nothing is inferred. Every input line ends up either as a typed, valid event or as a
+rejected record carrying a reason: nothing is dropped silently.
+
+Tables are computed from two normalised views of the valid events (:func:`summaries` and
+:func:`observations`): v2 ``produce_summary`` rows as they are, v1 ``produce_decision`` rows as
+summaries of one request each, so no table cares which version a line was.
 """
 
 from __future__ import annotations
@@ -11,11 +17,20 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-SCHEMA_VERSION = 1
+from insync_proxy.proxy.audit import buckets
+
+SCHEMA_VERSIONS = (1, 2)
 
 EVENT_PRODUCE_DECISION = "produce_decision"
 EVENT_ISR_CHANGE = "isr_change"
-EVENT_KINDS = (EVENT_PRODUCE_DECISION, EVENT_ISR_CHANGE)
+EVENT_PRODUCE_SUMMARY = "produce_summary"
+EVENT_PARTITION_READINESS = "partition_readiness"
+#: Event kinds each schema version knows.
+EVENT_KINDS_BY_VERSION: dict[int, tuple[str, ...]] = {
+    1: (EVENT_PRODUCE_DECISION, EVENT_ISR_CHANGE),
+    2: (EVENT_PRODUCE_SUMMARY, EVENT_ISR_CHANGE, EVENT_PARTITION_READINESS, EVENT_PRODUCE_DECISION),
+}
+EVENT_KINDS = (EVENT_PRODUCE_DECISION, EVENT_ISR_CHANGE, EVENT_PRODUCE_SUMMARY, EVENT_PARTITION_READINESS)
 
 DECISION_FORWARDED = "forwarded"
 DECISION_RAISED_BY_FLOOR = "raised_by_floor"
@@ -32,8 +47,8 @@ PROXY_ANSWERED_DECISIONS = (DECISION_ANSWERED_NOT_ENOUGH_REPLICAS, DECISION_ANSW
 # Name of the column Spark's JSON parser fills with the raw text when a line does not fit the schema.
 _CORRUPT = "_corrupt_record"
 
-#: Fields of schema v1 in document order, with their Spark types. ``ts`` is read as a string and
-#: converted afterwards so that a malformed timestamp is rejected with its own reason.
+#: Fields of schemas v1 and v2 (their union), with their Spark types. ``ts`` and ``interval_start``
+#: are read as strings and converted afterwards so that a malformed timestamp has its own reason.
 AUDIT_FIELDS: tuple[tuple[str, T.DataType], ...] = (
     ("schema_version", T.IntegerType()),
     ("event", T.StringType()),
@@ -54,14 +69,42 @@ AUDIT_FIELDS: tuple[tuple[str, T.DataType], ...] = (
     ("api_version", T.IntegerType()),
     ("correlation_id", T.IntegerType()),
     ("leader_id", T.IntegerType()),
+    # v2
+    ("interval_start", T.StringType()),
+    ("interval_seconds", T.DoubleType()),
+    ("requests", T.LongType()),
+    ("records", T.LongType()),
+    ("latency_count", T.LongType()),
+    ("latency_sum_ms", T.DoubleType()),
+    ("latency_min_ms", T.DoubleType()),
+    ("latency_max_ms", T.DoubleType()),
+    ("latency_buckets", T.ArrayType(T.ArrayType(T.LongType()))),
+    ("ready", T.BooleanType()),
 )
+_TIMESTAMP_FIELDS = ("ts", "interval_start")
 
-#: Required keys that must also be non-null.
+#: Required keys that must be non-null in every event of every version.
 REQUIRED_NON_NULL = ("schema_version", "event", "ts", "proxy_id", "topic", "partition")
-#: Required keys whose value may be null ("unknown"): only their absence is an error.
+#: Further non-null keys per (schema_version, event).
+REQUIRED_NON_NULL_BY_KIND: dict[tuple[int, str], tuple[str, ...]] = {
+    (2, EVENT_PRODUCE_SUMMARY): (
+        "interval_start", "interval_seconds", "listener", "acks_requested", "decision", "requests", "records",
+        "record_bytes", "latency_count", "latency_sum_ms", "latency_buckets",
+    ),
+    (2, EVENT_PARTITION_READINESS): ("ready", "isr_size", "min_isr"),
+}
+#: Keys that must be present but may be null ("unknown"), per (schema_version, event): only their
+#: absence is an error (and only where the raw text is at hand, see :func:`read_audit_json`).
+REQUIRED_NULLABLE_BY_KIND: dict[tuple[int, str], tuple[str, ...]] = {
+    (1, EVENT_PRODUCE_DECISION): ("isr_size", "min_isr"),
+    (1, EVENT_ISR_CHANGE): ("isr_size", "min_isr"),
+    (2, EVENT_PRODUCE_DECISION): ("isr_size", "min_isr"),
+    (2, EVENT_ISR_CHANGE): ("isr_size", "min_isr"),
+}
+#: Kept for readers of v1's module: v1's nullable required keys.
 REQUIRED_NULLABLE = ("isr_size", "min_isr")
 
-#: The JSON parsing schema: the v1 fields plus the parser's corrupt-record column.
+#: The JSON parsing schema: the v1+v2 fields plus the parser's corrupt-record column.
 RAW_SCHEMA = T.StructType(
     [T.StructField(name, dtype, True) for name, dtype in AUDIT_FIELDS] + [T.StructField(_CORRUPT, T.StringType())]
 )
@@ -79,6 +122,22 @@ REASON_UNKNOWN_EVENT = "unknown_event"
 REASON_INVALID_VALUE = "invalid_value"
 
 
+def _kind_is(j: str, kinds: list[tuple[int, str]]) -> Column:
+    """True when the event's (schema_version, event) is one of ``kinds``."""
+    cond: Column = F.lit(False)
+    for version, event in kinds:
+        cond = cond | ((F.col(f"{j}.schema_version") == version) & (F.col(f"{j}.event") == event))
+    return cond
+
+
+def _known_event(j: str) -> Column:
+    return _kind_is(j, [(v, e) for v, kinds in EVENT_KINDS_BY_VERSION.items() for e in kinds])
+
+
+def _kinds_requiring(table: dict[tuple[int, str], tuple[str, ...]], name: str) -> list[tuple[int, str]]:
+    return [kind for kind, names in table.items() if name in names]
+
+
 def _first_named(conditions: list[tuple[Column, str]]) -> Column:
     """The label of the first condition that holds, else null (a SQL CASE in list order)."""
     expr: Column | None = None
@@ -92,13 +151,14 @@ def _reject_reason(j: str, value: Column | None) -> Column:
     """Why a parsed line is rejected, or null for a valid event; the first failing check wins.
 
     Checks in order: empty line, not a JSON object, unknown schema_version, missing required field,
-    wrong JSON type, unknown event kind, invalid value (timestamp, negative partition/bytes, decision).
-    A cheap test over the already-parsed struct clears the common (valid) line first; the key-presence
-    and per-field type probes, which re-read the JSON text, run only for lines that failed it.
+    wrong JSON type, unknown event kind (for its version), invalid value (timestamps, negative
+    counts, unknown decision, histogram buckets). A cheap test over the already-parsed struct clears
+    the common (valid) line first; the key-presence and per-field type probes, which re-read the
+    JSON text, run only for lines that failed it.
 
     ``value=None`` means the records come from Spark's JSON file reader, which keeps the raw text
     only for lines it could not fit to the schema: the probes then read that text, and an absent
-    ``isr_size``/``min_isr`` key cannot be told from a null (it is read as "unknown").
+    nullable key (``isr_size``/``min_isr``) cannot be told from a null (it is read as "unknown").
     """
 
     def col(name: str) -> Column:
@@ -107,34 +167,62 @@ def _reject_reason(j: str, value: Column | None) -> Column:
     corrupt = col(_CORRUPT).isNotNull()
     raw = value if value is not None else col(_CORRUPT)
     keys = F.json_object_keys(raw)
+    nullable_names = sorted({n for names in REQUIRED_NULLABLE_BY_KIND.values() for n in names})
 
     def has_key(name: str) -> Column:
         if value is None:
             # Only the non-null requirement can be checked; a null in a line the reader flagged as
             # corrupt is a mistyped value (the wrong_type probe names it), not a missing key.
-            return F.lit(True) if name in REQUIRED_NULLABLE else corrupt
+            return F.lit(True) if name in nullable_names else corrupt
         return F.coalesce(F.array_contains(keys, name), F.lit(False))
 
+    summary = _kind_is(j, [(2, EVENT_PRODUCE_SUMMARY)])
+    bucket_pairs = col("latency_buckets")
+    bad_pair = F.exists(
+        bucket_pairs,
+        lambda x: (F.size(x) != 2) | x[0].isNull() | x[1].isNull() | (x[0] < 0) | (x[0] > buckets.OVERFLOW)
+        | (x[1] <= 0),
+    )
+    bucket_total = F.aggregate(bucket_pairs, F.lit(0).cast("long"), lambda acc, x: acc + x[1])
     invalid = _first_named(
         [
             (F.col("_ts").isNull(), "ts"),
+            (col("interval_start").isNotNull() & F.col("_interval_start").isNull(), "interval_start"),
             (col("partition") < 0, "partition"),
             (col("record_bytes") < 0, "record_bytes"),
+            (col("requests") < 0, "requests"),
+            (col("records") < 0, "records"),
+            (col("latency_count") < 0, "latency_count"),
+            (col("interval_seconds") < 0, "interval_seconds"),
             (col("decision").isNotNull() & ~col("decision").isin(*DECISIONS), "decision"),
+            (summary & (col("latency_count") > col("requests")), "latency_count"),
+            (summary & bad_pair, "latency_buckets"),
+            (summary & (bucket_total != col("latency_count")), "latency_buckets"),
         ]
     )
-    looks_valid = ~corrupt & (col("schema_version") == SCHEMA_VERSION) & col("event").isin(*EVENT_KINDS)
+    versions = col("schema_version").isin(*SCHEMA_VERSIONS)
+    looks_valid = ~corrupt & versions & _known_event(j)
     for name in REQUIRED_NON_NULL:
         looks_valid = looks_valid & col(name).isNotNull()
+    for name in sorted({n for names in REQUIRED_NON_NULL_BY_KIND.values() for n in names}):
+        looks_valid = looks_valid & (col(name).isNotNull() | ~_kind_is(j, _kinds_requiring(REQUIRED_NON_NULL_BY_KIND, name)))
     looks_valid = looks_valid & invalid.isNull()
-    for name in REQUIRED_NULLABLE:
+    for name in nullable_names:
         # Or short-circuits: the JSON key list is only computed when the value is null.
-        looks_valid = looks_valid & (col(name).isNotNull() | has_key(name))
+        needed = _kind_is(j, _kinds_requiring(REQUIRED_NULLABLE_BY_KIND, name))
+        looks_valid = looks_valid & (col(name).isNotNull() | ~needed | has_key(name))
 
-    missing = _first_named(
-        [(col(name).isNull() & ~has_key(name), name) for name in REQUIRED_NON_NULL + REQUIRED_NULLABLE]
-        + [(col(name).isNull() & ~corrupt, name) for name in REQUIRED_NON_NULL]
-    )
+    missing_conditions: list[tuple[Column, str]] = [
+        (col(name).isNull() & ~has_key(name), name) for name in REQUIRED_NON_NULL
+    ]
+    for name in nullable_names:
+        needed = _kind_is(j, _kinds_requiring(REQUIRED_NULLABLE_BY_KIND, name))
+        missing_conditions.append((needed & col(name).isNull() & ~has_key(name), name))
+    missing_conditions += [(col(name).isNull() & ~corrupt, name) for name in REQUIRED_NON_NULL]
+    for name in dict.fromkeys(n for names in REQUIRED_NON_NULL_BY_KIND.values() for n in names):
+        needed = _kind_is(j, _kinds_requiring(REQUIRED_NON_NULL_BY_KIND, name))
+        missing_conditions.append((needed & col(name).isNull() & (~corrupt | ~has_key(name)), name))
+    missing = _first_named(missing_conditions)
     # With partial results (Spark's default) only the mistyped field is null; a raw probe finds it.
     wrong_type = _first_named(
         [(col(name).isNull() & F.get_json_object(raw, f"$.{name}").isNotNull(), name) for name, _ in AUDIT_FIELDS]
@@ -144,12 +232,12 @@ def _reject_reason(j: str, value: Column | None) -> Column:
         .when((value.isNull() | (F.trim(value) == "")) if value is not None else F.lit(False), F.lit(REASON_EMPTY_LINE))
         .when(corrupt & keys.isNull() if value is None else keys.isNull(), F.lit(REASON_BAD_JSON))
         .when(
-            col("schema_version").isNotNull() & (col("schema_version") != SCHEMA_VERSION),
+            col("schema_version").isNotNull() & ~versions,
             F.lit(REASON_UNKNOWN_SCHEMA_VERSION),
         )
         .when(missing.isNotNull(), F.concat(F.lit(REASON_MISSING_FIELD + ":"), missing))
         .when(corrupt, F.concat(F.lit(REASON_WRONG_TYPE + ":"), F.coalesce(wrong_type, F.lit("?"))))
-        .when(~col("event").isin(*EVENT_KINDS), F.lit(REASON_UNKNOWN_EVENT))
+        .when(~_known_event(j), F.lit(REASON_UNKNOWN_EVENT))
         .when(invalid.isNotNull(), F.concat(F.lit(REASON_INVALID_VALUE + ":"), invalid))
         .otherwise(F.lit(REASON_INVALID_VALUE))
     )
@@ -157,30 +245,34 @@ def _reject_reason(j: str, value: Column | None) -> Column:
 
 def _finish(parsed: DataFrame, raw: Column, value: Column | None) -> DataFrame:
     """Typed event columns, ``date``, ``reject_reason``, and source/line kept for rejected lines only."""
-    # The timestamp is parsed once here; the reject reason reads it as _ts.
-    parsed = parsed.withColumn("_ts", F.try_to_timestamp(F.col("j.ts")))
+    # Timestamps are parsed once here; the reject reason reads them as _ts and _interval_start.
+    for name in _TIMESTAMP_FIELDS:
+        parsed = parsed.withColumn(f"_{name}", F.try_to_timestamp(F.col(f"j.{name}")))
     reason = _reject_reason("j", value)
-    fields = [(F.col("_ts") if name == "ts" else F.col(f"j.{name}")).alias(name) for name, _ in AUDIT_FIELDS]
+    fields = [(F.col(f"_{name}") if name in _TIMESTAMP_FIELDS else F.col(f"j.{name}")).alias(name)
+              for name, _ in AUDIT_FIELDS]
     out = parsed.select(*fields, F.col("source"), raw.alias("_line"), reason.alias("reject_reason"))
     return out.select(
         *[F.col(name) for name, _ in AUDIT_FIELDS],
-        F.to_date(F.col("ts")).alias("date"),
+        # A summary belongs to the date its interval started on; any other event to its ts's date.
+        F.to_date(F.coalesce(F.col("interval_start"), F.col("ts"))).alias("date"),
         F.col("reject_reason"),
-        # Source and raw text matter only for rejected lines; nulls keep a cached parse small.
+        # Source and raw text matter only for rejected lines; nulls keep a staged parse small.
         F.when(F.col("reject_reason").isNotNull(), F.col("source")).alias("source"),
         F.when(F.col("reject_reason").isNotNull(), F.col("_line")).alias("line"),
     )
 
 
 def parse_audit_events(lines: DataFrame, value_col: str = "value", source_col: str | None = None) -> DataFrame:
-    """Parse raw audit lines into typed events, tagging each with a reject reason (null when valid).
+    """Parse raw audit lines (v1 or v2) into typed events, tagging each with a reject reason (null when valid).
 
     ``lines`` has one string column ``value_col`` per audit line (a text file line or a Kafka record
     value cast to string) and optionally ``source_col`` (file path or topic/partition/offset).
-    The result has the columns of :data:`EVENT_COLUMNS` (``ts`` as a UTC timestamp, ``date`` its UTC
-    date) plus ``reject_reason``, ``source`` and ``line`` (source and raw text are kept only for
-    rejected lines so that caching the result stays cheap). Works on batch and streaming DataFrames.
-    Assumes the session time zone is UTC (see :func:`pipeline.spark_env.configure_session`).
+    The result has the columns of :data:`EVENT_COLUMNS` (``ts`` and ``interval_start`` as UTC
+    timestamps, ``date`` the UTC date of ``interval_start`` or else ``ts``) plus ``reject_reason``,
+    ``source`` and ``line`` (source and raw text are kept only for rejected lines). Works on batch
+    and streaming DataFrames. Assumes the session time zone is UTC (see
+    :func:`pipeline.spark_env.configure_session`).
     """
     value = F.col(value_col)
     parsed = lines.select(
@@ -191,6 +283,14 @@ def parse_audit_events(lines: DataFrame, value_col: str = "value", source_col: s
     return _finish(parsed, F.col("_line"), F.col("_line"))
 
 
+def _parse_records(records: DataFrame, source: Column) -> DataFrame:
+    parsed = records.select(source.alias("source"), F.struct(*[F.col(f.name) for f in RAW_SCHEMA.fields]).alias("j"))
+    raw = F.coalesce(
+        F.col(f"j.{_CORRUPT}"), F.to_json(F.struct(*[F.col(f"j.{name}") for name, _ in AUDIT_FIELDS]))
+    )
+    return _finish(parsed, raw, None)
+
+
 def read_audit_json(spark: SparkSession, paths: list[str], **options: str) -> DataFrame:
     """Parse audit JSON Lines files with Spark's JSON reader: :func:`parse_audit_events`'s output.
 
@@ -198,7 +298,10 @@ def read_audit_json(spark: SparkSession, paths: list[str], **options: str) -> Da
     from the file's bytes). Differences, documented in docs/pipeline.md: blank lines are skipped by
     the reader, an absent ``isr_size``/``min_isr`` key reads as null, and the ``line`` of a record
     rejected for a reason other than its JSON types is rebuilt from the parsed fields.
+    ``paths=[]`` gives an empty frame with the same columns (an empty audit directory).
     """
+    if not paths:
+        return _parse_records(spark.createDataFrame([], RAW_SCHEMA), F.lit(None).cast("string"))
     records = (
         spark.read.schema(RAW_SCHEMA)
         .option("mode", "PERMISSIVE")
@@ -206,14 +309,7 @@ def read_audit_json(spark: SparkSession, paths: list[str], **options: str) -> Da
         .options(**options)
         .json(paths)
     )
-    parsed = records.select(
-        F.col("_metadata.file_path").alias("source"),
-        F.struct(*[F.col(f.name) for f in RAW_SCHEMA.fields]).alias("j"),
-    )
-    raw = F.coalesce(
-        F.col(f"j.{_CORRUPT}"), F.to_json(F.struct(*[F.col(f"j.{name}") for name, _ in AUDIT_FIELDS]))
-    )
-    return _finish(parsed, raw, None)
+    return _parse_records(records, F.col("_metadata.file_path"))
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
@@ -225,4 +321,118 @@ def rejected_events(parsed: DataFrame) -> DataFrame:
     """The rejected lines of :func:`parse_audit_events` output: reason, source and raw line."""
     return parsed.filter(F.col("reject_reason").isNotNull()).select(
         F.col("reject_reason").alias("reason"), "source", "line"
+    )
+
+
+# --------------------------------------------------------------------------- normalised views
+
+#: The histogram column of :func:`summaries`: sparse (bucket, count) pairs.
+BUCKETS_TYPE = T.ArrayType(
+    T.StructType([T.StructField("bucket", T.IntegerType(), True), T.StructField("count", T.LongType(), True)])
+)
+
+#: Columns of :func:`summaries`, in order, with their types: the aggregate shape every table reads.
+SUMMARY_FIELDS: tuple[tuple[str, T.DataType], ...] = (
+    ("date", T.DateType()),
+    ("interval_start", T.TimestampType()),
+    ("ts", T.TimestampType()),
+    ("proxy_id", T.StringType()),
+    ("listener", T.StringType()),
+    ("client_id", T.StringType()),
+    ("topic", T.StringType()),
+    ("partition", T.IntegerType()),
+    ("acks_requested", T.IntegerType()),
+    ("acks_sent", T.IntegerType()),
+    ("decision", T.StringType()),
+    ("error_code", T.IntegerType()),
+    ("requests", T.LongType()),
+    ("records", T.LongType()),
+    ("record_bytes", T.LongType()),
+    ("latency_count", T.LongType()),
+    ("latency_sum_ms", T.DoubleType()),
+    ("latency_min_ms", T.DoubleType()),
+    ("latency_max_ms", T.DoubleType()),
+    ("latency_buckets", BUCKETS_TYPE),
+)
+SUMMARY_COLUMNS = tuple(name for name, _ in SUMMARY_FIELDS)
+
+#: Columns of :func:`observations`.
+OBSERVATION_COLUMNS = ("topic", "partition", "ts", "proxy_id", "event", "isr_size", "min_isr", "below")
+
+
+def bucket_index(latency_ms: Column) -> Column:
+    """The latency bucket of ``latency_ms`` (see ``insync_proxy.proxy.audit.buckets``) as a Spark column.
+
+    The smallest i with latency <= BOUNDS_MS[i] (0 at or below the first bound, OVERFLOW above the
+    last): a logarithm gives the index, then one comparison with the bounds on each side corrects
+    floating-point rounding, so the result is exactly the bucket the bounds define.
+    """
+    bounds = F.array(*[F.lit(b) for b in buckets.BOUNDS_MS])
+    last = buckets.LAST_BOUNDED
+    log_step = 1.0 / buckets.STEPS_PER_DOUBLING
+    guess = F.least(
+        F.greatest(F.ceil(F.log2(latency_ms / F.lit(buckets.BASE_MS)) / F.lit(log_step)), F.lit(0)),
+        F.lit(last + 1),
+    ).cast("int")
+    # element_at is 1-based.
+    up = F.when((guess <= last) & (latency_ms > F.element_at(bounds, guess + 1)), guess + 1).otherwise(guess)
+    down = F.when((up > 0) & (latency_ms <= F.element_at(bounds, F.least(up, F.lit(last + 1)))), up - 1).otherwise(up)
+    return F.when(latency_ms <= F.lit(buckets.BASE_MS), F.lit(0)).otherwise(down)
+
+
+def summaries(events: DataFrame, extra_columns: tuple[str, ...] = ()) -> DataFrame:
+    """Produce traffic in the aggregate shape (:data:`SUMMARY_COLUMNS`) from valid v1 and v2 events.
+
+    v2 ``produce_summary`` events are taken as they are. v1 ``produce_decision`` events become
+    summaries of one request each: requests 1, records null (v1 carries no record count), the
+    latency (if any) as a count of 1 in its bucket, ``interval_start`` = ``ts``. v2
+    ``produce_decision`` events (``audit.detail = "every_request"``) are *not* counted again: the
+    same requests are in that proxy's summaries. ``extra_columns`` of ``events`` are kept as they are.
+    """
+    is_v1_decision = (F.col("schema_version") == 1) & (F.col("event") == EVENT_PRODUCE_DECISION)
+    is_summary = (F.col("schema_version") == 2) & (F.col("event") == EVENT_PRODUCE_SUMMARY)
+    lat = F.col("latency_ms")
+    has_lat = lat.isNotNull()
+    v2_buckets = F.transform(
+        F.col("latency_buckets"),
+        lambda x: F.struct(x[0].cast("int").alias("bucket"), x[1].alias("count")),
+    )
+    v1_buckets = F.when(has_lat, F.array(F.struct(bucket_index(lat).alias("bucket"), F.lit(1).cast("long").alias("count"))))
+    v1_buckets = v1_buckets.otherwise(F.array().cast(BUCKETS_TYPE))
+
+    def pick(v2: Column, v1: Column) -> Column:
+        return F.when(is_summary, v2).otherwise(v1)
+
+    columns = {
+        "date": F.col("date"),
+        "interval_start": pick(F.col("interval_start"), F.col("ts")),
+        "ts": F.col("ts"),
+        "requests": pick(F.col("requests"), F.lit(1).cast("long")),
+        "records": pick(F.col("records"), F.lit(None).cast("long")),
+        "record_bytes": F.col("record_bytes"),
+        "latency_count": pick(F.col("latency_count"), F.when(has_lat, 1).otherwise(0).cast("long")),
+        "latency_sum_ms": pick(F.col("latency_sum_ms"), F.coalesce(lat, F.lit(0.0))),
+        "latency_min_ms": pick(F.col("latency_min_ms"), lat),
+        "latency_max_ms": pick(F.col("latency_max_ms"), lat),
+        "latency_buckets": pick(v2_buckets, v1_buckets),
+    }
+    return events.filter(is_v1_decision | is_summary).select(
+        *[(columns[name] if name in columns else F.col(name)).cast(dtype).alias(name) for name, dtype in SUMMARY_FIELDS],
+        *extra_columns,
+    )
+
+
+def observations(events: DataFrame) -> DataFrame:
+    """The proxies' views of partitions' ISR health (:data:`OBSERVATION_COLUMNS`), from v1 and v2 events.
+
+    ``partition_readiness`` (v2): ``below`` = not ready (the proxy's own verdict). ``isr_change``
+    (v1, v2) and ``produce_decision`` (v1, v2 detail) with both ISR size and min ISR known:
+    ``below`` = ``isr_size < min_isr``. Summaries carry no ISR and are no observation.
+    """
+    readiness = F.col("event") == EVENT_PARTITION_READINESS
+    known = F.col("isr_size").isNotNull() & F.col("min_isr").isNotNull()
+    with_isr = F.col("event").isin(EVENT_ISR_CHANGE, EVENT_PRODUCE_DECISION) & known
+    below = F.when(readiness, ~F.col("ready")).otherwise(F.col("isr_size") < F.col("min_isr"))
+    return events.filter((readiness & F.col("ready").isNotNull()) | with_isr).select(
+        "topic", "partition", "ts", "proxy_id", "event", "isr_size", "min_isr", below.alias("below")
     )

@@ -23,47 +23,76 @@ def _is_local(path: str) -> bool:
     return not _URI.match(path) or path.startswith("file://")
 
 
-def check_inputs(inputs: Sequence[str]) -> list[str]:
-    """Return the inputs with local ones checked to exist (directory, file or a glob matching something).
+def _local(raw: str) -> str:
+    return raw[len("file://"):] if raw.startswith("file://") else raw
 
-    Non-local URIs (hdfs://, s3a://, ...) are passed through: only Spark can see them.
-    Raises :class:`PipelineError` naming the first local input that matches nothing.
+
+def resolve_inputs(inputs: Sequence[str]) -> list[str]:
+    """The audit files to read: local inputs expanded here, remote URIs passed on to Spark as they are.
+
+    A directory stands for every ``*.jsonl`` file under it (recursively; an empty directory for no
+    file). A glob is expanded with Python's rules, so ``**`` also matches no directory at all:
+    ``'audit/**/*.jsonl'`` finds the proxy's flat ``audit/audit-<proxy_id>-<time>.jsonl`` files as
+    well as ``audit/<sidecar>/...`` (Hadoop's glob, which Spark would use, reads ``**`` as ``*`` and
+    then needs a subdirectory). A file named explicitly is read whatever its name. Non-local URIs
+    (hdfs://, s3a://, ...) are left to Spark, which expands their globs its own way.
+
+    Raises :class:`PipelineError` naming the first local input that does not exist or, for a glob,
+    matches no file.
     """
-    checked: list[str] = []
+    files: list[str] = []
     for raw in inputs:
-        path = raw[len("file://"):] if raw.startswith("file://") else raw
-        if _is_local(raw):
-            if glob.has_magic(path):
-                if not glob.glob(path, recursive=True):
-                    raise PipelineError(f"input {raw!r} matches no file")
-            elif not os.path.exists(path):
-                raise PipelineError(f"input {raw!r} does not exist")
-            elif os.path.isdir(path) and not any(
-                name.endswith(".jsonl") or name.endswith(".json") for _, _, names in os.walk(path) for name in names
-            ):
-                raise PipelineError(f"input directory {raw!r} holds no .jsonl file")
-        checked.append(raw)
-    return checked
+        if not _is_local(raw):
+            files.append(raw)
+            continue
+        path = _local(raw)
+        if glob.has_magic(path):
+            matched = sorted(m for m in glob.glob(path, recursive=True) if os.path.isfile(m))
+            if not matched:
+                raise PipelineError(f"input {raw!r} matches no file")
+            files += matched
+        elif not os.path.exists(path):
+            raise PipelineError(f"input {raw!r} does not exist")
+        elif os.path.isdir(path):
+            files += sorted(
+                os.path.join(root, name)
+                for root, _, names in os.walk(path)
+                for name in names
+                if name.endswith(".jsonl")
+            )
+        else:
+            files.append(path)
+    # One file reached through two inputs is read once.
+    return list(dict.fromkeys(os.path.abspath(f) if _is_local(f) else f for f in files))
+
+
+_HADOOP_GLOB_CHARS = re.compile(r"([\\{}\[\]*?])")
+
+
+def spark_path(path: str) -> str:
+    """A resolved local file as Spark must be given it: Spark reads every path as a Hadoop glob, so
+    glob characters in a real file name (``[``, ``{``, ``*``, ...) are escaped."""
+    return _HADOOP_GLOB_CHARS.sub(r"\\\1", path) if _is_local(path) else path
+
+
+def check_inputs(inputs: Sequence[str]) -> list[str]:
+    """Check that every local input exists (see :func:`resolve_inputs`); returns the inputs unchanged."""
+    resolve_inputs(inputs)
+    return list(inputs)
+
+
+def read_audit_files(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+    """Parsed, validated audit events (see :func:`pipeline.schema.parse_audit_events`) from resolved
+    files (:func:`resolve_inputs`); no file gives an empty frame with the same columns."""
+    from insync_proxy.pipeline.schema import read_audit_json
+
+    return read_audit_json(spark, [spark_path(f) for f in files])
 
 
 def read_audit_file_events(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
-    """Parsed, validated audit events (see :func:`pipeline.schema.parse_audit_events`) from JSON Lines
-    files, directories (read recursively for ``*.jsonl``) and globs."""
-    from insync_proxy.pipeline.schema import read_audit_json
-
-    paths = check_inputs(inputs)
-    dirs = [p for p in paths if not glob.has_magic(p) and _is_local(p) and os.path.isdir(p.removeprefix("file://"))]
-    files = [p for p in paths if p not in dirs]
-    frames: list[DataFrame] = []
-    if dirs:
-        # Audit directories also hold other files (rotation temp files, READMEs): only *.jsonl counts.
-        frames.append(read_audit_json(spark, dirs, recursiveFileLookup="true", pathGlobFilter="*.jsonl"))
-    if files:
-        frames.append(read_audit_json(spark, files))
-    events = frames[0]
-    for frame in frames[1:]:
-        events = events.unionByName(frame)
-    return events
+    """Parsed, validated audit events from JSON Lines files, directories (read recursively for
+    ``*.jsonl``) and globs."""
+    return read_audit_files(spark, resolve_inputs(inputs))
 
 
 def _kafka_options(bootstrap: str, topic: str) -> dict[str, str]:

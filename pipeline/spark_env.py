@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, TextIO
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: Spark's log configuration without --verbose.
+QUIET_LOG_CONFIG = Path(__file__).with_name("log4j2-quiet.properties")
+
 #: Spark 4 needs Java 17 or newer.
 MIN_JAVA_MAJOR = 17
 
@@ -109,11 +112,14 @@ def build_session(
     driver_memory: str | None = None,
     jars: list[Path] | None = None,
     extra_conf: dict[str, str] | None = None,
+    verbose: bool = True,
 ) -> SparkSession:
     """Create (or reuse) a SparkSession after the preflight checks.
 
     ``master=None`` keeps what spark-submit configured, or falls back to ``local[*]`` when the
     script is run directly. ``driver_memory`` only applies when this call starts the JVM.
+    ``verbose=False`` keeps Spark's own log quiet (ERROR and up, task failures not at all; see
+    ``pipeline/log4j2-quiet.properties``) from the JVM's first line on, for the command line.
     """
     spark_version()
     check_java()
@@ -136,13 +142,17 @@ def build_session(
     if jars:
         existing = [j for j in conf.get("spark.jars", "").split(",") if j]
         conf.set("spark.jars", ",".join(existing + [str(j) for j in jars]))
+    if not verbose:
+        quiet = f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG.as_uri()}"
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            conf.set(key, " ".join(filter(None, [conf.get(key, ""), quiet])))
     for key, value in (extra_conf or {}).items():
         conf.set(key, value)
     try:
         spark = SparkSession.builder.config(conf=conf).getOrCreate()
     except Exception as exc:  # the JVM's own message is the useful part
         raise PipelineError(f"could not start Spark (master {conf.get('spark.master')}): {exc}") from exc
-    spark.sparkContext.setLogLevel(os.environ.get("INSYNC_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(os.environ.get("INSYNC_SPARK_LOG_LEVEL", "WARN" if verbose else "ERROR"))
     configure_session(spark)
     return spark
 

@@ -1,26 +1,35 @@
-"""The durability report's tables: pure DataFrame -> DataFrame functions over valid audit events.
+"""The durability report's tables: pure DataFrame -> DataFrame functions.
 
-Each function takes the typed events of :func:`pipeline.schema.valid_events` and returns one table;
-all tables carry a ``date`` column (UTC) so they can be written partitioned by date. Keeping them
-pure makes every table testable on a handful of hand-built events.
+Traffic tables read the aggregate shape of :func:`pipeline.schema.summaries` (v2 summaries as they
+are, v1 decisions as summaries of one request), the below-min intervals read
+:func:`pipeline.schema.observations`. Every table carries a ``date`` column (UTC) so it can be
+written partitioned by date, and has a fixed schema (:data:`TABLE_SCHEMAS`) so an empty table is
+still written with its columns. Keeping the functions pure makes every table testable on a handful
+of hand-built events.
+
+Tables that share a grouping are derived from one small intermediate aggregate,
+:func:`traffic_cube` (per date, partition, client, acks mode, decision and error code), instead of
+each scanning the summaries again; latency tables from :func:`latency_histograms` (merged bucket
+counts per date, partition and acks mode).
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from insync_proxy.pipeline.schema import (
+    BUCKETS_TYPE,
     DECISION_ANSWERED_INVALID_REQUIRED_ACKS,
     DECISION_ANSWERED_NOT_ENOUGH_REPLICAS,
-    EVENT_PRODUCE_DECISION,
     PROXY_ANSWERED_DECISIONS,
 )
+from insync_proxy.proxy.audit import buckets
 
-#: percentile_approx accuracy. Spark documents 1/accuracy as the relative rank error: the value
-#: returned for percentile p of n values has a rank within p*n +- n/accuracy of the exact one.
-PERCENTILE_ACCURACY = 10_000
 PERCENTILES = (0.5, 0.95, 0.99)
+#: The largest relative error of a latency percentile read from merged buckets (+18.9%).
+PERCENTILE_RELATIVE_ERROR = buckets.RELATIVE_ERROR
 
 #: Time buckets tried for the decisions-over-time table, smallest first; the first one giving at most
 #: :data:`MAX_TIMELINE_BUCKETS` buckets over the data's time span is used.
@@ -28,64 +37,328 @@ TIMELINE_BUCKETS_S = (1, 5, 10, 30, 60, 300, 900, 3600, 6 * 3600, 86400)
 MAX_TIMELINE_BUCKETS = 120
 
 PARTITION_KEYS = ("topic", "partition")
+ACKS_KEYS = ("acks_requested", "acks_sent")
+CUBE_KEYS = ("date", "topic", "partition", "client_id", "acks_requested", "acks_sent", "decision", "error_code")
 
-#: The event columns the tables read; the batch job caches only these (about 2/3 of the row).
-TABLE_COLUMNS = (
-    "event", "ts", "date", "proxy_id", "client_id", "topic", "partition", "acks_requested", "acks_sent",
-    "isr_size", "min_isr", "decision", "latency_ms", "record_bytes",
-)
-
-
-def _decisions(events: DataFrame) -> DataFrame:
-    return events.filter(F.col("event") == EVENT_PRODUCE_DECISION)
+_S, _I, _L, _D, _TS, _B = T.StringType(), T.IntegerType(), T.LongType(), T.DoubleType(), T.TimestampType(), T.BooleanType()
+_DATE = T.DateType()
 
 
-def decisions_by_kind(events: DataFrame) -> DataFrame:
-    """Produce decisions per (date, topic, partition, decision): count and record bytes."""
-    return (
-        _decisions(events)
-        .groupBy("date", *PARTITION_KEYS, "decision")
-        .agg(F.count(F.lit(1)).alias("decisions"), F.sum("record_bytes").alias("record_bytes"))
+def _schema(*fields: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(name, dtype, True) for name, dtype in fields])
+
+
+_LATENCY_FIELDS = (("requests", _L), ("p50_ms", _D), ("p95_ms", _D), ("p99_ms", _D), ("min_ms", _D),
+                   ("max_ms", _D), ("mean_ms", _D))
+
+#: Every table's columns and types, in order. Written as is even when a table has no row.
+TABLE_SCHEMAS: dict[str, T.StructType] = {
+    "partition_traffic": _schema(
+        ("date", _DATE), ("topic", _S), ("partition", _I), ("requests", _L), ("records", _L), ("record_bytes", _L),
+        ("written_requests", _L), ("written_records", _L), ("written_record_bytes", _L),
+        ("answered_by_proxy_requests", _L), ("failed_requests", _L),
+    ),
+    "decisions_by_kind": _schema(
+        ("date", _DATE), ("topic", _S), ("partition", _I), ("decision", _S), ("requests", _L), ("records", _L),
+        ("record_bytes", _L),
+    ),
+    "decisions_by_acks": _schema(
+        ("date", _DATE), ("topic", _S), ("partition", _I), ("acks_requested", _I), ("acks_sent", _I),
+        ("requests", _L), ("records", _L), ("record_bytes", _L),
+    ),
+    "isr_below_min_intervals": _schema(
+        ("date", _DATE), ("topic", _S), ("partition", _I), ("start", _TS), ("end", _TS), ("duration_s", _D),
+        ("min_isr", _I), ("lowest_isr", _I), ("open", _B), ("observations", _L), ("proxies", T.ArrayType(_S)),
+    ),
+    "latency_by_acks": _schema(
+        ("date", _DATE), ("topic", _S), ("partition", _I), ("acks_requested", _I), ("acks_sent", _I),
+        *_LATENCY_FIELDS,
+    ),
+    "durability_exposure": _schema(
+        ("date", _DATE), ("topic", _S), ("partition", _I), ("bytes_acks_all", _L), ("bytes_acks_1", _L),
+        ("bytes_acks_0", _L), ("bytes_acks_other", _L), ("bytes_sent", _L), ("bytes_answered_by_proxy", _L),
+        ("exposed_share", _D),
+    ),
+    "top_clients": _schema(
+        ("date", _DATE), ("client_id", _S), ("topic", _S), ("partition", _I), ("not_enough_replicas", _L),
+        ("invalid_required_acks", _L), ("answered_errors", _L), ("first_seen", _TS), ("last_seen", _TS),
+    ),
+    "decisions_timeline": _schema(
+        ("bucket_start", _TS), ("decision", _S), ("requests", _L), ("date", _DATE), ("bucket_seconds", _I),
+    ),
+}
+#: The Parquet tables the batch report writes, all partitioned by ``date``.
+TABLES = tuple(TABLE_SCHEMAS)
+#: Not written; the report's overall latency per acks mode.
+LATENCY_OVERALL_SCHEMA = _schema(("acks_requested", _I), ("acks_sent", _I), *_LATENCY_FIELDS)
+
+
+def conform(frame: DataFrame, schema: T.StructType) -> DataFrame:
+    """``frame`` with exactly the columns of ``schema``, in its order and types."""
+    return frame.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def empty_table(spark: SparkSession, name: str) -> DataFrame:
+    """An empty frame with table ``name``'s schema."""
+    return spark.createDataFrame([], TABLE_SCHEMAS[name])
+
+
+def _sum0(column: Column) -> Column:
+    return F.coalesce(F.sum(column), F.lit(0)).cast("long")
+
+
+# --------------------------------------------------------------------------- traffic
+
+
+def traffic_cube(summaries: DataFrame) -> DataFrame:
+    """Summaries summed per :data:`CUBE_KEYS`: the small intermediate every traffic table is cut from.
+
+    ``records`` stays null when no summary of a group carried a record count (v1 decisions).
+    """
+    return summaries.groupBy(*CUBE_KEYS).agg(
+        F.sum("requests").alias("requests"),
+        F.sum("records").alias("records"),
+        F.sum("record_bytes").alias("record_bytes"),
+        F.min("interval_start").alias("first_seen"),
+        F.max("ts").alias("last_seen"),
     )
 
 
-def decisions_by_acks(events: DataFrame) -> DataFrame:
-    """Produce decisions per (date, topic, partition, acks_requested, acks_sent): count and bytes.
+def _traffic_sums() -> list[Column]:
+    return [_sum0(F.col("requests")).alias("requests"), F.sum("records").alias("records"),
+            _sum0(F.col("record_bytes")).alias("record_bytes")]
+
+
+def partition_traffic(cube: DataFrame) -> DataFrame:
+    """Per (date, topic, partition): requests, records and record bytes the proxies saw, and the part
+    written to the log.
+
+    ``written_*`` counts what was forwarded (``acks_sent`` not null) and acknowledged without error
+    (``error_code`` 0, or null for acks=0): for a partition produced to only through proxies, its
+    ``written_records`` is what its log end offset grew by. ``answered_by_proxy_requests`` never
+    reached the broker; ``failed_requests`` were forwarded and got a broker error.
+    """
+    sent = F.col("acks_sent").isNotNull()
+    ok = sent & (F.coalesce(F.col("error_code"), F.lit(0)) == 0)
+    return conform(
+        cube.groupBy("date", *PARTITION_KEYS).agg(
+            *_traffic_sums(),
+            _sum0(F.when(ok, F.col("requests"))).alias("written_requests"),
+            F.sum(F.when(ok, F.col("records"))).alias("written_records"),
+            _sum0(F.when(ok, F.col("record_bytes"))).alias("written_record_bytes"),
+            _sum0(F.when(~sent, F.col("requests"))).alias("answered_by_proxy_requests"),
+            _sum0(F.when(sent & ~ok, F.col("requests"))).alias("failed_requests"),
+        ),
+        TABLE_SCHEMAS["partition_traffic"],
+    )
+
+
+def decisions_by_kind(cube: DataFrame) -> DataFrame:
+    """Produce requests per (date, topic, partition, decision): requests, records and record bytes."""
+    return conform(cube.groupBy("date", *PARTITION_KEYS, "decision").agg(*_traffic_sums()),
+                   TABLE_SCHEMAS["decisions_by_kind"])
+
+
+def decisions_by_acks(cube: DataFrame) -> DataFrame:
+    """Produce requests per (date, topic, partition, acks_requested, acks_sent): requests, records, bytes.
 
     ``acks_sent`` is null where the proxy answered the client itself (nothing went upstream).
     """
-    return (
-        _decisions(events)
-        .groupBy("date", *PARTITION_KEYS, "acks_requested", "acks_sent")
-        .agg(F.count(F.lit(1)).alias("decisions"), F.sum("record_bytes").alias("record_bytes"))
+    return conform(cube.groupBy("date", *PARTITION_KEYS, *ACKS_KEYS).agg(*_traffic_sums()),
+                   TABLE_SCHEMAS["decisions_by_acks"])
+
+
+def _bytes_when(cond: Column) -> Column:
+    return _sum0(F.when(cond, F.col("record_bytes")))
+
+
+def durability_exposure(cube: DataFrame) -> DataFrame:
+    """Record bytes by acks mode per (date, topic, partition) and the share exposed to data loss.
+
+    ``exposed_share`` = bytes sent upstream with acks 0 or 1 / all bytes sent upstream (acks_sent
+    not null); null when nothing was sent. Bytes the proxy answered itself were never written and
+    are reported separately as ``bytes_answered_by_proxy``.
+    """
+    sent = F.col("acks_sent")
+    grouped = cube.groupBy("date", *PARTITION_KEYS).agg(
+        _bytes_when(sent == -1).alias("bytes_acks_all"),
+        _bytes_when(sent == 1).alias("bytes_acks_1"),
+        _bytes_when(sent == 0).alias("bytes_acks_0"),
+        _bytes_when(sent.isNotNull() & ~sent.isin(-1, 0, 1)).alias("bytes_acks_other"),
+        _bytes_when(sent.isNotNull()).alias("bytes_sent"),
+        _bytes_when(sent.isNull()).alias("bytes_answered_by_proxy"),
+    )
+    exposed = F.col("bytes_acks_0") + F.col("bytes_acks_1")
+    return conform(
+        grouped.withColumn("exposed_share", F.when(F.col("bytes_sent") > 0, exposed / F.col("bytes_sent"))),
+        TABLE_SCHEMAS["durability_exposure"],
     )
 
 
-def isr_below_min_intervals(events: DataFrame) -> DataFrame:
+def top_clients(cube: DataFrame) -> DataFrame:
+    """Proxy-answered requests per (date, client_id, topic, partition), most affected first.
+
+    Counts requests ``answered_not_enough_replicas`` (error 19) and ``answered_invalid_required_acks``
+    (error 21); ``client_id`` may be null (anonymous client). ``first_seen``/``last_seen`` are the
+    start and end of the first and last summary interval holding one (a v1 decision's own time).
+    """
+    decision = F.col("decision")
+    answered = cube.filter(decision.isin(*PROXY_ANSWERED_DECISIONS))
+    return conform(
+        answered.groupBy("date", "client_id", *PARTITION_KEYS)
+        .agg(
+            _sum0(F.when(decision == DECISION_ANSWERED_NOT_ENOUGH_REPLICAS, F.col("requests"))).alias("not_enough_replicas"),
+            _sum0(F.when(decision == DECISION_ANSWERED_INVALID_REQUIRED_ACKS, F.col("requests"))).alias("invalid_required_acks"),
+            _sum0(F.col("requests")).alias("answered_errors"),
+            F.min("first_seen").alias("first_seen"),
+            F.max("last_seen").alias("last_seen"),
+        )
+        .orderBy(F.desc("answered_errors"), "client_id", *PARTITION_KEYS),
+        TABLE_SCHEMAS["top_clients"],
+    )
+
+
+def timeline_bucket_seconds(span_seconds: float) -> int:
+    """The smallest bucket of :data:`TIMELINE_BUCKETS_S` giving at most :data:`MAX_TIMELINE_BUCKETS` buckets."""
+    for bucket in TIMELINE_BUCKETS_S:
+        if span_seconds / bucket < MAX_TIMELINE_BUCKETS:
+            return bucket
+    return TIMELINE_BUCKETS_S[-1]
+
+
+def decisions_timeline(summaries: DataFrame, bucket_seconds: int) -> DataFrame:
+    """Produce requests per time bucket and decision kind (all partitions), for the report's plot.
+
+    A summary counts in the bucket its interval started in (a v1 decision in its own time's).
+    """
+    seconds = F.unix_seconds(F.col("interval_start"))
+    bucket = F.timestamp_seconds(seconds - F.pmod(seconds, F.lit(bucket_seconds)))
+    return conform(
+        summaries.groupBy(bucket.alias("bucket_start"), "decision")
+        .agg(_sum0(F.col("requests")).alias("requests"))
+        .withColumn("date", F.to_date("bucket_start"))
+        .withColumn("bucket_seconds", F.lit(bucket_seconds)),
+        TABLE_SCHEMAS["decisions_timeline"],
+    )
+
+
+# --------------------------------------------------------------------------- latency
+
+LATENCY_KEYS = ("date", *PARTITION_KEYS, *ACKS_KEYS)
+
+
+def latency_histograms(summaries: DataFrame, keys: tuple[str, ...] = LATENCY_KEYS) -> DataFrame:
+    """Merged latency histograms per ``keys``: ``keys`` + latency count/sum/min/max + ``hist``.
+
+    ``hist`` is the sparse array of (bucket, count), sorted by bucket, summed over every summary of
+    the group: bucket bounds are fixed, so merging is adding counts. Groups without a measured
+    latency (acks=0 only) are left out.
+    """
+    measured = summaries.filter(F.col("latency_count") > 0)
+    stats = measured.groupBy(*keys).agg(
+        F.sum("latency_count").alias("latency_count"),
+        F.sum("latency_sum_ms").alias("latency_sum_ms"),
+        F.min("latency_min_ms").alias("latency_min_ms"),
+        F.max("latency_max_ms").alias("latency_max_ms"),
+    )
+    exploded = measured.select(*keys, F.explode("latency_buckets").alias("b"))
+    per_bucket = exploded.groupBy(*keys, F.col("b.bucket").alias("bucket")).agg(F.sum("b.count").alias("count"))
+    hist = per_bucket.groupBy(*keys).agg(
+        F.array_sort(F.collect_list(F.struct("bucket", "count"))).cast(BUCKETS_TYPE).alias("hist")
+    )
+    # Null-safe join: acks_sent (and client/date keys) may be null.
+    cond = [stats[k].eqNullSafe(hist[k]) for k in keys]
+    return stats.join(hist, cond, "inner").select(*[stats[k] for k in keys], "latency_count", "latency_sum_ms",
+                                                    "latency_min_ms", "latency_max_ms", "hist")
+
+
+def merge_histograms(histograms: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """Re-group :func:`latency_histograms` output by fewer ``keys`` (e.g. over all dates and partitions)."""
+    stats = histograms.groupBy(*keys).agg(
+        F.sum("latency_count").alias("latency_count"), F.sum("latency_sum_ms").alias("latency_sum_ms"),
+        F.min("latency_min_ms").alias("latency_min_ms"), F.max("latency_max_ms").alias("latency_max_ms"),
+    )
+    per_bucket = (histograms.select(*keys, F.explode("hist").alias("b"))
+                  .groupBy(*keys, F.col("b.bucket").alias("bucket")).agg(F.sum("b.count").alias("count")))
+    hist = per_bucket.groupBy(*keys).agg(
+        F.array_sort(F.collect_list(F.struct("bucket", "count"))).cast(BUCKETS_TYPE).alias("hist"))
+    cond = [stats[k].eqNullSafe(hist[k]) for k in keys]
+    return stats.join(hist, cond, "inner").select(*[stats[k] for k in keys], "latency_count", "latency_sum_ms",
+                                                    "latency_min_ms", "latency_max_ms", "hist")
+
+
+def percentile_from_buckets(hist: Column, p: float, min_ms: Column, max_ms: Column) -> Column:
+    """Percentile ``p`` of a merged histogram: the upper bound of the bucket holding rank ceil(p*n),
+    kept within the observed [min, max].
+
+    The exact (nearest-rank) percentile v lies in that bucket, (bound(b-1), bound(b)], so the value
+    returned is >= v and at most v * 2^(1/4) (+18.9%, :data:`PERCENTILE_RELATIVE_ERROR`); in bucket 0
+    (<= 0.01 ms) the error is at most 0.01 ms; in the overflow bucket (> ~336 s) it is the max.
+    """
+    bounds = F.array(*[F.lit(b) for b in buckets.BOUNDS_MS])
+    total = F.aggregate(hist, F.lit(0).cast("long"), lambda acc, x: acc + x["count"])
+    rank = F.greatest(F.ceil(total * F.lit(p)), F.lit(1))
+    cumulative = F.transform(
+        hist,
+        lambda x, i: F.struct(
+            x["bucket"].alias("bucket"),
+            F.aggregate(F.slice(hist, 1, i + 1), F.lit(0).cast("long"), lambda acc, y: acc + y["count"]).alias("cum"),
+        ),
+    )
+    bucket = F.filter(cumulative, lambda c: c["cum"] >= rank)[0]["bucket"]
+    upper = F.when(bucket > buckets.LAST_BOUNDED, max_ms).otherwise(F.element_at(bounds, bucket + 1))
+    return F.greatest(F.least(upper, max_ms), min_ms)
+
+
+def _latency_columns() -> list[Column]:
+    lo, hi = F.col("latency_min_ms"), F.col("latency_max_ms")
+    return [
+        F.col("latency_count").alias("requests"),
+        *[percentile_from_buckets(F.col("hist"), p, lo, hi).alias(f"p{round(p * 100)}_ms") for p in PERCENTILES],
+        lo.alias("min_ms"),
+        hi.alias("max_ms"),
+        (F.col("latency_sum_ms") / F.col("latency_count")).alias("mean_ms"),
+    ]
+
+
+def latency_by_acks(histograms: DataFrame) -> DataFrame:
+    """Produce latency p50/p95/p99 per (date, topic, partition, acks_requested, acks_sent) from the
+    merged histograms of :func:`latency_histograms`; ``requests`` counts requests with a measured
+    latency (acks=0 requests have none)."""
+    return conform(histograms.select(*LATENCY_KEYS, *_latency_columns()), TABLE_SCHEMAS["latency_by_acks"])
+
+
+def latency_overall(histograms: DataFrame) -> DataFrame:
+    """Produce latency per (acks_requested, acks_sent) over all topics and dates (the report's plot)."""
+    merged = merge_histograms(histograms, ACKS_KEYS)
+    return conform(merged.select(*ACKS_KEYS, *_latency_columns()), LATENCY_OVERALL_SCHEMA)
+
+
+# --------------------------------------------------------------------------- below min ISR
+
+
+def isr_below_min_intervals(observations: DataFrame) -> DataFrame:
     """Intervals during which the proxies saw a partition's ISR below its effective min ISR.
 
-    Observations are every event (``isr_change`` and ``produce_decision``) with both ``isr_size``
-    and ``min_isr`` known, merged across sidecars and ordered by time per (topic, partition).
-    Gaps and islands: a run of consecutive below-min observations is one interval. It starts at the
-    run's first observation and ends at the first observation after it that is not below min (when
-    the proxy saw it recover); a run still below min at the partition's last observation ends there
-    and is flagged ``open``. ``min_isr`` is the highest effective min ISR seen in the run,
-    ``lowest_isr`` the smallest ISR. ``date`` is the start's date.
+    ``observations`` are :func:`pipeline.schema.observations` (v2 ``partition_readiness``, and
+    ``isr_change``/``produce_decision`` with a known ISR), merged across sidecars and ordered by time
+    per (topic, partition). Gaps and islands: a run of consecutive below-min observations is one
+    interval. It starts at the run's first observation and ends at the first observation after it
+    that is not below min (when the proxy saw it recover); a run still below min at the partition's
+    last observation ends there and is flagged ``open``. ``min_isr`` is the highest effective min ISR
+    seen in the run, ``lowest_isr`` the smallest ISR. ``date`` is the start's date.
     """
-    obs = events.filter(F.col("isr_size").isNotNull() & F.col("min_isr").isNotNull()).select(
-        *PARTITION_KEYS, "ts", "proxy_id", "event", "isr_size", "min_isr",
-        (F.col("isr_size") < F.col("min_isr")).alias("below"),
-    )
+    order = ("ts", "proxy_id", "event", "isr_size")
     # Ties on ts are broken deterministically so that reruns give the same intervals.
-    ordered = Window.partitionBy(*PARTITION_KEYS).orderBy("ts", "proxy_id", "event", "isr_size")
+    ordered = Window.partitionBy(*PARTITION_KEYS).orderBy(*order)
     marked = (
-        obs.withColumn("prev_below", F.lag("below").over(ordered))
+        observations.withColumn("prev_below", F.lag("below").over(ordered))
         .withColumn("next_below", F.lead("below").over(ordered))
         .withColumn("next_ts", F.lead("ts").over(ordered))
         .filter(F.col("below"))
         .withColumn("starts", F.when(F.coalesce(F.col("prev_below"), F.lit(False)), 0).otherwise(1))
     )
-    running = Window.partitionBy(*PARTITION_KEYS).orderBy("ts", "proxy_id", "event", "isr_size").rowsBetween(
+    running = Window.partitionBy(*PARTITION_KEYS).orderBy(*order).rowsBetween(
         Window.unboundedPreceding, Window.currentRow
     )
     islands = marked.withColumn("island", F.sum("starts").over(running))
@@ -100,124 +373,18 @@ def isr_below_min_intervals(events: DataFrame) -> DataFrame:
         F.array_sort(F.collect_set("proxy_id")).alias("proxies"),
     )
     end = F.coalesce(F.col("recovered_at"), F.col("last_below"))
-    return intervals.select(
-        F.to_date("start").alias("date"),
-        *PARTITION_KEYS,
-        "start",
-        end.alias("end"),
-        ((F.unix_micros(end) - F.unix_micros(F.col("start"))) / F.lit(1_000_000.0)).alias("duration_s"),
-        "min_isr",
-        "lowest_isr",
-        F.col("recovered_at").isNull().alias("open"),
-        "observations",
-        "proxies",
+    return conform(
+        intervals.select(
+            F.to_date("start").alias("date"),
+            *PARTITION_KEYS,
+            "start",
+            end.alias("end"),
+            ((F.unix_micros(end) - F.unix_micros(F.col("start"))) / F.lit(1_000_000.0)).alias("duration_s"),
+            "min_isr",
+            "lowest_isr",
+            F.col("recovered_at").isNull().alias("open"),
+            "observations",
+            "proxies",
+        ),
+        TABLE_SCHEMAS["isr_below_min_intervals"],
     )
-
-
-def _percentile_columns(column: str) -> list[Column]:
-    pct = F.percentile_approx(column, list(PERCENTILES), PERCENTILE_ACCURACY)
-    return [pct[i].alias(f"p{round(p * 100)}_ms") for i, p in enumerate(PERCENTILES)]
-
-
-def _latency_agg(events: DataFrame, *keys: str) -> DataFrame:
-    with_latency = _decisions(events).filter(F.col("latency_ms").isNotNull())
-    return with_latency.groupBy(*keys).agg(
-        F.count(F.lit(1)).alias("requests"),
-        *_percentile_columns("latency_ms"),
-        F.max("latency_ms").alias("max_ms"),
-        F.avg("latency_ms").alias("mean_ms"),
-    )
-
-
-def latency_by_acks(events: DataFrame) -> DataFrame:
-    """Produce latency p50/p95/p99 per (date, topic, partition, acks_requested, acks_sent).
-
-    Percentiles come from ``percentile_approx`` with accuracy :data:`PERCENTILE_ACCURACY`
-    (rank error at most n/accuracy). Decisions without a latency (acks=0) are left out.
-    """
-    return _latency_agg(events, "date", *PARTITION_KEYS, "acks_requested", "acks_sent")
-
-
-def latency_overall(events: DataFrame) -> DataFrame:
-    """Produce latency p50/p95/p99 per (acks_requested, acks_sent) over all topics and dates (report)."""
-    return _latency_agg(events, "acks_requested", "acks_sent")
-
-
-def _bytes_when(cond: Column) -> Column:
-    return F.coalesce(F.sum(F.when(cond, F.col("record_bytes"))), F.lit(0)).cast("long")
-
-
-def durability_exposure(events: DataFrame) -> DataFrame:
-    """Record bytes by acks mode per (date, topic, partition) and the share exposed to data loss.
-
-    ``exposed_share`` = bytes sent upstream with acks 0 or 1 / all bytes sent upstream (acks_sent
-    not null); null when nothing was sent. Bytes the proxy answered itself were never written and
-    are reported separately as ``bytes_answered_by_proxy``.
-    """
-    sent = F.col("acks_sent")
-    grouped = _decisions(events).groupBy("date", *PARTITION_KEYS).agg(
-        _bytes_when(sent == -1).alias("bytes_acks_all"),
-        _bytes_when(sent == 1).alias("bytes_acks_1"),
-        _bytes_when(sent == 0).alias("bytes_acks_0"),
-        _bytes_when(sent.isNotNull() & ~sent.isin(-1, 0, 1)).alias("bytes_acks_other"),
-        _bytes_when(sent.isNotNull()).alias("bytes_sent"),
-        _bytes_when(sent.isNull()).alias("bytes_answered_by_proxy"),
-    )
-    exposed = F.col("bytes_acks_0") + F.col("bytes_acks_1")
-    return grouped.withColumn(
-        "exposed_share", F.when(F.col("bytes_sent") > 0, exposed / F.col("bytes_sent"))
-    )
-
-
-def top_clients(events: DataFrame) -> DataFrame:
-    """Proxy-answered errors per (date, client_id, topic, partition), most affected first.
-
-    Counts decisions ``answered_not_enough_replicas`` (error 19) and
-    ``answered_invalid_required_acks`` (error 21); ``client_id`` may be null (anonymous client).
-    """
-    answered = _decisions(events).filter(F.col("decision").isin(*PROXY_ANSWERED_DECISIONS))
-    decision = F.col("decision")
-    return (
-        answered.groupBy("date", "client_id", *PARTITION_KEYS)
-        .agg(
-            F.count(F.when(decision == DECISION_ANSWERED_NOT_ENOUGH_REPLICAS, 1)).alias("not_enough_replicas"),
-            F.count(F.when(decision == DECISION_ANSWERED_INVALID_REQUIRED_ACKS, 1)).alias("invalid_required_acks"),
-            F.count(F.lit(1)).alias("answered_errors"),
-            F.min("ts").alias("first_seen"),
-            F.max("ts").alias("last_seen"),
-        )
-        .orderBy(F.desc("answered_errors"), "client_id", *PARTITION_KEYS)
-    )
-
-
-def timeline_bucket_seconds(span_seconds: float) -> int:
-    """The smallest bucket of :data:`TIMELINE_BUCKETS_S` giving at most :data:`MAX_TIMELINE_BUCKETS` buckets."""
-    for bucket in TIMELINE_BUCKETS_S:
-        if span_seconds / bucket < MAX_TIMELINE_BUCKETS:
-            return bucket
-    return TIMELINE_BUCKETS_S[-1]
-
-
-def decisions_timeline(events: DataFrame, bucket_seconds: int) -> DataFrame:
-    """Produce decisions per time bucket and decision kind (all partitions), for the report's plot."""
-    seconds = F.unix_seconds(F.col("ts"))
-    bucket = F.timestamp_seconds(seconds - F.pmod(seconds, F.lit(bucket_seconds)))
-    return (
-        _decisions(events)
-        .groupBy(bucket.alias("bucket_start"), "decision")
-        .agg(F.count(F.lit(1)).alias("decisions"))
-        .withColumn("date", F.to_date("bucket_start"))
-        .withColumn("bucket_seconds", F.lit(bucket_seconds))
-    )
-
-
-#: The Parquet tables the batch report writes, all partitioned by ``date``.
-TABLES = (
-    "decisions_by_kind",
-    "decisions_by_acks",
-    "isr_below_min_intervals",
-    "latency_by_acks",
-    "durability_exposure",
-    "top_clients",
-    "decisions_timeline",
-)

@@ -34,7 +34,9 @@ def report_result(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory)
 
 
 def test_report_counts_inputs_and_rejects(report_result: report.ReportResult) -> None:
-    assert report_result.counts == {"lines": 34, "valid": 32, "rejected": 2, "produce_decisions": 30, "isr_changes": 2}
+    assert report_result.counts == {"lines": 34, "valid": 32, "rejected": 2, "v1_events": 32, "v2_events": 0,
+                                    "produce_decisions": 30, "produce_summaries": 0, "isr_changes": 2,
+                                    "partition_readiness": 0}
     assert report_result.rejected_by_reason == {"bad_json": 1, "unknown_schema_version": 1}
     rejected = [json.loads(line) for p in (report_result.output_dir / "rejected").glob("*.json")
                 for line in p.read_text().splitlines()]
@@ -56,7 +58,7 @@ def test_html_report_is_self_contained_with_plots_and_tables(report_result: repo
     page = report_result.html_path.read_text(encoding="utf-8")
     assert not re.search(r"https?://", page)  # nothing to fetch: works offline
     assert "<script" not in page and "<link" not in page
-    assert page.count("<svg") == 3  # ISR timeline, decisions over time, latency by acks mode
+    assert page.count("<svg") == 3  # ISR timeline, requests over time, latency by acks mode
     for heading in ("Partitions below min ISR", "Produce decisions", "Latency by acks mode",
                     "Durability exposure", "Clients affected", "Rejected input"):
         assert heading in page

@@ -22,6 +22,8 @@ from tests.helpers import wait_until
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 from tests.raw_client import RawKafkaClient, batch
 
+from .events import audited_requests
+
 
 def test_streaming_windows_over_the_audit_topic(
     spark: Any, proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, tmp_path: Path
@@ -46,8 +48,7 @@ def test_streaming_windows_over_the_audit_topic(
         nonlocal seen
         msg = consumer.poll(0.5)
         if msg is not None and msg.error() is None:
-            event = json.loads(msg.value())
-            seen += event["topic"] == topic and event["event"] == "produce_decision"
+            seen += audited_requests([json.loads(msg.value())], topic)
         return seen >= requests
 
     try:
@@ -80,5 +81,5 @@ def test_streaming_windows_over_the_audit_topic(
     rows = [r for r in _collect(spark.read.parquet(str(out / "windows"))) if r["topic"] == topic]
     by_decision: dict[str, int] = {}
     for r in rows:
-        by_decision[r["decision"]] = by_decision.get(r["decision"], 0) + r["decisions"]
+        by_decision[r["decision"]] = by_decision.get(r["decision"], 0) + r["requests"]
     assert by_decision == {"forwarded": requests}, by_decision

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from insync_proxy.pipeline import tables
 from insync_proxy.pipeline.report import _collect
-from insync_proxy.pipeline.schema import parse_audit_events, valid_events
+from insync_proxy.pipeline.schema import observations, parse_audit_events, summaries, valid_events
 
 from .events import at, decision, isr_change
 
@@ -21,6 +21,14 @@ def _events(spark: SparkSession, events: list[dict[str, Any]]) -> DataFrame:
     return valid_events(parse_audit_events(df))
 
 
+def _cube(spark: SparkSession, events: list[dict[str, Any]]) -> DataFrame:
+    return tables.traffic_cube(summaries(_events(spark, events)))
+
+
+def _hist(spark: SparkSession, events: list[dict[str, Any]]) -> DataFrame:
+    return tables.latency_histograms(summaries(_events(spark, events)))
+
+
 def test_decisions_counted_by_kind_and_by_acks(spark: SparkSession) -> None:
     # Given 5 forwarded, 2 raised by the floor, 3 refused for ISR and 1 refused for acks=3
     evs = [decision(i) for i in range(5)]
@@ -28,10 +36,10 @@ def test_decisions_counted_by_kind_and_by_acks(spark: SparkSession) -> None:
     evs += [decision(20 + i, decision="answered_not_enough_replicas", acks_sent=None, isr_size=1) for i in range(3)]
     evs += [decision(30, decision="answered_invalid_required_acks", acks_requested=3, acks_sent=None)]
     evs += [isr_change(40, 3)]  # not a decision: counted nowhere here
-    events = _events(spark, evs)
+    cube = _cube(spark, evs)
     # When aggregated
-    by_kind = {r["decision"]: (r["decisions"], r["record_bytes"]) for r in _collect(tables.decisions_by_kind(events))}
-    by_acks = {(r["acks_requested"], r["acks_sent"]): r["decisions"] for r in _collect(tables.decisions_by_acks(events))}
+    by_kind = {r["decision"]: (r["requests"], r["record_bytes"]) for r in _collect(tables.decisions_by_kind(cube))}
+    by_acks = {(r["acks_requested"], r["acks_sent"]): r["requests"] for r in _collect(tables.decisions_by_acks(cube))}
     # Then
     assert by_kind == {
         "forwarded": (5, 500), "raised_by_floor": (2, 200),
@@ -56,7 +64,7 @@ def test_below_min_intervals_have_exact_boundaries(spark: SparkSession) -> None:
           decision(7.5, partition=2, isr_size=3, proxy_id="sidecar-b")]
     events = _events(spark, p0 + p1 + p2)
     # When the intervals are computed
-    rows = sorted(_collect(tables.isr_below_min_intervals(events)), key=lambda r: (r["partition"], r["start"]))
+    rows = sorted(_collect(tables.isr_below_min_intervals(observations(events))), key=lambda r: (r["partition"], r["start"]))
     got = [(r["partition"], r["start"], r["end"], r["duration_s"], r["min_isr"], r["lowest_isr"], r["open"],
             r["observations"]) for r in rows]
     # Then
@@ -68,23 +76,23 @@ def test_below_min_intervals_have_exact_boundaries(spark: SparkSession) -> None:
     assert str(rows[0]["date"]) == "2026-11-21"
 
 
-def test_latency_percentiles_within_documented_accuracy(spark: SparkSession) -> None:
-    # Given latencies 1..1000 ms for acks=-1 and 1..200 ms for acks=1, and acks=0 without latency
+def test_latency_percentiles_from_merged_buckets_within_the_stated_error(spark: SparkSession) -> None:
+    # Given latencies 1..1000 ms for acks=-1 (as v1 decisions) and 1..200 ms for acks=1, and acks=0 without latency
     evs = [decision(i / 100, latency_ms=float(i)) for i in range(1, 1001)]
     evs += [decision(20 + i / 100, acks_requested=1, acks_sent=1, latency_ms=float(i)) for i in range(1, 201)]
     evs += [decision(30, acks_requested=0, acks_sent=0, latency_ms=None)]
-    events = _events(spark, evs)
     # When
-    rows = {(r["acks_requested"], r["acks_sent"]): r for r in _collect(tables.latency_overall(events))}
-    # Then the rank of each returned value is within n/accuracy (at least one rank) of p*n
+    rows = {(r["acks_requested"], r["acks_sent"]): r for r in _collect(tables.latency_overall(_hist(spark, evs)))}
+    # Then each percentile is at or above the exact (nearest-rank) one and at most +18.9% above it
     assert set(rows) == {(-1, -1), (1, 1)}
     for key, n in (((-1, -1), 1000), ((1, 1), 200)):
-        slack = max(1, math.ceil(n / tables.PERCENTILE_ACCURACY))
         assert rows[key]["requests"] == n
         for p in tables.PERCENTILES:
             value = rows[key][f"p{round(p * 100)}_ms"]
-            assert abs(value - math.ceil(p * n)) <= slack, (key, p, value)
-        assert rows[key]["max_ms"] == float(n)
+            exact = math.ceil(p * n)
+            assert exact <= value <= exact * (1 + tables.PERCENTILE_RELATIVE_ERROR) + 1e-9, (key, p, value)
+        assert rows[key]["max_ms"] == float(n) and rows[key]["min_ms"] == 1.0
+        assert rows[key]["mean_ms"] == pytest.approx((n + 1) / 2)
 
 
 def test_exposure_share_is_bytes_with_acks_0_or_1_over_bytes_sent(spark: SparkSession) -> None:
@@ -93,7 +101,7 @@ def test_exposure_share_is_bytes_with_acks_0_or_1_over_bytes_sent(spark: SparkSe
            decision(3, acks_requested=0, acks_sent=0, record_bytes=100, latency_ms=None),
            decision(4, decision="answered_not_enough_replicas", acks_sent=None, record_bytes=50),
            decision(5, topic="idle", decision="answered_not_enough_replicas", acks_sent=None)]
-    rows = {r["topic"]: r for r in _collect(tables.durability_exposure(_events(spark, evs)))}
+    rows = {r["topic"]: r for r in _collect(tables.durability_exposure(_cube(spark, evs)))}
     # Then
     orders = rows["orders"]
     assert (orders["bytes_acks_all"], orders["bytes_acks_1"], orders["bytes_acks_0"]) == (600, 300, 100)
@@ -109,7 +117,7 @@ def test_top_clients_ranked_by_proxy_answered_errors(spark: SparkSession) -> Non
     evs = [decision(i, client_id="a", **ner) for i in range(3)] + [decision(4, client_id="a", **ira)]
     evs += [decision(5 + i, client_id="b", partition=i, **ner) for i in range(2)]
     evs += [decision(8, client_id=None, **ira), decision(9, client_id="c")]
-    rows = _collect(tables.top_clients(_events(spark, evs)))
+    rows = _collect(tables.top_clients(_cube(spark, evs)))
     # Then ordered by errors, with the split by kind
     got = [(r["client_id"], r["partition"], r["not_enough_replicas"], r["invalid_required_acks"], r["answered_errors"])
            for r in rows]

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from insync_proxy.pipeline.schema import parse_audit_events, read_audit_json, rejected_events, valid_events
 
-from .events import decision, isr_change, write_jsonl
+from .events import decision, isr_change, isr_change_v2, readiness, summary, write_jsonl
 
 
 def _parse(spark: SparkSession, lines: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -39,7 +39,7 @@ def test_each_malformed_line_is_rejected_with_its_reason(spark: SparkSession) ->
     cases = {
         "bad_json": "{not json",
         "empty_line": "   ",
-        "unknown_schema_version": _with(schema_version=2),
+        "unknown_schema_version": _with(schema_version=3),
         "missing_field:topic": _with(topic=_DROP),
         "missing_field:isr_size": _with(isr_size=_DROP),
         "missing_field:ts": _with(ts=None),
@@ -83,7 +83,7 @@ def test_valid_events_are_typed_and_dated_in_utc(spark: SparkSession) -> None:
 def test_file_reader_path_gives_the_same_reasons(spark: SparkSession, tmp_path: Path) -> None:
     # Given a file with a valid line and lines broken in different ways
     lines = [json.dumps(decision(0.0)), "{not json", _with(partition="3"), _with(topic=None),
-             _with(schema_version=2), _with(event="leader_change"), _with(ts="yesterday")]
+             _with(schema_version=3), _with(event="leader_change"), _with(ts="yesterday")]
     write_jsonl(tmp_path / "audit.jsonl", lines)
     # When read with Spark's JSON file reader (the batch report's path)
     parsed = read_audit_json(spark, [str(tmp_path / "audit.jsonl")]).cache()
@@ -92,3 +92,41 @@ def test_file_reader_path_gives_the_same_reasons(spark: SparkSession, tmp_path: 
     assert reasons == sorted(["bad_json", "wrong_type:partition", "missing_field:topic", "unknown_schema_version",
                               "unknown_event", "invalid_value:ts"])
     assert valid_events(parsed).count() == 1
+
+
+def _v2(**changes: Any) -> str:
+    event = summary(0.0, requests=3, latencies_ms=[1.0, 2.0, 40.0])
+    for key, value in changes.items():
+        if value is _DROP:
+            del event[key]
+        else:
+            event[key] = value
+    return json.dumps(event)
+
+
+def test_v2_lines_are_validated_on_both_parse_paths(spark: SparkSession, tmp_path: Path) -> None:
+    # Given valid v2 lines of each kind and v2 lines broken in the ways v2 adds
+    good = [_v2(), json.dumps(readiness(1.0, False, 1)), json.dumps(isr_change_v2(2.0, 2)),
+            _v2(acks_sent=None, error_code=None, extra="ignored")]
+    cases = {
+        "missing_field:requests": _v2(requests=_DROP),
+        "missing_field:latency_buckets": _v2(latency_buckets=None),
+        "missing_field:ready": json.dumps({**readiness(1.0, True, 3), "ready": None}),
+        "wrong_type:latency_buckets": _v2(latency_buckets="1:3"),
+        "wrong_type:records": _v2(records="many"),
+        "invalid_value:latency_buckets": _v2(latency_buckets=[[10, 1]]),  # counts 1, latency_count 3
+        "invalid_value:interval_start": _v2(interval_start="noon"),
+        "invalid_value:records": _v2(records=-1),
+        "invalid_value:latency_count": _v2(latency_count=4, latency_buckets=[[10, 4]]),  # more than requests
+        "unknown_event": json.dumps({**json.loads(_v2()), "schema_version": 1}),  # v1 has no summaries
+    }
+    # When parsed line by line (Kafka, streams) and by the file reader (batch)
+    valid, rejected = _parse(spark, good + list(cases.values()))
+    write_jsonl(tmp_path / "v2.jsonl", good + list(cases.values()))
+    parsed = read_audit_json(spark, [str(tmp_path / "v2.jsonl")]).cache()
+    file_reasons = sorted(r["reason"] for r in rejected_events(parsed).collect())
+    # Then the valid lines are kept and each broken one is rejected with its reason, on both paths
+    assert len(valid) == len(good) == valid_events(parsed).count()
+    assert sorted(r["reason"] for r in rejected) == sorted(cases) == file_reasons
+    by_reason = {r["reason"]: r["line"] for r in rejected}
+    assert all(by_reason[reason] == line for reason, line in cases.items())
