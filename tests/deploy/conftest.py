@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from tests.deploy.sample_metrics import SampleMetricsServer
-from tests.deploy.tools import find_tool, http_get_json, wait_until
+from tests.deploy.tools import STARTING_ERRORS, find_tool, http_get_json
+from tests.helpers import wait_until
 
 JOB = "insync-proxy"
 START_TIMEOUT = 30.0
@@ -81,7 +82,8 @@ class _PrometheusProcess:
                     start_new_session=True,
                 )
             try:
-                wait_until(self._ready, timeout=START_TIMEOUT, what=f"Prometheus at {self.url} to be ready")
+                wait_until(self._ready, timeout=START_TIMEOUT, what=f"Prometheus at {self.url} to be ready",
+                           retry_on=STARTING_ERRORS)
                 return self.url
             except _Exited:
                 if "address already in use" not in _log_tail(self.log_file, 50):
@@ -144,6 +146,7 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom
                 lambda: targets_up(url, job, len(targets)),
                 timeout=START_TIMEOUT,
                 what=f"targets {list(targets)} to be up in Prometheus",
+                retry_on=STARTING_ERRORS,
             )
         return url
 

@@ -9,6 +9,7 @@ from typing import Any
 from tests.deploy.conftest import PrometheusFactory
 from tests.deploy.tools import (
     DASHBOARD,
+    STARTING_ERRORS,
     dashboard_targets,
     dashboard_variable_queries,
     exported_metric_families,
@@ -17,8 +18,8 @@ from tests.deploy.tools import (
     metric_names_in,
     prometheus_query,
     render_grafana_variables,
-    wait_until,
 )
+from tests.helpers import wait_until
 
 REQUIRED_PANELS = (
     "Requests/s by API",
@@ -86,6 +87,7 @@ def test_every_dashboard_expression_returns_data_from_a_real_prometheus(
         lambda: _scalar(prometheus_query(url, 'count_over_time(up{job="insync-proxy"}[1m])')) >= 3,
         timeout=30,
         what="three scrapes of the sample target",
+        retry_on=STARTING_ERRORS,
     )
     expressions = [(str(t), t.expr) for t in dashboard_targets()]
     expressions += [(f"variable query {q}", q) for q in dashboard_variable_queries()]

@@ -14,12 +14,13 @@ from tests.deploy.tools import (
     ALERTS,
     DEPLOY,
     REPO,
+    STARTING_ERRORS,
     exported_metric_names,
     find_tool,
     http_get_json,
     metric_names_in,
-    wait_until,
 )
+from tests.helpers import wait_until
 
 PROMETHEUS_DIR = DEPLOY / "prometheus"
 OPERATIONS = REPO / "docs" / "operations.md"
@@ -101,7 +102,8 @@ def test_alert_rules_evaluate_healthy_in_a_real_prometheus(
         done = rules and all(not rule["lastEvaluation"].startswith("0001-") for rule in rules)
         return rules if done else None
 
-    rules = wait_until(evaluated_rules, timeout=30, what="every alert rule to be evaluated once")
+    rules = wait_until(evaluated_rules, timeout=30, what="every alert rule to be evaluated once",
+                       retry_on=STARTING_ERRORS)
     assert {rule["name"] for rule in rules} == {rule["alert"] for rule in _alert_rules()}
     unhealthy = {rule["name"]: rule.get("lastError") for rule in rules if rule["health"] != "ok"}
     assert not unhealthy, unhealthy

@@ -7,11 +7,12 @@ from typing import Any
 from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.deploy.conftest import PrometheusFactory
 from tests.deploy.tools import (
+    STARTING_ERRORS,
     dashboard_targets,
     prometheus_query,
     render_grafana_variables,
-    wait_until,
 )
+from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch
 
@@ -37,7 +38,8 @@ def test_prometheus_scrapes_the_running_proxy_and_finds_the_traffic(
     url = prometheus_server([f"127.0.0.1:{proxy.admin_port}"])
     decisions = f'insync_proxy_produce_partitions_total{{topic="{topic_name}",acks_requested="-2",acks_sent="-1"}}'
     # Then it finds the series, with the values the traffic implies
-    got = wait_until(lambda: _value(prometheus_query(url, decisions)) or None, timeout=30, what="the decisions series")
+    got = wait_until(lambda: _value(prometheus_query(url, decisions)) or None, timeout=30, what="the decisions series",
+                     retry_on=STARTING_ERRORS)
     assert got == PRODUCE_REQUESTS
     assert _value(prometheus_query(url, 'up{job="insync-proxy"}')) == 1
     assert _value(prometheus_query(url, 'insync_proxy_requests_total{api="Produce"}')) >= PRODUCE_REQUESTS

@@ -8,21 +8,18 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "insync-proxy.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
-
-T = TypeVar("T")
 
 
 def find_tool(name: str, pip_package: str | None = None) -> tuple[str | None, str]:
@@ -52,21 +49,8 @@ def _next_to_python(name: str) -> str | None:
     return str(candidate) if candidate.is_file() else None
 
 
-def wait_until(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll `check` until it returns something other than None/False; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        try:
-            value = check()
-            if value is not None and value is not False:
-                return value
-        except (OSError, ValueError) as exc:  # connection refused, not ready, bad JSON while starting
-            last_error = exc
-        if time.monotonic() >= deadline:
-            detail = f" (last error: {last_error})" if last_error else ""
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-        time.sleep(interval)
+#: What polling a starting server may raise: connection refused, not ready, bad JSON while starting.
+STARTING_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError)
 
 
 def http_get_json(url: str, timeout: float = 5.0) -> Any:
