@@ -1,7 +1,9 @@
 """A real Apache Kafka cluster on loopback: one KRaft controller and N brokers as local JVM processes.
 
 The controller is a separate process so that pausing or killing brokers never costs the quorum:
-ISR changes keep being committed while two of three brokers are down.
+ISR changes keep being committed while two of three brokers are down. Kafka 2.x runs in ZooKeeper
+mode instead: a single-node ZooKeeper (from the jars Kafka 2.8 depends on) takes the controller's
+place, started the same way (loopback only, dies with this process).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from insync_proxy.proxy.devcluster.distribution import (
     kafka_libs,
     kafka_major,
     selected_version,
+    uses_zookeeper,
 )
 from insync_proxy.proxy.devcluster.probe import (
     ClusterInfo,
@@ -41,6 +44,7 @@ JVM_MARKER = "-Dinsync.proxy.devcluster="
 CONTROLLER_NODE_ID = 0
 READY_TOPIC = "__insync_proxy_ready"
 
+NOT_CONTROLLER = 41
 RETRIABLE_ERRORS = {3, 5, 6, 7, 15, 19, 20}  # unknown topic, no leader, not leader, timeout, coord, ISR
 
 
@@ -76,10 +80,10 @@ def _die_with_parent() -> None:
 
 @dataclass
 class KafkaNode:
-    """One JVM: the controller (node 0) or a broker."""
+    """One JVM: the controller (node 0; ZooKeeper for Kafka 2.x) or a broker."""
 
     node_id: int
-    role: str  # "controller" | "broker"
+    role: str  # "controller" | "zookeeper" | "broker"
     port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = None
@@ -127,6 +131,10 @@ class ClusterSettings:
     #: user -> password: each broker gets a second, SASL_PLAINTEXT listener (PLAIN) for these users;
     #: inter-broker traffic and the readiness probe stay on PLAINTEXT.
     sasl_plain_users: dict[str, str] | None = None
+    #: user -> password: the SASL_PLAINTEXT listener also (or only) offers SCRAM-SHA-512 for these users,
+    #: whose credentials are created before the brokers start (KRaft: at format time, Kafka 3.5+;
+    #: ZooKeeper: written to ZooKeeper by Kafka's ConfigCommand).
+    sasl_scram_users: dict[str, str] | None = None
     #: PEM file with the brokers' private key and certificate chain: each broker gets an SSL listener.
     tls_keystore_pem: Path | None = None
     #: PEM certificates the SSL listeners trust for client certificates (mTLS required when set).
@@ -134,7 +142,7 @@ class ClusterSettings:
 
 
 class LocalKafkaCluster:
-    """Starts, controls and stops a KRaft cluster of Apache Kafka JVMs on 127.0.0.1."""
+    """Starts, controls and stops a cluster of Apache Kafka JVMs on 127.0.0.1 (KRaft; ZooKeeper for 2.x)."""
 
     def __init__(self, settings: ClusterSettings | None = None, progress: Callable[[str], None] | None = None):
         self.settings = settings or ClusterSettings()
@@ -150,9 +158,11 @@ class LocalKafkaCluster:
         ports = self.settings.broker_ports or pool[:n]
         if len(ports) != self.settings.brokers:
             raise ClusterError(f"{self.settings.brokers} brokers need as many ports, got {ports}")
+        self.zookeeper_mode = uses_zookeeper(self.version)
         self.controller = KafkaNode(
-            CONTROLLER_NODE_ID, "controller", self.settings.controller_port or pool[3 * n],
-            self.data_dir / "controller",
+            CONTROLLER_NODE_ID, "zookeeper" if self.zookeeper_mode else "controller",
+            self.settings.controller_port or pool[3 * n],
+            self.data_dir / ("zookeeper" if self.zookeeper_mode else "controller"),
         )
         self.brokers: dict[int, KafkaNode] = {
             i + 1: KafkaNode(i + 1, "broker", port, self.data_dir / f"broker-{i + 1}")
@@ -160,7 +170,9 @@ class LocalKafkaCluster:
         }
         self.libs: Path | None = None
         self.sasl_ports: dict[int, int] = (
-            {node_id: pool[n + i] for i, node_id in enumerate(self.brokers)} if self.settings.sasl_plain_users else {}
+            {node_id: pool[n + i] for i, node_id in enumerate(self.brokers)}
+            if self.settings.sasl_plain_users or self.settings.sasl_scram_users
+            else {}
         )
         self.tls_ports: dict[int, int] = (
             {node_id: pool[2 * n + i] for i, node_id in enumerate(self.brokers)}
@@ -180,7 +192,7 @@ class LocalKafkaCluster:
 
     @property
     def sasl_bootstrap_servers(self) -> str:
-        """The brokers' SASL_PLAINTEXT (PLAIN) listeners, when sasl_plain_users is set."""
+        """The brokers' SASL_PLAINTEXT listeners, when sasl_plain_users or sasl_scram_users is set."""
         return ",".join(f"127.0.0.1:{port}" for port in self.sasl_ports.values())
 
     @property
@@ -201,9 +213,13 @@ class LocalKafkaCluster:
             node.config_file.write_text(self._properties(node))
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2)
         (self.data_dir / "log4j.properties").write_text(_LOG4J1)
-        self._format_storage()
+        if not self.zookeeper_mode:
+            self._format_storage()
         try:
             self._launch(self.controller)
+            if self.zookeeper_mode:
+                self._wait_for_zookeeper(max(1.0, timeout - (time.monotonic() - started)))
+                self._add_scram_users_to_zookeeper()
             for broker in self.brokers.values():
                 self._launch(broker)
             self.wait_until_ready(timeout - (time.monotonic() - started))
@@ -211,7 +227,8 @@ class LocalKafkaCluster:
             self.stop()
             raise
         self._say(
-            f"Kafka {self.version}: {len(self.brokers)} brokers ready at {self.bootstrap_servers} "
+            f"Kafka {self.version}{' (ZooKeeper)' if self.zookeeper_mode else ''}: {len(self.brokers)} brokers "
+            f"ready at {self.bootstrap_servers} "
             f"in {time.monotonic() - started:.1f}s (data: {self.data_dir})"
         )
         return self
@@ -361,16 +378,24 @@ class LocalKafkaCluster:
         codes: list[int] = []
 
         def created() -> bool:
-            # Any live broker will do; one that registered a moment ago may not accept connections yet.
-            for host, port in self.live_addresses() or self.broker_addresses:
+            # KRaft: any live broker will do (it forwards to the controller); one that registered a moment
+            # ago may not accept connections yet. ZooKeeper mode: only the controller broker creates topics.
+            addresses = self.live_addresses() or self.broker_addresses
+            if self.zookeeper_mode:
+                controller = self.brokers.get(self.metadata([]).controller_id)
+                if controller is None:
+                    return False
+                addresses = [("127.0.0.1", controller.port)]
+            for host, port in addresses:
                 try:
                     with ProbeConnection(host, port, timeout=30) as conn:
-                        codes.append(conn.create_topic(
-                            name, partitions, replication_factor, dict(configs or {}), assignments
-                        ))
-                    return True
+                        code = conn.create_topic(name, partitions, replication_factor, dict(configs or {}), assignments)
                 except OSError:
                     continue
+                if code == NOT_CONTROLLER:
+                    return False  # the controller moved: ask again
+                codes.append(code)
+                return True
             return False
 
         self.wait_for(created, timeout, f"a broker to accept CreateTopics {name}", nodes=[])
@@ -468,11 +493,18 @@ class LocalKafkaCluster:
         ]
 
     def _format_storage(self) -> None:
+        scram = [
+            arg
+            for user, password in (self.settings.sasl_scram_users or {}).items()
+            for arg in ("--add-scram", f"SCRAM-SHA-512=[name={user},password={password}]")
+        ]
+        if scram and kafka_major(self.version) == 3 and int(self.version.split(".")[1]) < 5:
+            raise ClusterError(f"SCRAM users need Kafka 3.5+ in KRaft mode (format --add-scram); got {self.version}")
         procs = []
         for node in self.nodes():
             cmd = self._java_command(
                 node, "kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(node.config_file),
-                "--ignore-formatted",
+                "--ignore-formatted", *scram,
             )
             out = open(node.directory / "logs" / "format.log", "wb")  # noqa: SIM115 - closed below
             procs.append((node, out, subprocess.Popen(
@@ -488,10 +520,39 @@ class LocalKafkaCluster:
         if failures:
             raise ClusterError("formatting KRaft storage failed:\n" + "\n".join(failures))
 
+    def _wait_for_zookeeper(self, timeout: float) -> None:
+        """Brokers give up on ZooKeeper after zookeeper.connection.timeout.ms: start them once it listens."""
+
+        def listening() -> bool:
+            with socket.create_connection(("127.0.0.1", self.controller.port), timeout=2):
+                return True
+
+        self.wait_for(listening, timeout, f"ZooKeeper to listen on 127.0.0.1:{self.controller.port}",
+                      nodes=[self.controller])
+
+    def _add_scram_users_to_zookeeper(self) -> None:
+        """SCRAM credentials in ZooKeeper mode live in ZooKeeper: written before any broker starts."""
+        for user, password in (self.settings.sasl_scram_users or {}).items():
+            out = self.controller.directory / "logs" / "scram.log"
+            with open(out, "ab") as log_out:
+                code = subprocess.run(
+                    self._java_command(
+                        self.controller, "kafka.admin.ConfigCommand", "--zookeeper",
+                        f"127.0.0.1:{self.controller.port}", "--alter", "--add-config",
+                        f"SCRAM-SHA-512=[iterations=4096,password={password}]",
+                        "--entity-type", "users", "--entity-name", user,
+                    ),
+                    stdout=log_out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, timeout=120,
+                ).returncode
+            if code != 0:
+                raise ClusterError(f"creating SCRAM user {user} failed (exit {code}):\n"
+                                   + out.read_text(errors="replace")[-2000:])
+
     def _launch(self, node: KafkaNode) -> None:
         out = open(node.stdout_file, "ab")  # noqa: SIM115 - the child keeps it
+        main = "org.apache.zookeeper.server.ZooKeeperServerMain" if node.role == "zookeeper" else "kafka.Kafka"
         node.process = subprocess.Popen(
-            self._java_command(node, "kafka.Kafka", str(node.config_file)),
+            self._java_command(node, main, str(node.config_file)),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -520,6 +581,15 @@ class LocalKafkaCluster:
                 node.process.wait(timeout=30)
 
     def _properties(self, node: KafkaNode) -> str:
+        if node.role == "zookeeper":
+            return "".join(f"{k}={v}\n" for k, v in {
+                "dataDir": str(node.directory / "data"),
+                "clientPort": str(node.port),
+                "clientPortAddress": "127.0.0.1",  # loopback only
+                "tickTime": "1000",
+                "maxClientCnxns": "0",
+                "admin.enableServer": "false",
+            }.items())
         voters = f"{CONTROLLER_NODE_ID}@127.0.0.1:{self.controller.port}"
         common = {
             "node.id": str(node.node_id),
@@ -531,6 +601,17 @@ class LocalKafkaCluster:
             "num.io.threads": "2",
             "background.threads": "2",
         }
+        if self.zookeeper_mode:
+            common = {
+                "broker.id": str(node.node_id),
+                "zookeeper.connect": f"127.0.0.1:{self.controller.port}",
+                # A paused or killed broker leaves the cluster (and the controller role moves) within seconds.
+                "zookeeper.session.timeout.ms": "6000",
+                # The last broker's controlled shutdown has nowhere to move leaders: do not wait 3 x 5 s.
+                "controlled.shutdown.retry.backoff.ms": "500",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
+                **{k: v for k, v in common.items() if not k.startswith(("node.", "controller.", "listener."))},
+            }
         if node.role == "controller":
             props = {
                 **common,
@@ -559,16 +640,24 @@ class LocalKafkaCluster:
                 "share.coordinator.state.topic.replication.factor": str(min(3, self.settings.brokers)),
                 "share.coordinator.state.topic.min.isr": "1",
             }
-        if node.role == "broker" and self.settings.sasl_plain_users:
+        if node.role == "broker" and self.sasl_ports:
             sasl_port = self.sasl_ports[node.node_id]
-            users = " ".join(f'user_{u}="{pw}"' for u, pw in self.settings.sasl_plain_users.items())
             props["listeners"] += f",SASL://127.0.0.1:{sasl_port}"
             props["advertised.listeners"] += f",SASL://127.0.0.1:{sasl_port}"
             props["listener.security.protocol.map"] += ",SASL:SASL_PLAINTEXT"
-            props["listener.name.sasl.sasl.enabled.mechanisms"] = "PLAIN"
-            props["listener.name.sasl.plain.sasl.jaas.config"] = (
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
-            )
+            mechanisms = []
+            if self.settings.sasl_plain_users:
+                mechanisms.append("PLAIN")
+                users = " ".join(f'user_{u}="{pw}"' for u, pw in self.settings.sasl_plain_users.items())
+                props["listener.name.sasl.plain.sasl.jaas.config"] = (
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+                )
+            if self.settings.sasl_scram_users:
+                mechanisms.append("SCRAM-SHA-512")
+                props["listener.name.sasl.scram-sha-512.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                )
+            props["listener.name.sasl.sasl.enabled.mechanisms"] = ",".join(mechanisms)
         if node.role == "broker" and self.settings.tls_keystore_pem:
             tls_port = self.tls_ports[node.node_id]
             props["listeners"] += f",SSL://127.0.0.1:{tls_port}"
@@ -580,6 +669,8 @@ class LocalKafkaCluster:
                 props["listener.name.ssl.ssl.truststore.type"] = "PEM"
                 props["listener.name.ssl.ssl.truststore.location"] = str(self.settings.tls_client_ca_pem)
                 props["listener.name.ssl.ssl.client.auth"] = "required"
+        if self.zookeeper_mode:
+            props.pop("process.roles", None)
         if self.settings.min_insync_replicas is not None:
             props["min.insync.replicas"] = str(self.settings.min_insync_replicas)
         props.update(self.settings.extra_broker_config if node.role == "broker" else {})

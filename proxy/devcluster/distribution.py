@@ -16,7 +16,11 @@ from typing import TextIO
 DEFAULT_KAFKA_VERSION = "4.3.1"
 #: The newest 3.9.x, the second version the project is tested against.
 KAFKA_39_VERSION = "3.9.2"
-SUPPORTED_KAFKA_VERSIONS = (DEFAULT_KAFKA_VERSION, KAFKA_39_VERSION)
+#: An older 3.x (KRaft, Metadata v12, Produce v9, no Fetch v16 node endpoints) for the old-broker checks.
+KAFKA_3X_VERSION = "3.7.2"
+#: The last 2.x, run in ZooKeeper mode (Metadata v11, no DescribeCluster before 2.8's v0).
+KAFKA_28_VERSION = "2.8.2"
+SUPPORTED_KAFKA_VERSIONS = (DEFAULT_KAFKA_VERSION, KAFKA_39_VERSION, KAFKA_3X_VERSION, KAFKA_28_VERSION)
 
 KAFKA_VERSION_ENV = "INSYNC_PROXY_KAFKA_VERSION"
 KAFKA_LIBS_ENV = "INSYNC_PROXY_KAFKA_LIBS"
@@ -72,6 +76,11 @@ def kafka_major(version: str) -> int:
     return int(version.split(".", 1)[0])
 
 
+def uses_zookeeper(version: str) -> bool:
+    """Kafka 2.x runs with ZooKeeper (its KRaft mode was an early access); 3.x and 4.x run KRaft here."""
+    return kafka_major(version) < 3
+
+
 def kafka_libs(version: str | None = None, progress: Callable[[str], None] | None = None) -> Path:
     """A directory holding every jar Kafka `version` needs, fetched by Maven on first use.
 
@@ -110,6 +119,8 @@ def kafka_libs(version: str | None = None, progress: Callable[[str], None] | Non
     ]
     if kafka_major(version) >= 4:
         cmd.append("-Dkafka.logging=log4j2")
+    if uses_zookeeper(version):
+        cmd.append("-Dkafka.zookeeper=true")
     tail: list[str] = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
