@@ -32,7 +32,11 @@ from insync_proxy.protocol.messages import (  # noqa: E402
     encode_request,
     encode_response,
 )
-from insync_proxy.protocol.metadata_splice import enrich_metadata_response  # noqa: E402
+from insync_proxy.protocol.metadata_scan import scan_metadata_response  # noqa: E402
+from insync_proxy.protocol.metadata_splice import (  # noqa: E402
+    enrich_metadata_response,
+    splice_metadata_response,
+)
 from insync_proxy.protocol.produce import (  # noqa: E402
     build_forward_request_chunks,
     index_produce_request,
@@ -120,6 +124,52 @@ def main() -> None:
     t = best_of(lambda: enrich_metadata_response(meta, 12, min_insync_replicas=min_isr,
                                                  broker_addresses=addresses, leaderless=leaderless), 10)
     rows.append(("  same + 100 partitions presented leaderless", f"{t * 1000:.2f} ms", "<= 20 ms"))
+
+    # 2b. One scan serving every room: brokers and topic heads, then the splice and/or the partitions.
+    t_splice = best_of(lambda: enrich_metadata_response(meta, 12, min_insync_replicas=min_isr,
+                                                       broker_addresses=addresses), 10)
+    t = best_of(lambda: scan_metadata_response(meta, 12), 10)
+    rows.append(("Metadata v12 100x100x3: scan (brokers, topic heads, offsets; 10,000 partitions skipped)",
+                 f"{t * 1000:.2f} ms ({t / t_splice:.2f}x splice)", "<= splice"))
+    scanned = scan_metadata_response(meta, 12)
+    t_only = best_of(lambda: splice_metadata_response(scanned, min_insync_replicas=min_isr,
+                                                      broker_addresses=addresses), 10)
+
+    def scan_splice() -> None:
+        scan = scan_metadata_response(meta, 12)
+        splice_metadata_response(scan, min_insync_replicas=min_isr, broker_addresses=addresses)
+
+    t = best_of(scan_splice, 10)
+    rows.append(("  scan + splice from the scan (tag 637 + broker rewrite)",
+                 f"{t * 1000:.2f} ms (splice part {t_only * 1000:.3f} ms)", "<= 20 ms"))
+
+    def scan_isr() -> None:
+        scan = scan_metadata_response(meta, 12)
+        for topic in scan.topics:
+            scan.partitions(topic)
+
+    t_isr = best_of(scan_isr, 10)
+    rows.append(("  scan + every partition's leader/replicas/ISR read",
+                 f"{t_isr * 1000:.2f} ms ({t_isr / t_splice:.1f}x splice)", "<< full decode"))
+
+    def scan_isr_splice() -> None:
+        scan = scan_metadata_response(meta, 12)
+        for topic in scan.topics:
+            scan.partitions(topic)
+        splice_metadata_response(scan, min_insync_replicas=min_isr, broker_addresses=addresses,
+                                 leaderless=leaderless)
+
+    t = best_of(scan_isr_splice, 10)
+    rows.append(("  scan + every ISR read + splice with 100 leaderless", f"{t * 1000:.2f} ms", "<= 20 ms"))
+    meta9 = metadata_frame(version=9)
+
+    def scan_kip637() -> None:
+        splice_metadata_response(scan_metadata_response(meta9, 9), min_insync_replicas=min_isr,
+                                 broker_addresses=addresses, layout="kip637")
+
+    t = best_of(scan_kip637, 10)
+    rows.append(("Metadata v9 100x100x3: scan + splice as KIP-637's layout (was a full decode + encode)",
+                 f"{t * 1000:.2f} ms", "<= 20 ms"))
 
     def generic() -> None:
         _, body = split_response(meta, 3, 12)

@@ -32,7 +32,8 @@ from insync_proxy.protocol.messages import (
     decode_response,
     encode_metadata_response_kip637,
 )
-from insync_proxy.protocol.metadata_splice import enrich_metadata_response
+from insync_proxy.protocol.metadata_scan import scan_metadata_response
+from insync_proxy.protocol.metadata_splice import enrich_metadata_response, splice_metadata_response
 from insync_proxy.protocol.produce import (
     build_forward_request,
     build_produce_error_response,
@@ -74,6 +75,14 @@ def _response_targets(api_key: int, version: int) -> list[Target]:
     if api_key == ApiKey.METADATA:
         targets.append(lambda f: enrich_metadata_response(
             f, version, min_insync_replicas={"abc": 2}, broker_addresses=_ADDRESSES, leaderless={("abc", 0)}))
+
+        def scan_read_splice(frame: bytes) -> Any:
+            scan = scan_metadata_response(frame, version)
+            for topic in scan.topics:
+                scan.partitions(topic)
+            return splice_metadata_response(scan, min_insync_replicas={"abc": 2}, broker_addresses=_ADDRESSES,
+                                            leaderless={("abc", 0)}, layout="kip637" if version == 9 else "kafka")
+        targets.append(scan_read_splice)
     if api_key == ApiKey.PRODUCE:
         targets.append(lambda f: rewrite_produce_node_endpoints(f, version, _ADDRESSES))
     return targets
