@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from insync_proxy.protocol import MetadataResponse
+from insync_proxy.protocol import MetadataResponse, MetadataScan
 
 NULL_TOPIC_ID = uuid.UUID(int=0)
+#: partition index, leader id, leader epoch, replicas, ISR
+_PartitionFields = tuple[int, int, int, tuple[int, ...], tuple[int, ...]]
 
 
 def effective_min_isr(min_insync_replicas: int | None, replica_count: int) -> int | None:
@@ -62,37 +64,61 @@ class ClusterView:
 
     def update(self, response: MetadataResponse, all_topics: bool = False) -> None:
         """Take in a decoded MetadataResponse; `all_topics` when it answered a request for every topic."""
+        self._apply(
+            {b.node_id: (b.host, b.port) for b in response.brokers},
+            ((t.name, t.topic_id, t.error_code,
+              [(p.partition_index, p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes))
+               for p in t.partitions] if t.error_code == 0 else [])
+             for t in response.topics),
+            all_topics,
+        )
+
+    def update_from_scan(self, scan: MetadataScan, all_topics: bool = False) -> None:
+        """Take in a scanned MetadataResponse (partitions are read from the scan's offsets only here)."""
+        self._apply(
+            {b.node_id: (b.host, b.port) for b in scan.brokers},
+            ((t.name, t.topic_id, t.error_code,
+              [(p.partition_index, p.leader_id, p.leader_epoch, p.replica_nodes, p.isr_nodes)
+               for p in scan.partitions(t)] if t.error_code == 0 else [])
+             for t in scan.topics),
+            all_topics,
+        )
+
+    def _apply(
+        self,
+        brokers: dict[int, tuple[str, int]],
+        topics: Iterable[tuple[str | None, uuid.UUID | None, int, list[_PartitionFields]]],
+        all_topics: bool,
+    ) -> None:
         now = time.monotonic()
-        brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
         if brokers and brokers != self.brokers:
             self.brokers = brokers
             self.known_brokers.update(brokers)
         seen_topics: set[str] = set()
-        for topic in response.topics:
-            name = topic.name
+        for name, topic_id, error_code, partitions in topics:
             if name is None:
-                name = self.topic_ids.get(topic.topic_id)
+                name = self.topic_ids.get(topic_id) if topic_id is not None else None
                 if name is None:
                     continue
-            if topic.error_code != 0:
-                if topic.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION: it is gone
+            if error_code != 0:
+                if error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION: it is gone
                     self.forget_topic(name)
                 continue
             seen_topics.add(name)
-            if topic.topic_id != NULL_TOPIC_ID:
-                self.topic_ids[topic.topic_id] = name
-            self.topic_partition_counts[name] = len(topic.partitions)
-            for p in topic.partitions:
-                key = (name, p.partition_index)
+            if topic_id is not None and topic_id != NULL_TOPIC_ID:
+                self.topic_ids[topic_id] = name
+            self.topic_partition_counts[name] = len(partitions)
+            for index, leader_id, leader_epoch, replicas, isr in partitions:
+                key = (name, index)
                 old = self.partitions.get(key)
                 # Java ignores partition metadata whose leader epoch went backwards: so do we.
-                if old is not None and p.leader_epoch >= 0 and p.leader_epoch < old.leader_epoch:
+                if old is not None and leader_epoch >= 0 and leader_epoch < old.leader_epoch:
                     continue
-                state = PartitionState(p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes), now)
+                state = PartitionState(leader_id, leader_epoch, replicas, isr, now)
                 self.partitions[key] = state
                 if old is None or old.isr != state.isr or old.leader_id != state.leader_id:
                     for on_change in self.on_partition_changed:
-                        on_change(name, p.partition_index, old, state)
+                        on_change(name, index, old, state)
         if all_topics:
             for name in set(self.topic_partition_counts) - seen_topics:
                 self.forget_topic(name)
