@@ -2,8 +2,10 @@
 
 Backend: INSYNC_PROXY_KAFKA_BACKEND=local (default: Apache Kafka's jars as local JVMs) or
 testcontainers (the apache/kafka image; needs a Docker engine). Version: INSYNC_PROXY_KAFKA_VERSION
-(default the newest 4.x); tests marked `kafka39` get the 3.9.x cluster. Only one cluster runs at a
-time (2 cores): the pool stops one version before starting another, and kafka39 tests run last.
+(default the newest 4.x); tests marked `kafka39` get the 3.9.x cluster. The core checks (CORE_CHECKS,
+or the `every_kafka_version` marker) run once per supported version: 4.x, 3.9, an older 3.x (KRaft) and
+2.8 (ZooKeeper). Only one cluster runs at a time (2 cores): the pool stops one version before starting
+another, and tests run newest version first, the oldest last.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from insync_proxy.proxy.devcluster.containers import (
     ContainerKafkaCluster,
     docker_unavailable_reason,
 )
-from insync_proxy.proxy.devcluster.distribution import KAFKA_39_VERSION, selected_version
+from insync_proxy.proxy.devcluster.distribution import (
+    KAFKA_3X_VERSION,
+    KAFKA_28_VERSION,
+    KAFKA_39_VERSION,
+    selected_version,
+)
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
@@ -97,6 +104,48 @@ KAFKA_FIXTURES = frozenset({"kafka_cluster", "proxy", "cluster_pool", "exclusive
 SPARK_FIXTURES = frozenset({"spark"})
 
 
+#: The checks every supported Kafka version must pass through the proxy: produce/consume with the real
+#: clients, the acks=-2 precheck and merge, KIP-1, tag 637 and the kip637 listener, address rewriting.
+CORE_CHECKS = frozenset({
+    "test_confluent_kafka_produce_consume_admin_through_proxy",
+    "test_kafka_python_produce_consume_admin_through_proxy",
+    "test_aiokafka_produce_consume_admin_through_proxy",
+    "test_java_client_produce_consume_admin_through_proxy",
+    "test_every_listener_group_serves_metadata_with_its_own_ports",
+    "test_acks_minus_two_with_full_isr_is_appended_and_read_back",
+    "test_kafka_python_puts_acks_minus_two_on_the_wire",
+    "test_acks_minus_two_answers_not_enough_replicas_only_for_the_unready_partition",
+    "test_invalid_acks_are_rejected_with_invalid_required_acks",
+    "test_metadata_carries_each_topics_min_insync_replicas",
+    "test_kip637_listener_answers_v10_in_the_kip637_layout",
+})
+#: Versions the core checks run on, in run order (one cluster at a time: the oldest last).
+EVERY_KAFKA_VERSION = (None, KAFKA_39_VERSION, KAFKA_3X_VERSION, KAFKA_28_VERSION)  # None: the selected one
+
+
+def _version_id(version: str | None) -> str:
+    return f"kafka-{version or selected_version()}"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kafka_version" not in metafunc.fixturenames:
+        return
+    if metafunc.function.__name__ in CORE_CHECKS or metafunc.definition.get_closest_marker("every_kafka_version"):
+        versions = list(dict.fromkeys(v or selected_version() for v in EVERY_KAFKA_VERSION))
+        metafunc.parametrize("kafka_version", versions, indirect=True, ids=_version_id)
+
+
+def _run_order(item: pytest.Item) -> int:
+    """0: the selected version's shared cluster; 1: own clusters; then 3.9, the older 3.x, 2.8."""
+    callspec = getattr(item, "callspec", None)
+    version = callspec.params.get("kafka_version") if callspec is not None else None
+    if item.get_closest_marker("kafka39"):
+        version = KAFKA_39_VERSION
+    if version is not None and version != selected_version():
+        return {KAFKA_39_VERSION: 2, KAFKA_3X_VERSION: 3, KAFKA_28_VERSION: 4}.get(version, 5)
+    return 1 if item.get_closest_marker("own_cluster") else 0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Marked from what a test uses, so no test can forget it: `-m "not needs_kafka"` starts no JVM.
     for item in items:
@@ -107,14 +156,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if spark or fixtures & KAFKA_FIXTURES or item.get_closest_marker("own_cluster") \
                 or item.get_closest_marker("kafka39"):
             item.add_marker(pytest.mark.needs_kafka)
-    # One cluster at a time: tests that start a cluster of their own run after the shared cluster's, and
-    # every test on the 3.9 cluster runs last.
-    def order(item: pytest.Item) -> int:
-        if item.get_closest_marker("kafka39"):
-            return 2
-        return 1 if item.get_closest_marker("own_cluster") else 0
-
-    items.sort(key=order)
+    # One cluster at a time: tests that start a cluster of their own run after the shared cluster's, then
+    # the tests on older versions, the oldest last.
+    items.sort(key=_run_order)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -147,10 +191,18 @@ def exclusive_cluster_slot() -> None:
 
 
 @pytest.fixture
-def kafka_cluster(request: pytest.FixtureRequest) -> LocalKafkaCluster:
-    """The running cluster: 3.9.x for tests marked kafka39, else the selected (default newest 4.x)."""
-    version = KAFKA_39_VERSION if request.node.get_closest_marker("kafka39") else selected_version()
-    return _POOL.get(version)
+def kafka_version(request: pytest.FixtureRequest) -> str:
+    """The Kafka version a test runs on: its parameter (core checks), 3.9.x if marked kafka39, else the selected."""
+    param = getattr(request, "param", None)
+    if param is not None:
+        return str(param)
+    return KAFKA_39_VERSION if request.node.get_closest_marker("kafka39") else selected_version()
+
+
+@pytest.fixture
+def kafka_cluster(kafka_version: str) -> LocalKafkaCluster:
+    """The running cluster of the test's Kafka version (default: the newest 4.x)."""
+    return _POOL.get(kafka_version)
 
 
 @pytest.fixture
