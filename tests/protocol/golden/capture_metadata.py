@@ -12,43 +12,29 @@ payload: response header + body), next to its request (``.request.bin``).
 from __future__ import annotations
 
 import argparse
-import socket
-import struct
 import time
 from pathlib import Path
 
 from insync_proxy.protocol import (
     ApiKey,
     FindCoordinatorRequest,
+    FindCoordinatorResponse,
     MetadataRequest,
-    RequestHeader,
     encode_request,
-    encode_request_header,
 )
 from insync_proxy.protocol.messages import MetadataRequestTopic
+from insync_proxy.proxy.blocking_client import BlockingKafkaClient, request_frame
 from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 
 HERE = Path(__file__).parent
 
 
 def _exchange(address: tuple[str, int], api_key: int, version: int, body: bytes, correlation_id: int) -> tuple[bytes, bytes]:
-    header = RequestHeader(request_api_key=api_key, request_api_version=version, correlation_id=correlation_id,
-                           client_id="golden-capture")
-    request = encode_request_header(header) + body
-    with socket.create_connection(address, timeout=30) as s:
-        s.sendall(struct.pack(">i", len(request)) + request)
-        size = struct.unpack(">i", _read(s, 4))[0]
-        return request, _read(s, size)
-
-
-def _read(s: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = s.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        data += chunk
-    return data
+    """One request on a fresh connection: (request frame, response frame), size prefixes stripped."""
+    frame = request_frame(api_key, version, body, client_id="golden-capture", correlation_id=correlation_id)
+    with BlockingKafkaClient(*address, timeout=30) as client:
+        client.send_bytes(frame)
+        return bytes(frame[4:]), client.receive_frame()
 
 
 def _metadata_request(version: int, topics: list[str] | None) -> bytes:
@@ -72,9 +58,9 @@ def capture(kafka_version: str, versions: range, counter: list[int]) -> None:
         address = cluster.broker_addresses[0]
         # FindCoordinator creates __consumer_offsets (is_internal); retried until it exists.
         for _ in range(60):
-            _, answer = _exchange(address, ApiKey.FIND_COORDINATOR, 1,
-                                  encode_request(FindCoordinatorRequest(key="golden"), 1), 1)
-            if answer[8:10] == b"\x00\x00":  # v1: correlation id, throttle, error_code
+            with BlockingKafkaClient(*address, timeout=30) as client:
+                found = client.request(FindCoordinatorRequest(key="golden"), 1, FindCoordinatorResponse)
+            if found.error_code == 0:
                 break
             time.sleep(1)
 
