@@ -21,14 +21,17 @@ from insync_proxy.protocol.headers import (  # noqa: E402
     split_response,
 )
 from insync_proxy.protocol.messages import (  # noqa: E402
+    Kip637MetadataResponseTopic,
     MetadataResponse,
     MetadataResponseBroker,
+    MetadataResponseKip637,
     MetadataResponsePartition,
     MetadataResponseTopic,
     PartitionProduceData,
     ProduceRequest,
     TopicProduceData,
     decode_response,
+    encode_metadata_response_kip637,
     encode_request,
     encode_response,
 )
@@ -168,8 +171,24 @@ def main() -> None:
                                  broker_addresses=addresses, layout="kip637")
 
     t = best_of(scan_kip637, 10)
-    rows.append(("Metadata v9 100x100x3: scan + splice as KIP-637's layout (was a full decode + encode)",
-                 f"{t * 1000:.2f} ms", "<= 20 ms"))
+
+    def decode_kip637() -> None:
+        spliced = enrich_metadata_response(meta9, 9, min_insync_replicas=min_isr, broker_addresses=addresses)
+        correlation_id, body = split_response(spliced, 3, 9)
+        msg = decode_response(3, 9, body)
+        assert isinstance(msg, MetadataResponse)
+        kip637 = MetadataResponseKip637(
+            throttle_time_ms=msg.throttle_time_ms, brokers=msg.brokers, cluster_id=msg.cluster_id,
+            controller_id=msg.controller_id, cluster_authorized_operations=msg.cluster_authorized_operations,
+            topics=tuple(Kip637MetadataResponseTopic(
+                error_code=t.error_code, name=t.name or "", is_internal=t.is_internal, partitions=t.partitions,
+                topic_authorized_operations=t.topic_authorized_operations, min_insync_replicas=t.min_insync_replicas)
+                for t in msg.topics))
+        encode_response_with_header(3, 10, correlation_id, encode_metadata_response_kip637(kip637))
+
+    t_old = best_of(decode_kip637, 3)
+    rows.append(("Metadata v9 100x100x3: scan + splice as KIP-637's layout",
+                 f"{t * 1000:.2f} ms (was {t_old * 1000:.0f} ms)", "<= 20 ms"))
 
     def generic() -> None:
         _, body = split_response(meta, 3, 12)

@@ -63,9 +63,12 @@ class ScannedPartition(NamedTuple):
     offline_replicas: tuple[int, ...]  # () before v5
 
 
-@dataclass(frozen=True, slots=True)
-class ScannedTopic:
-    """A topic's head and where its pieces are in the frame (offsets index :attr:`MetadataScan.frame`)."""
+class ScannedTopic(NamedTuple):
+    """A topic's head and where its pieces are in the frame (offsets index :attr:`MetadataScan.frame`).
+
+    A tuple like :class:`ScannedPartition`: a frozen dataclass costs several times as much to build,
+    and a response may hold thousands of topics.
+    """
 
     error_code: int
     name: str | None  # None only in v12+ (topics asked for by id)
@@ -81,11 +84,13 @@ class ScannedTopic:
     end: int  # offset after the topic
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class MetadataScan:
-    """A scanned MetadataResponse frame (response header + body).
+    """A scanned MetadataResponse frame (response header + body); read-only once built.
 
-    Holds a view of the frame: keep the scanned buffer unmodified while the scan is in use.
+    Not a frozen dataclass only because a frozen one costs several microseconds more to build, on
+    every Metadata response. Holds a view of the frame: keep the scanned buffer unmodified while the
+    scan is in use (or scan ``bytes(frame)`` to keep it longer).
     """
 
     frame: memoryview
@@ -316,6 +321,7 @@ def _scan(frame: Buffer, v: int, record_offsets: bool) -> MetadataScan:
         raise MalformedFrame("null topics array in MetadataResponse")
     topics: list[ScannedTopic] = []
     offsets: dict[int, list[int]] = {}
+    new_tuple = tuple.__new__
     for _ in range(n_topics):
         start = r.pos
         error_code = r.int16()
@@ -346,8 +352,8 @@ def _scan(frame: Buffer, v: int, record_offsets: bool) -> MetadataScan:
                 for tag, data in r.tagged_fields():
                     if tag == MIN_INSYNC_REPLICAS_TAG and len(data) == 2:
                         min_isr = _I16.unpack_from(data)[0]
-        topics.append(ScannedTopic(error_code, name, topic_id, is_internal, n_parts, authorized, min_isr,
-                                   start, partitions_start, partitions_end, tags_start, r.pos))
+        topics.append(new_tuple(ScannedTopic, (error_code, name, topic_id, is_internal, n_parts, authorized, min_isr,
+                                               start, partitions_start, partitions_end, tags_start, r.pos)))
     topics_end = r.pos
     cluster_authorized = r.int32() if 8 <= v <= 10 else AUTHORIZED_OPERATIONS_OMITTED
     top_error = r.int16() if v >= 13 else 0

@@ -10,6 +10,7 @@ frame. The same pieces give KIP-637's literal layout (an int16 per topic) withou
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from collections.abc import Container, Mapping
@@ -127,10 +128,7 @@ def _splice(
             new = addresses.get(broker.node_id)
             if new is not None:
                 out.append(buf[copied:host_start])
-                w = Writer()
-                w.string(new[0], nullable=False, compact=flexible)
-                w.int32(new[1])
-                out.append(bytes(w.out))
+                out.append(_encoded_address(new[0], new[1], flexible))
                 copied = port_end
     unpack_i32 = _I32.unpack_from
     for topic in scan.topics:
@@ -175,6 +173,15 @@ def _splice(
         return bytes(buf)
     out.append(buf[copied:])
     return b"".join(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _encoded_address(host: str, port: int, compact: bool) -> bytes:
+    """A broker's host (compact or classic STRING) and int32 port, as the splice writes them."""
+    w = Writer()
+    w.string(host, nullable=False, compact=compact)
+    w.int32(port)
+    return bytes(w.out)
 
 
 def _min_insync_tag(buf: memoryview, tag_start: int) -> int:
