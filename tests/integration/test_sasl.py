@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
+from insync_proxy.proxy.devcluster.distribution import KAFKA_28_VERSION
 from tests.helpers import consume_values
 from tests.proxy_harness import ProxyProcess
 
@@ -49,5 +50,56 @@ def test_client_sasl_plain_passes_through_and_the_proxy_logs_in_with_its_own_cre
         assert proxy.alive()
     finally:
         proxy.stop()
+        cluster.stop()
+        cluster.cleanup()
+
+
+SCRAM_USERS = {"alice": "alice-scram-secret", "insync-proxy": "proxy-scram-secret"}
+
+
+@pytest.mark.own_cluster
+@pytest.mark.parametrize("version", [None, KAFKA_28_VERSION], ids=["kafka-default", "kafka-2.8.2-zookeeper"])
+def test_control_connection_logs_in_with_scram_sha_512_and_a_wrong_password_fails_clearly(
+    exclusive_cluster_slot: None, monkeypatch: pytest.MonkeyPatch, version: str | None
+) -> None:
+    # Given brokers whose SASL listener offers SCRAM-SHA-512 (credentials made at format time, or in ZooKeeper)
+    cluster = LocalKafkaCluster(ClusterSettings(version=version, sasl_scram_users=SCRAM_USERS)).start()
+    control = '\n[control_sasl]\nmechanism = "SCRAM-SHA-512"\nusername = "insync-proxy"\n'
+    proxies: list[ProxyProcess] = []
+    try:
+        # When the proxy reaches the brokers only through that listener, with the right password
+        monkeypatch.setenv("INSYNC_PROXY_CONTROL_SASL_PASSWORD", SCRAM_USERS["insync-proxy"])
+        proxy = ProxyProcess(cluster, extra_toml=control, groups=("default",),
+                             bootstrap_servers=cluster.sasl_bootstrap_servers)
+        proxies.append(proxy)
+        # Then it gets ready: its control connection logged in (the broker checked the proof, the proxy the
+        # server's signature) and read Metadata; and a SCRAM client's login passes through to the broker
+        proxy.start()
+        topic = f"scram-{uuid.uuid4().hex[:8]}"
+        cluster.create_topic(topic, 1, 3)
+        scram = {"bootstrap.servers": proxy.bootstrap(), "security.protocol": "SASL_PLAINTEXT",
+                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": SCRAM_USERS["alice"]}
+        producer = Producer({**scram, "acks": "all"})
+        delivered: list[Any] = []
+        for i in range(5):
+            producer.produce(topic, f"scram-{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(60) == 0 and delivered == [None] * 5
+        assert "proxy-scram-secret" not in proxy.log_file.read_text()
+
+        # When a proxy's control connection uses a wrong password
+        monkeypatch.setenv("INSYNC_PROXY_CONTROL_SASL_PASSWORD", "not-the-password")
+        wrong = ProxyProcess(cluster, extra_toml=control, groups=("default",),
+                             bootstrap_servers=cluster.sasl_bootstrap_servers)
+        proxies.append(wrong)
+        # Then it never gets ready, and its log says why in one clear line (without the password)
+        with pytest.raises(RuntimeError, match="not ready"):
+            wrong.start(timeout=15)
+        log = wrong.log_file.read_text()
+        assert "SASL SCRAM-SHA-512 login as 'insync-proxy'" in log and "failed" in log, log[-3000:]
+        assert "not-the-password" not in log
+        assert "never retrieved" not in log
+    finally:
+        for p in proxies:
+            p.stop()
         cluster.stop()
         cluster.cleanup()
