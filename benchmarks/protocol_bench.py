@@ -164,6 +164,17 @@ def main() -> None:
 
     t = best_of(scan_isr_splice, 10)
     rows.append(("  scan + every ISR read + splice with 100 leaderless", f"{t * 1000:.2f} ms", "<= 20 ms"))
+    wide = metadata_frame(topics=1000, partitions=1)
+
+    def scan_wide() -> None:
+        scan = scan_metadata_response(wide, 12)
+        for topic in scan.topics:
+            scan.partitions(topic)
+
+    t = best_of(scan_wide, 10)
+    t_dec = best_of(lambda: decode_response(3, 12, split_response(wide, 3, 12)[1]), 3)
+    rows.append(("Metadata v12 1,000 topics x 1 partition: scan + every partition read",
+                 f"{t * 1000:.2f} ms (full decode {t_dec * 1000:.1f} ms)", "<< full decode"))
     meta9 = metadata_frame(version=9)
 
     def scan_kip637() -> None:
