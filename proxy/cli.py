@@ -77,6 +77,11 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proxy-id", help="name of this sidecar in audit events (default: host name)")
     p.add_argument("--audit-directory", help="where audit JSON Lines files go (default ./audit)")
     p.add_argument("--no-audit", action="store_true", help="do not write audit events")
+    p.add_argument("--audit-interval-seconds", type=float,
+                   help="seconds each produce_summary audit event covers (default 10)")
+    p.add_argument("--audit-detail", choices=("summary", "every_request"),
+                   help="summary (default): per-interval summaries; every_request: also one event per partition "
+                        "per request (debugging: its volume grows with traffic)")
     p.add_argument("--drain-timeout-seconds", type=float, help="on SIGTERM, wait this long for in-flight requests")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
@@ -116,6 +121,10 @@ def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None
         audit = replace(audit, directory=args.audit_directory)
     if args.no_audit:
         audit = replace(audit, enabled=False)
+    if args.audit_interval_seconds is not None:
+        audit = replace(audit, interval_seconds=args.audit_interval_seconds)
+    if args.audit_detail is not None:
+        audit = replace(audit, detail=args.audit_detail)
     config = replace(config, audit=audit)
     return config.validate()
 

@@ -16,6 +16,7 @@ from typing import Any
 ENV_PREFIX = "INSYNC_PROXY_"
 METADATA_SCHEMAS = ("tagged", "kip637")
 VALID_FLOORS = (-1, -2)
+AUDIT_DETAILS = ("summary", "every_request")
 
 
 class ConfigError(ValueError):
@@ -76,6 +77,11 @@ class AuditConfig:
     max_total_bytes: int = 1024 * 1024 * 1024
     queue_size: int = 100_000
     kafka_topic: str | None = None
+    #: produce_summary events cover this many seconds each (schema v2).
+    interval_seconds: float = 10.0
+    #: "summary" (default), or "every_request": also one produce_decision event per partition per request
+    #: (debugging only: its volume grows with traffic).
+    detail: str = "summary"
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,10 @@ class ProxyConfig:
                     f"acks_policy {policy.topics!r}: acks_floor={policy.acks_floor} must be -1 (all) or -2 "
                     "(min.insync.replicas)"
                 )
+        if not self.audit.interval_seconds > 0:
+            raise ConfigError(f"[audit] interval_seconds={self.audit.interval_seconds}: must be above 0 (default 10)")
+        if self.audit.detail not in AUDIT_DETAILS:
+            raise ConfigError(f"[audit] detail={self.audit.detail!r}: use one of {', '.join(AUDIT_DETAILS)}")
         if not self.control_request_timeout_seconds > 0:
             raise ConfigError(
                 f"control_request_timeout_seconds={self.control_request_timeout_seconds}: must be above 0 (default 2)"
@@ -261,6 +271,11 @@ def load_config(path: str | None = None, env: dict[str, str] | None = None, over
             values["audit"] = replace(values.get("audit", AuditConfig()), directory=value)
         elif name == "audit_enabled":
             values["audit"] = replace(values.get("audit", AuditConfig()), enabled=_coerce(value, "bool", key))
+        elif name == "audit_interval_seconds":
+            values["audit"] = replace(values.get("audit", AuditConfig()),
+                                      interval_seconds=_coerce(value, "float", key))
+        elif name == "audit_detail":
+            values["audit"] = replace(values.get("audit", AuditConfig()), detail=value)
     for key, value in (overrides or {}).items():
         if value is None:
             continue

@@ -238,9 +238,15 @@ class ProxyMetrics:
         self.acks_floor_applied_total = TopicCounter(
             p + "acks_floor_applied", "Partitions whose acks an acks_floor policy raised", ["topic"]
         )
+        self.produce_records_total = TopicCounter(
+            p + "produce_records", "Records in Produce requests the proxy handled (from batch headers)", ["topic"]
+        )
+        self.produce_record_bytes_total = TopicCounter(
+            p + "produce_record_bytes", "Record-set bytes in Produce requests the proxy handled", ["topic"]
+        )
         self.topic_counters = [
             self.produce_partitions_total, self.proxy_answered_errors_total, self.precheck_total,
-            self.acks_floor_applied_total,
+            self.acks_floor_applied_total, self.produce_records_total, self.produce_record_bytes_total,
         ]
 
         # Audit

@@ -15,6 +15,7 @@ from insync_proxy.protocol import MetadataResponse
 from insync_proxy.proxy.admin import AdminServer
 from insync_proxy.proxy.audit import AuditLog
 from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
+from insync_proxy.proxy.audit.summary import ProduceSummaries
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
@@ -137,6 +138,9 @@ class InsyncProxy:
                 metrics=self.metrics,
             )
             self.audit.kafka_sink = self.audit_to_kafka
+        #: Audit v2 produce_summary accumulators (drained every audit.interval_seconds).
+        self.summaries = ProduceSummaries(config.audit.interval_seconds) if self.audit is not None else None
+        self._readiness: dict[tuple[str, int], bool] = {}
         if self.audit is not None:
             self.cluster_view.on_partition_changed.append(self._audit_isr_change)
         context = BehaviourContext(
@@ -153,7 +157,7 @@ class InsyncProxy:
             MetadataEnricher(context),
             AddressRewrite(),
             TopicConfigWatcher(context),
-            AcksPolicy(context, config.acks_policies, audit_forwarded=config.audit.enabled),
+            AcksPolicy(context, config.acks_policies, self.summaries, every_request=config.audit.detail == "every_request"),
         ]
         self.registry = BehaviourRegistry(behaviours)
         self.connection_settings = ConnectionSettings(
@@ -199,27 +203,54 @@ class InsyncProxy:
             timeout=self.config.connect_timeout_seconds,
         )
 
+    def _flush_summaries(self) -> None:
+        """End the audit interval: one produce_summary event per key that saw traffic."""
+        if self.summaries is None or self.audit is None:
+            return
+        end, events = self.summaries.drain()
+        self.audit.emit_many(events, at=end)
+
+    async def _summary_loop(self) -> None:
+        assert self.summaries is not None
+        while True:
+            await asyncio.sleep(self.summaries.interval_seconds)
+            self._flush_summaries()
+
+    def _audit_readiness(self, topic: str, partition: int, state: PartitionState) -> None:
+        """A partition_readiness event when the view turns a partition unready (ISR below min) or ready again."""
+        assert self.audit is not None
+        readiness = self.cluster_view.readiness(topic, partition, self.min_insync.peek(topic))
+        if readiness.min_isr is None or readiness.isr_size is None:
+            return  # unknown: neither
+        ready = not readiness.below_min_isr
+        key = (topic, partition)
+        was = self._readiness.get(key)
+        self._readiness[key] = ready
+        if was is None and ready:
+            return  # first sight of a healthy partition: nothing turned
+        if was != ready:
+            self.audit.emit({
+                "event": "partition_readiness",
+                "topic": topic,
+                "partition": partition,
+                "ready": ready,
+                "isr_size": readiness.isr_size,
+                "min_isr": readiness.min_isr,
+                "leader_id": state.leader_id,
+            })
+
     def _audit_isr_change(self, topic: str, partition: int, old: PartitionState | None, new: PartitionState) -> None:
         """An `isr_change` audit event whenever the proxy's view of a partition's ISR or leader changes."""
         assert self.audit is not None
         self.audit.emit({
             "event": "isr_change",
-            "listener": None,
-            "client_id": None,
             "topic": topic,
             "partition": partition,
-            "acks_requested": None,
-            "acks_sent": None,
             "isr_size": len(new.isr),
             "min_isr": effective_min_isr(self.min_insync.peek(topic), len(new.replicas)),
-            "decision": None,
-            "error_code": None,
-            "latency_ms": None,
-            "record_bytes": None,
-            "api_version": None,
-            "correlation_id": None,
             "leader_id": new.leader_id,
         })
+        self._audit_readiness(topic, partition, new)
 
     def refresh_topics_soon(self, topics: Iterable[str]) -> None:
         """Re-read some topics' partitions (leader, ISR) in the background."""
@@ -256,6 +287,8 @@ class InsyncProxy:
         except ControlError as exc:
             log.warning("upstream not reachable yet (%s); retrying every %.0fs", exc, self.config.metadata_refresh_seconds)
         self._tasks.append(self.loop.create_task(self._refresh_loop()))
+        if self.summaries is not None:
+            self._tasks.append(self.loop.create_task(self._summary_loop()))
         for group in self.groups:
             assert group.bootstrap is not None
             log.info(
@@ -315,6 +348,10 @@ class InsyncProxy:
         if cold:
             self.min_insync.fetch(cold).add_done_callback(lambda f: f.exception())
         self.metrics.partitions_below_min_isr.set(self.cluster_view.count_below_min_isr(self.min_insync.peek))
+        if self.audit is not None:
+            # min.insync.replicas may have become known (or changed) since the ISR last did.
+            for (topic, partition), state in list(self.cluster_view.partitions.items()):
+                self._audit_readiness(topic, partition, state)
         return response
 
     async def sync_broker_listeners(self, remove_missing: bool) -> None:
@@ -403,6 +440,7 @@ class InsyncProxy:
         for task in self._tasks:
             task.cancel()
         self.min_insync.stop()
+        self._flush_summaries()  # the last, partial interval: nothing accounted is lost
         if self.audit is not None:
             self.audit.close()
         if self.audit_to_kafka is not None:

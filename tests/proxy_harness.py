@@ -90,7 +90,7 @@ class ProxyProcess:
             "metadata_refresh_seconds = 2\nmin_insync_ttl_seconds = 5\nlog_level = \"INFO\"\n"
             + (f'debug_address_leak_check = true\ndebug_capture_dir = "{self.capture_dir}"\n' if debug_checks else "")
             + extra_toml + "\n" + "\n".join(listeners)
-            + f'\n[audit]\ndirectory = "{self.audit_dir}"\n'
+            + f'\n[audit]\ndirectory = "{self.audit_dir}"\ninterval_seconds = 1\n'
             + (f'kafka_topic = "{AUDIT_TOPIC}"\n' if audit_topic else "")
         )
         self.log_file = self.dir / "proxy.log"

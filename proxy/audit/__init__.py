@@ -1,6 +1,8 @@
-"""The audit stream: one JSON object per line for each acks decision and each ISR change the proxy sees.
+"""The audit stream: JSON Lines of what the proxy decided and saw, in volume proportional to decisions.
 
-Schema: docs/audit-events.md and proxy/audit/schema-v1.json (schema_version 1). Writing never blocks
+Schema v2 (docs/audit-events.md, proxy/audit/schema-v2.json): `produce_summary` per interval and key
+(proxy/audit/summary.py), `isr_change` and `partition_readiness` when the proxy's view changes, and
+`produce_decision` per request only with `detail = "every_request"`. Writing never blocks
 or slows the produce path: events go through a bounded queue to a writer thread; when the queue is
 full the event is dropped and counted (insync_proxy_audit_events_dropped_total), never waited for.
 Files rotate by size; the oldest are deleted beyond the configured total (bounded disk).
@@ -23,8 +25,8 @@ from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.audit")
 
-SCHEMA_VERSION = 1
-SCHEMA_FILE = Path(__file__).with_name("schema-v1.json")
+SCHEMA_VERSION = 2
+SCHEMA_FILE = Path(__file__).with_name("schema-v2.json")
 _STOP = object()
 
 
@@ -66,6 +68,17 @@ class AuditLog:
         except queue.Full:
             self._dropped_full.inc()
 
+    def emit_many(self, events: list[dict[str, Any]], at: float) -> None:
+        """Queue several events stamped `at` as one item (a summary interval); drops and counts when full."""
+        if not events:
+            return
+        for event in events:
+            event["_t"] = at
+        try:
+            self._queue.put_nowait(events)
+        except queue.Full:
+            self._dropped_full.inc(len(events))
+
     def close(self, timeout: float = 5.0) -> None:
         if self._thread is None:
             return
@@ -79,12 +92,16 @@ class AuditLog:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            batch = [item]
+            batch = item if isinstance(item, list) else [item]
             while len(batch) < 1000:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    more = self._queue.get_nowait()
                 except queue.Empty:
                     break
+                if isinstance(more, list):
+                    batch.extend(more)
+                else:
+                    batch.append(more)
             stop = any(e is _STOP for e in batch)
             lines = []
             for event in batch:

@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 import functools
+import logging
 import struct
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +33,19 @@ from insync_proxy.protocol import (
     produce_acks_offset,
     produce_response_error_codes,
 )
-from insync_proxy.protocol.produce import PartitionKey, PartitionSpan, ProduceRequestIndex
+from insync_proxy.protocol.produce import (
+    PartitionKey,
+    PartitionSpan,
+    ProduceRequestIndex,
+    count_records,
+    produce_partition_records,
+)
+from insync_proxy.proxy.audit.summary import ProduceSummaries, latency_bucket
 from insync_proxy.proxy.config import AcksPolicyConfig
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
+
+log = logging.getLogger("insync_proxy.acks")
 
 ACKS_MIN_INSYNC = -2
 VALID_ACKS = frozenset({-2, -1, 0, 1})
@@ -49,13 +60,15 @@ ANSWERED_INVALID_REQUIRED_ACKS = "answered_invalid_required_acks"
 class _Decision:
     """One partition's outcome, kept until the response is written (for audit and metrics)."""
 
-    __slots__ = ("acks_sent", "decision", "error_code", "isr_size", "min_isr", "partition", "record_bytes", "topic")
+    __slots__ = ("acks_sent", "decision", "error_code", "isr_size", "min_isr", "partition", "record_bytes", "records",
+                 "topic")
 
-    def __init__(self, topic: str, partition: int, record_bytes: int, isr_size: int | None, min_isr: int | None,
-                 decision: str, acks_sent: int | None, error_code: int | None) -> None:
+    def __init__(self, topic: str, partition: int, span: PartitionSpan, frame: memoryview, isr_size: int | None,
+                 min_isr: int | None, decision: str, acks_sent: int | None, error_code: int | None) -> None:
         self.topic = topic
         self.partition = partition
-        self.record_bytes = record_bytes
+        self.record_bytes = max(span.records_size, 0)
+        self.records = count_records(frame, span.records_start, span.records_size) if span.records_size > 0 else 0
         self.isr_size = isr_size
         self.min_isr = min_isr
         self.decision = decision
@@ -80,12 +93,21 @@ class AcksPolicy(BehaviourBase):
     request_keys = frozenset({ApiKey.PRODUCE})
     complete_keys = frozenset({ApiKey.PRODUCE})
 
-    def __init__(self, context: BehaviourContext, policies: Sequence[AcksPolicyConfig], audit_forwarded: bool) -> None:
+    def __init__(
+        self,
+        context: BehaviourContext,
+        policies: Sequence[AcksPolicyConfig],
+        summaries: ProduceSummaries | None = None,
+        every_request: bool = False,
+    ) -> None:
         self.context = context
         self.policies = list(policies)
         self.has_floor = any(p.acks_floor is not None for p in self.policies)
         self.has_fast_fail = any(p.fast_fail for p in self.policies)
-        self.audit_forwarded = audit_forwarded
+        #: Audit v2 accumulators: every Produce partition counts, decided or plainly forwarded.
+        self.summaries = summaries
+        #: audit.detail = "every_request": one produce_decision event per partition per request (debugging).
+        self.every_request = every_request and context.audit is not None
         self._policy_cache: dict[str, AcksPolicyConfig | None] = {}
         self._last_isr_refresh: dict[str, float] = {}
         self._decision_counters: dict[tuple[str, int, int | None, str], Any] = {}
@@ -103,17 +125,13 @@ class AcksPolicy(BehaviourBase):
             or (self.has_floor and acks == 1)
             or (self.has_fast_fail and acks == -1)
         )
-        if not special and not self.audit_forwarded:
-            return  # the hot path: nothing decoded, nothing copied
+        if not special or (acks not in VALID_ACKS and exchange.api_version == 0):
+            # The hot path (and Produce v0's old behaviour for any acks): forwarded as is, nothing decoded
+            # now; on_complete accounts for it after the response is on its way.
+            return
         index = index_produce_request(frame)
         if acks not in VALID_ACKS:
-            if exchange.api_version >= 1:
-                self._reject_invalid_acks(exchange, index, acks)
-            else:
-                self._record_forwarded(exchange, index, acks, acks)
-            return
-        if not special:
-            self._record_forwarded(exchange, index, acks, acks)
+            self._reject_invalid_acks(exchange, index, acks)
             return
         self._decide(exchange, index, acks)
 
@@ -137,7 +155,9 @@ class AcksPolicy(BehaviourBase):
                 policy = self._policy(name)
                 if policy is not None and policy.acks_floor is not None:
                     floor_topics.add(name)
-                    if acks_sent == 1:  # the first matching floor sets the request's acks
+                    # The strongest floor of the request's topics wins, whatever their order: -2 (checked
+                    # and sent as -1) over -1.
+                    if acks_sent == 1 or policy.acks_floor == ACKS_MIN_INSYNC:
                         acks_sent = policy.acks_floor
         decisions: list[_Decision] = []
         errors: dict[PartitionKey, int] = {}
@@ -163,7 +183,7 @@ class AcksPolicy(BehaviourBase):
                 metrics.acks_floor_applied_total.labels(metrics.topic(name)).inc()
             upstream_acks = -1 if acks_sent == ACKS_MIN_INSYNC else acks_sent
             decisions.append(_Decision(
-                name, span.partition, max(span.records_size, 0), isr_size, min_isr, decision,
+                name, span.partition, span, index.frame, isr_size, min_isr, decision,
                 None if span.key in errors else upstream_acks,
                 int(ErrorCode.NOT_ENOUGH_REPLICAS) if span.key in errors else None,
             ))
@@ -204,27 +224,24 @@ class AcksPolicy(BehaviourBase):
         errors = {span.key: int(ErrorCode.INVALID_REQUIRED_ACKS) for span in index.partitions()}
         exchange.answer_locally(build_produce_error_response(index, errors))
         exchange.put(ProduceDecisions(acks, [
-            self._plain_decision(span, ANSWERED_INVALID_REQUIRED_ACKS, None, int(ErrorCode.INVALID_REQUIRED_ACKS))
+            self._plain_decision(span, ANSWERED_INVALID_REQUIRED_ACKS, None, int(ErrorCode.INVALID_REQUIRED_ACKS),
+                                 index.frame)
             for span in index.partitions()
         ], index))
 
-    def _record_forwarded(self, exchange: Exchange, index: ProduceRequestIndex, acks: int, acks_sent: int) -> None:
-        exchange.put(ProduceDecisions(acks, [
-            self._plain_decision(span, FORWARDED, acks_sent, None) for span in index.partitions()
-        ], index))
-
     def _plain_decision(self, span: PartitionSpan, decision: str, acks_sent: int | None,
-                        error_code: int | None) -> _Decision:
+                        error_code: int | None, frame: memoryview) -> _Decision:
         name = self.context.cluster_view.topic_name(span.topic) or str(span.topic)
         isr_size, min_isr = self._isr(name, span.partition)
-        return _Decision(name, span.partition, max(span.records_size, 0), isr_size, min_isr, decision,
-                         acks_sent, error_code)
+        return _Decision(name, span.partition, span, frame, isr_size, min_isr, decision, acks_sent, error_code)
 
     # ------------------------------------------------------------------ completion
     def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
         """After the response was written (or forwarded, for acks=0): metrics and audit per partition."""
         state = exchange.get(ProduceDecisions)
         if state is None:
+            if self.summaries is not None:
+                self._account_forwarded(exchange, latency_seconds)
             return
         acks, decisions = state.acks, state.decisions
         metrics = self.context.metrics
@@ -232,43 +249,97 @@ class AcksPolicy(BehaviourBase):
         codes: dict[tuple[str, int], int] = {}
         if response is not None and any(d.error_code is None and d.acks_sent != 0 for d in decisions):
             codes = _response_error_codes(response, exchange.api_version, self.context)
-        audit = self.context.audit
         listener = exchange.listener.label
-        latency_ms = None if latency_seconds is None else round(latency_seconds * 1000, 3)
-        # Stamped when the decision was taken (the request arrived), as isr_size/min_isr describe that moment.
-        decided_at = time.time() - (time.perf_counter() - exchange.received_at)
+        latency_ms, bucket = latency_bucket(latency_seconds)
+        summaries = self.summaries
         for d in decisions:
             error_code = d.error_code if d.error_code is not None else codes.get((d.topic, d.partition))
-            key = (d.topic, acks, d.acks_sent, d.decision)
-            child = self._decision_counters.get(key)
-            if child is None:  # labels() costs microseconds: one lookup per combination, not per partition
-                if len(self._decision_counters) > 10_000:
-                    self._decision_counters.clear()
-                label = metrics.topic(d.topic)
-                child = self._decision_counters[key] = metrics.produce_partitions_total.labels(
-                    label, str(acks), "none" if d.acks_sent is None else str(d.acks_sent), d.decision
-                )
-            child.inc()
+            self._count(d.topic, acks, d.acks_sent, d.decision, d.records, d.record_bytes)
             if d.decision in (ANSWERED_NOT_ENOUGH_REPLICAS, ANSWERED_INVALID_REQUIRED_ACKS):
                 metrics.proxy_answered_errors_total.labels(metrics.topic(d.topic), str(error_code)).inc()
-            if audit is not None:
-                audit.emit({
-                    "event": "produce_decision",
-                    "listener": listener,
-                    "client_id": exchange.client_id,
-                    "topic": d.topic,
-                    "partition": d.partition,
-                    "acks_requested": acks,
-                    "acks_sent": d.acks_sent,
-                    "isr_size": d.isr_size,
-                    "min_isr": d.min_isr,
-                    "decision": d.decision,
-                    "error_code": error_code,
-                    "latency_ms": latency_ms,
-                    "record_bytes": d.record_bytes,
-                    "api_version": exchange.api_version,
-                    "correlation_id": exchange.correlation_id,
-                }, at=decided_at)
+            if summaries is not None:
+                summaries.add((listener, exchange.client_id, d.topic, d.partition, acks, d.acks_sent, d.decision,
+                               error_code), d.records, d.record_bytes, latency_ms, bucket)
+        if self.every_request:
+            self._emit_decisions(exchange, state, codes, latency_ms)
+
+    def _account_forwarded(self, exchange: Exchange, latency_seconds: float | None) -> None:
+        """A plainly forwarded request (no decision): counters and summary accumulators, per partition."""
+        try:
+            acks, partitions = produce_partition_records(exchange.request_frame)
+        except ProtocolError as exc:  # the broker answered it, so this is the proxy's bug: count, don't fail
+            log.debug("cannot account a Produce v%d request: %s", exchange.api_version, exc)
+            return
+        response = exchange.response
+        codes: dict[tuple[str | uuid.UUID, int], int] = {}
+        if response is not None:
+            try:
+                codes = {(t, p): c for t, p, c in produce_response_error_codes(response, exchange.api_version)}
+            except ProtocolError:
+                pass
+        view = self.context.cluster_view
+        listener = exchange.listener.label
+        latency_ms, bucket = latency_bucket(latency_seconds)
+        summaries = self.summaries
+        assert summaries is not None
+        for topic, partition, record_bytes, records in partitions:
+            name = view.topic_name(topic) or str(topic)
+            self._count(name, acks, acks, FORWARDED, records, record_bytes)
+            error_code = codes.get((topic, partition)) if response is not None else None
+            summaries.add((listener, exchange.client_id, name, partition, acks, acks, FORWARDED, error_code),
+                          records, record_bytes, latency_ms, bucket)
+        if self.every_request:
+            index = index_produce_request(exchange.request_frame)
+            decisions = [self._plain_decision(span, FORWARDED, acks, None, index.frame) for span in index.partitions()]
+            named = {(view.topic_name(t) or str(t), p): c for (t, p), c in codes.items()}
+            self._emit_decisions(exchange, ProduceDecisions(acks, decisions, index), named, latency_ms)
+
+    def _count(self, topic: str, acks: int, acks_sent: int | None, decision: str, records: int,
+               record_bytes: int) -> None:
+        key = (topic, acks, acks_sent, decision)
+        children = self._decision_counters.get(key)
+        if children is None:  # labels() costs microseconds: one lookup per combination, not per partition
+            if len(self._decision_counters) > 10_000:
+                self._decision_counters.clear()
+            metrics = self.context.metrics
+            label = metrics.topic(topic)
+            children = self._decision_counters[key] = (
+                metrics.produce_partitions_total.labels(
+                    label, str(acks), "none" if acks_sent is None else str(acks_sent), decision),
+                metrics.produce_records_total.labels(label),
+                metrics.produce_record_bytes_total.labels(label),
+            )
+        partitions, records_total, bytes_total = children
+        partitions.inc()
+        records_total.inc(records)
+        bytes_total.inc(record_bytes)
+
+    def _emit_decisions(self, exchange: Exchange, state: ProduceDecisions, codes: dict[tuple[str, int], int],
+                        latency_ms: float | None) -> None:
+        """audit.detail = "every_request": one produce_decision event per partition (debugging only)."""
+        audit = self.context.audit
+        assert audit is not None
+        # Stamped when the decision was taken (the request arrived), as isr_size/min_isr describe that moment.
+        decided_at = time.time() - (time.perf_counter() - exchange.received_at)
+        for d in state.decisions:
+            audit.emit({
+                "event": "produce_decision",
+                "listener": exchange.listener.label,
+                "client_id": exchange.client_id,
+                "topic": d.topic,
+                "partition": d.partition,
+                "acks_requested": state.acks,
+                "acks_sent": d.acks_sent,
+                "isr_size": d.isr_size,
+                "min_isr": d.min_isr,
+                "decision": d.decision,
+                "error_code": d.error_code if d.error_code is not None else codes.get((d.topic, d.partition)),
+                "latency_ms": None if latency_ms is None else round(latency_ms, 3),
+                "record_bytes": d.record_bytes,
+                "records": d.records,
+                "api_version": exchange.api_version,
+                "correlation_id": exchange.correlation_id,
+            }, at=decided_at)
 
 
 def _merge(state: ProduceDecisions, exchange: Exchange, frame: Frame) -> Frame:

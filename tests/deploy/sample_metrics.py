@@ -64,7 +64,11 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
         for outcome in ("passed", "failed", "unknown"):
             m.precheck_total.labels(topic, outcome).inc(rng.randint(0, 5))
         m.acks_floor_applied_total.labels(topic).inc(rng.randint(0, 3))
+        records = rng.randint(100, 10_000)
+        m.produce_records_total.labels(topic).inc(records)
+        m.produce_record_bytes_total.labels(topic).inc(records * rng.randint(100, 1024))
     m.audit_events_written_total.labels("file").inc(rng.randint(10, 50))
+    m.background_task_failures_total.labels("min_insync_fetch").inc(rng.randint(0, 2))
     m.audit_events_dropped_total.labels("queue_full").inc(rng.randint(0, 1))
 
 

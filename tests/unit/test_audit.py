@@ -38,4 +38,4 @@ def test_files_rotate_and_total_size_stays_bounded(tmp_path: Path) -> None:
     assert len(files) >= 3
     assert sum(f.stat().st_size for f in files) <= 6000 + 2500  # the bound, plus the file being written
     record = json.loads(files[-1].read_text().splitlines()[-1])
-    assert record["schema_version"] == 1 and record["proxy_id"] == "p" and record["ts"].endswith("Z")
+    assert record["schema_version"] == 2 and record["proxy_id"] == "p" and record["ts"].endswith("Z")

@@ -1,0 +1,105 @@
+"""Audit schema v2's `produce_summary`: per-interval accumulators, so audit volume follows decisions.
+
+Every Produce partition the proxy handles adds a few integers to the accumulator of its key
+(listener, client id, topic, partition, acks requested, acks sent, decision, error code) and one to a
+latency bucket (proxy/audit/buckets.py). Every `interval_seconds` the event loop swaps the
+accumulators out and hands one event per key that saw traffic to the audit writer, which formats
+them off the request path. Accumulated and drained on the event loop only: exact, no locks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from insync_proxy.proxy.audit import format_ts
+from insync_proxy.proxy.audit.buckets import bucket_index
+
+#: (listener, client_id, topic, partition, acks_requested, acks_sent, decision, error_code)
+SummaryKey = tuple[str, str | None, str, int, int, int | None, str, int | None]
+
+
+class _Accumulator:
+    __slots__ = ("buckets", "latency_count", "latency_max", "latency_min", "latency_sum", "record_bytes", "records",
+                 "requests")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.records = 0
+        self.record_bytes = 0
+        self.latency_count = 0
+        self.latency_sum = 0.0
+        self.latency_min = float("inf")
+        self.latency_max = 0.0
+        self.buckets: dict[int, int] = {}
+
+
+class ProduceSummaries:
+    """The accumulators of the current interval."""
+
+    def __init__(self, interval_seconds: float) -> None:
+        self.interval_seconds = interval_seconds
+        self._current: dict[SummaryKey, _Accumulator] = {}
+        self._started = time.time()
+
+    def add(self, key: SummaryKey, records: int, record_bytes: int, latency_ms: float | None,
+            bucket: int | None) -> None:
+        """One partition of one request; `bucket` is `bucket_index(latency_ms)`, computed once per request."""
+        acc = self._current.get(key)
+        if acc is None:
+            acc = self._current[key] = _Accumulator()
+        acc.requests += 1
+        acc.records += records
+        acc.record_bytes += record_bytes
+        if latency_ms is not None and bucket is not None:
+            acc.latency_count += 1
+            acc.latency_sum += latency_ms
+            if latency_ms < acc.latency_min:
+                acc.latency_min = latency_ms
+            if latency_ms > acc.latency_max:
+                acc.latency_max = latency_ms
+            acc.buckets[bucket] = acc.buckets.get(bucket, 0) + 1
+
+    def __len__(self) -> int:
+        return len(self._current)
+
+    def drain(self, now: float | None = None) -> tuple[float, list[dict[str, Any]]]:
+        """End the interval: (its end time, one `produce_summary` event per key that saw traffic)."""
+        end = time.time() if now is None else now
+        current, self._current = self._current, {}
+        start, self._started = self._started, end
+        start_text = format_ts(start)
+        events = []
+        for (listener, client_id, topic, partition, acks_requested, acks_sent, decision, error_code), acc in \
+                current.items():
+            measured = acc.latency_count > 0
+            events.append({
+                "event": "produce_summary",
+                "interval_start": start_text,
+                "interval_seconds": round(end - start, 6),
+                "listener": listener,
+                "client_id": client_id,
+                "topic": topic,
+                "partition": partition,
+                "acks_requested": acks_requested,
+                "acks_sent": acks_sent,
+                "decision": decision,
+                "error_code": error_code,
+                "requests": acc.requests,
+                "records": acc.records,
+                "record_bytes": acc.record_bytes,
+                "latency_count": acc.latency_count,
+                "latency_sum_ms": round(acc.latency_sum, 6),
+                "latency_min_ms": round(acc.latency_min, 6) if measured else None,
+                "latency_max_ms": round(acc.latency_max, 6) if measured else None,
+                "latency_buckets": [[i, c] for i, c in sorted(acc.buckets.items())],
+            })
+        return end, events
+
+
+def latency_bucket(latency_seconds: float | None) -> tuple[float | None, int | None]:
+    """(latency in ms, its bucket) for one request, or (None, None) when nothing was measured."""
+    if latency_seconds is None:
+        return None, None
+    latency_ms = latency_seconds * 1000.0
+    return latency_ms, bucket_index(latency_ms)
