@@ -334,6 +334,17 @@ def build_parser() -> argparse.ArgumentParser:
                           "fetch: only download the Kafka jars (both supported versions)")
     dev.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
 
+    chaos = sub.add_parser(
+        "chaos", help="VerifiableProducer through the proxy while brokers are killed and restarted; checks no "
+                      "acknowledged record is lost",
+        description="Starts a local 3-broker Kafka of its own and the proxy, runs Kafka's VerifiableProducer "
+                    "(idempotent, acks=all) through the proxy while brokers are SIGKILLed and restarted, then "
+                    "reads every record back. Prints bounces, acked, consumed, lost, duplicates; exits 1 on loss.",
+    )
+    chaos.add_argument("--bounces", type=int, default=5, help="brokers killed and restarted, one at a time (default 5)")
+    chaos.add_argument("--throughput", type=int, default=300, help="records per second the producer aims at (300)")
+    chaos.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
+
     sub.add_parser("report", help="PySpark durability report over audit files (needs insync-proxy[pipeline]); "
                                   "`insync-proxy report --help` for its options", add_help=False)
     return parser
@@ -351,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_demo(args)
     if args.command == "dev-cluster":
         return cmd_dev_cluster(args)
+    if args.command == "chaos":
+        from insync_proxy.proxy.devcluster.chaos import main as chaos_main  # not loaded by the proxy itself
+
+        return chaos_main(args.bounces, args.kafka_version, args.throughput)
     parser.print_help()
     return 2
 
