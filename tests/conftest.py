@@ -28,6 +28,7 @@ from insync_proxy.proxy.devcluster.cluster import (
 from insync_proxy.proxy.devcluster.containers import (
     BACKEND_ENV,
     ContainerKafkaCluster,
+    container_unsupported_reason,
     docker_unavailable_reason,
 )
 from insync_proxy.proxy.devcluster.distribution import (
@@ -58,7 +59,7 @@ class ClusterPool:
         self.release()
         cls: type[LocalKafkaCluster]
         if self.backend == "testcontainers":
-            reason = docker_unavailable_reason()
+            reason = docker_unavailable_reason() or container_unsupported_reason(version)
             if reason:
                 pytest.skip(f"testcontainers backend selected but {reason}")
             cls = ContainerKafkaCluster
@@ -168,6 +169,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         print(f"\nFAILED: the proxy sent {_PROXIES.leaks_seen:.0f} response(s) carrying a real broker address",
               file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if _PROXIES.unretrieved_seen:
+        print(f"\nFAILED: {_PROXIES.unretrieved_seen} 'Task exception was never retrieved' in the shared proxies' "
+              "logs (a background failure must be one WARNING line)", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     # Only this run's clusters count: a developer's dev cluster or a parallel run is not ours to kill.
     leftovers = [(pid, cid) for pid, cid in find_devcluster_jvms() if cid in _POOL.started_cluster_ids]
     if leftovers:
@@ -217,6 +222,7 @@ class ProxyPool:
     def __init__(self) -> None:
         self.current: ProxyProcess | None = None
         self.leaks_seen = 0.0
+        self.unretrieved_seen = 0
 
     def get(self, cluster: LocalKafkaCluster) -> ProxyProcess:
         if self.current is not None and self.current.cluster is cluster and self.current.alive():
@@ -236,6 +242,8 @@ class ProxyPool:
             except OSError:
                 pass
         proxy.stop()
+        if proxy.log_file.exists():
+            self.unretrieved_seen += proxy.log_file.read_text(errors="replace").count("never retrieved")
         if _POOL.failed:
             target = LOG_KEEP_DIR / f"proxy-{proxy.dir.name}.log"
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,15 @@ def docker_unavailable_reason() -> str | None:
     return None
 
 
+def container_unsupported_reason(version: str) -> str | None:
+    """Why Kafka `version` cannot run from the official image (None when it can)."""
+    major, minor = (int(x) for x in version.split(".")[:2])
+    if (major, minor) < (3, 7):
+        return (f"the official apache/kafka image starts at 3.7.0: Kafka {version} runs with the local backend "
+                "only (INSYNC_PROXY_KAFKA_BACKEND=local)")
+    return None
+
+
 class ContainerKafkaCluster(LocalKafkaCluster):
     """A controller and N brokers as apache/kafka containers on one Docker network."""
 
@@ -43,6 +52,9 @@ class ContainerKafkaCluster(LocalKafkaCluster):
         self, settings: ClusterSettings | None = None, progress: Callable[[str], None] | None = None
     ) -> None:
         super().__init__(settings, progress)
+        reason = container_unsupported_reason(self.version)
+        if reason:
+            raise ClusterError(reason)
         self.image = f"apache/kafka:{self.version}"
         self._containers: dict[int, Any] = {}
         self._network: Any = None
