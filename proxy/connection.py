@@ -81,11 +81,11 @@ class ClientConnection(asyncio.Protocol):
         if upstream is not None:
             upstream.write(data)
 
-    def run_async(self, exchange: Exchange, result: Awaitable[Frame]) -> None:
+    def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         task = asyncio.ensure_future(result)
         task.add_done_callback(functools.partial(self._async_done, exchange))
 
-    def _async_done(self, exchange: Exchange, task: asyncio.Future[Frame]) -> None:
+    def _async_done(self, exchange: Exchange, task: asyncio.Future[Frame | None]) -> None:
         if task.cancelled():
             return
         error = task.exception()

@@ -7,6 +7,7 @@ needs (re-read topics, open listeners for newly seen brokers, defer work off the
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -35,3 +36,6 @@ class BehaviourContext:
     open_broker_listeners: Callable[[], Awaitable[None]]
     #: Run a callable soon on the event loop, after the current response is on its way.
     call_soon: Callable[[Callable[[], None]], None]
+    #: Learn the names of these topic ids (a bounded wait on the control connection's Metadata, shared
+    #: by concurrent callers); returns when they are known or the bound has passed.
+    resolve_topic_ids: Callable[[Iterable[uuid.UUID]], Awaitable[None]]

@@ -48,8 +48,9 @@ class ConnectionIO(Protocol):
     def write_upstream(self, data: Frame) -> None:
         """Send these bytes (whole frames, size prefix included) to the broker."""
 
-    def run_async(self, exchange: Exchange, result: Awaitable[Frame]) -> None:
-        """Run a behaviour's asynchronous answer; report back with `ConnectionCore.async_done`."""
+    def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
+        """Run a behaviour's asynchronous work (a request it must look something up for, or an answer);
+        report back with `ConnectionCore.async_done`."""
 
     def close(self, reason: CloseReason) -> None:
         """Close both sides; called once."""
@@ -110,6 +111,10 @@ class ConnectionCore:
         self.client_id: str | None = None
         self.closed = False
         self.draining = False
+        #: A request whose behaviour is looking something up (exchange, next behaviour's index): later
+        #: requests wait in `_held`, so the broker sees them in the client's order.
+        self._deferred: tuple[Exchange, int] | None = None
+        self._held: deque[memoryview] = deque()
 
     # ------------------------------------------------------------------ client side
     def receive_client_data(self, data: Frame) -> None:
@@ -127,6 +132,9 @@ class ConnectionCore:
             self._close(CloseReason("internal", f"request handling failed: {exc!r}", error=exc))
 
     def _on_request(self, frame: memoryview) -> None:
+        if self._deferred is not None:
+            self._held.append(frame)
+            return
         peek = peek_request_header(frame)
         api_key = peek.api_key
         if api_key not in _KNOWN_KEYS:
@@ -136,12 +144,22 @@ class ConnectionCore:
         exchange = Exchange(self.listener, api_key, peek.api_version, peek.correlation_id, peek.client_id, frame,
                             self.clock())
         self.observer.request_received(exchange)
-        behaviours = self.registry.requests.get(api_key)
+        self._run_request_behaviours(exchange, 0)
+
+    def _run_request_behaviours(self, exchange: Exchange, start: int) -> None:
+        behaviours = self.registry.requests.get(exchange.api_key)
         if behaviours:
-            for behaviour in behaviours:
-                behaviour.on_request(exchange)
+            for i in range(start, len(behaviours)):
+                wait = behaviours[i].on_request(exchange)
+                if wait is not None:
+                    self._deferred = (exchange, i + 1)
+                    self.io.run_async(exchange, wait)
+                    return
                 if exchange.upstream_frame is None and exchange.local_response is not None:
                     break
+        self._dispatch(exchange)
+
+    def _dispatch(self, exchange: Exchange) -> None:
         if exchange.expects_response:
             self.pending.append(exchange)
         if exchange.upstream_frame is not None:
@@ -203,14 +221,31 @@ class ConnectionCore:
         self._respond(exchange, result)
 
     def async_done(self, exchange: Exchange, response: Frame | None, error: BaseException | None = None) -> None:
-        """The adapter reports an asynchronous answer (`run_async`) finished."""
+        """The adapter reports that asynchronous work (`run_async`) finished."""
         if self.closed:
+            return
+        deferred = self._deferred
+        if deferred is not None and deferred[0] is exchange:
+            self._resume_request(exchange, deferred[1], error)
             return
         if error is not None or response is None:
             self._close(CloseReason("internal", f"answering {exchange.api_key} v{exchange.api_version} failed: "
                                     f"{error!r}", error=error))
             return
         self._respond(exchange, response)
+
+    def _resume_request(self, exchange: Exchange, next_behaviour: int, error: BaseException | None) -> None:
+        self._deferred = None
+        try:
+            if error is not None:
+                raise error
+            self._run_request_behaviours(exchange, next_behaviour)
+            while self._held and self._deferred is None and not self.closed:
+                self._on_request(self._held.popleft())
+        except ProtocolError as exc:
+            self._close(CloseReason("client_bad_frame", str(exc), frame_error_kind(exc)))
+        except Exception as exc:  # a bug must cost one connection, never the process
+            self._close(CloseReason("internal", f"request handling failed: {exc!r}", error=exc))
 
     # ------------------------------------------------------------------ answers, in request order
     def _respond(self, exchange: Exchange, response: Frame) -> None:
@@ -229,7 +264,7 @@ class ConnectionCore:
             latency = now - done.received_at
             self.observer.response_written(done, payload, latency)
             self._completed(done, latency)
-        if self.draining and not pending:
+        if self.draining and self._idle:
             self._close(CloseReason("drained"))
 
     def _completed(self, exchange: Exchange, latency: float | None) -> None:
@@ -242,8 +277,13 @@ class ConnectionCore:
     def drain(self) -> None:
         """Take no new requests; close once every owed response has been written."""
         self.draining = True
-        if not self.pending:
+        if self._idle:
             self._close(CloseReason("drained"))
+
+    @property
+    def _idle(self) -> bool:
+        """Nothing owed to the client and nothing held back."""
+        return not self.pending and self._deferred is None and not self._held
 
     def _close(self, reason: CloseReason) -> None:
         if self.closed:

@@ -156,8 +156,11 @@ class Behaviour(Protocol):
     response_keys: ClassVar[frozenset[int]]
     complete_keys: ClassVar[frozenset[int]]
 
-    def on_request(self, exchange: Exchange) -> None:
-        """Inspect or change a request before it goes upstream (may answer it locally)."""
+    def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
+        """Inspect or change a request before it goes upstream (may answer it locally).
+
+        May return an awaitable when it must look something up first: the connection's later requests
+        wait behind it (the broker sees them in the client's order)."""
 
     def on_response(self, exchange: Exchange, frame: Frame) -> ResponseResult:
         """Turn the broker's response frame (header + body) into the client's."""
@@ -174,7 +177,7 @@ class BehaviourBase:
     response_keys: ClassVar[frozenset[int]] = frozenset()
     complete_keys: ClassVar[frozenset[int]] = frozenset()
 
-    def on_request(self, exchange: Exchange) -> None:
+    def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
         return None
 
     def on_response(self, exchange: Exchange, frame: Frame) -> ResponseResult:

@@ -210,6 +210,10 @@ class ProxyMetrics:
         self.min_insync_unauthorized_total = Counter(
             p + "min_insync_unauthorized", "Topics left unenriched: no DESCRIBE_CONFIGS for the proxy", registry=r
         )
+        self.topic_ids_unresolved_total = Counter(
+            p + "topic_ids_unresolved", "Produce requests' topic ids the proxy could not name in time (forwarded as "
+            "they are)", registry=r
+        )
         self.topics_enriched_total = Counter(
             p + "topics_enriched", "Topics in Metadata responses that got min_insync_replicas", registry=r
         )

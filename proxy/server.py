@@ -7,6 +7,7 @@ import itertools
 import logging
 import ssl
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ from insync_proxy.proxy.min_insync import MinInsyncCache
 from insync_proxy.proxy.observer import ExchangeObserver
 
 log = logging.getLogger("insync_proxy")
+
+#: How long a Produce naming an unknown topic id waits for the control connection to learn its name.
+TOPIC_ID_WAIT_SECONDS = 2.5
 
 #: How long a broker may be missing from Metadata before its listener is closed.
 BROKER_LISTENER_GRACE_SECONDS = 300.0
@@ -151,6 +155,7 @@ class InsyncProxy:
             refresh_topics=self.refresh_topics_soon,
             open_broker_listeners=lambda: self.sync_broker_listeners(remove_missing=False),
             call_soon=self._call_soon,
+            resolve_topic_ids=self.resolve_topic_ids,
         )
         behaviours: list[Behaviour] = [
             ApiVersionsNegotiation(),
@@ -181,6 +186,7 @@ class InsyncProxy:
         self._missing_since: dict[int, float] = {}
         self._drained = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
+        self._resolving: dict[uuid.UUID, asyncio.Task[None]] = {}
         self.started_at = time.monotonic()
         self.loop: asyncio.AbstractEventLoop
 
@@ -251,6 +257,38 @@ class InsyncProxy:
             "leader_id": new.leader_id,
         })
         self._audit_readiness(topic, partition, new)
+
+    async def resolve_topic_ids(self, topic_ids: Iterable[uuid.UUID]) -> None:
+        """Learn the names of topic ids the view does not know (a topic created moments ago): one Metadata
+        by id on the control connection per id at a time, shared by every request that waits for it;
+        waits at most TOPIC_ID_WAIT_SECONDS. Ids still unknown then are counted."""
+        wanted = [i for i in dict.fromkeys(topic_ids) if i not in self.cluster_view.topic_ids]
+        if not wanted:
+            return
+        new = [i for i in wanted if i not in self._resolving]
+        if new:
+            task = self.loop.create_task(self._metadata_by_ids(new))
+            for topic_id in new:
+                self._resolving[topic_id] = task
+        waits = {self._resolving[i] for i in wanted if i in self._resolving}
+        if waits:
+            await asyncio.wait([asyncio.shield(w) for w in waits], timeout=TOPIC_ID_WAIT_SECONDS)
+        unresolved = [i for i in wanted if i not in self.cluster_view.topic_ids]
+        if unresolved:
+            self.metrics.topic_ids_unresolved_total.inc(len(unresolved))
+            log.warning("topic id(s) %s still unknown after %.1fs: forwarded as they are (the broker decides)",
+                        ", ".join(map(str, unresolved)), TOPIC_ID_WAIT_SECONDS)
+
+    async def _metadata_by_ids(self, topic_ids: list[uuid.UUID]) -> None:
+        try:
+            response = await self.control.metadata_by_ids(topic_ids)
+            self.cluster_view.update(response)
+        except ControlError as exc:
+            log.warning("Metadata for topic id(s) %s failed: %s", ", ".join(map(str, topic_ids)), exc)
+            self.metrics.background_task_failures_total.labels("topic_id_lookup").inc()
+        finally:
+            for topic_id in topic_ids:
+                self._resolving.pop(topic_id, None)
 
     def refresh_topics_soon(self, topics: Iterable[str]) -> None:
         """Re-read some topics' partitions (leader, ISR) in the background."""

@@ -18,7 +18,7 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,8 @@ from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 log = logging.getLogger("insync_proxy.acks")
 
 ACKS_MIN_INSYNC = -2
+#: The name metrics and audit use for a topic id the proxy could not name (never the id itself).
+UNKNOWN_TOPIC_ID = "__unknown_topic_id__"
 VALID_ACKS = frozenset({-2, -1, 0, 1})
 _I16 = struct.Struct(">h")
 
@@ -113,7 +115,30 @@ class AcksPolicy(BehaviourBase):
         self._decision_counters: dict[tuple[str, int, int | None, str], Any] = {}
 
     # ------------------------------------------------------------------ request path
-    def on_request(self, exchange: Exchange) -> None:
+    def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
+        if exchange.api_version >= 13 and (self.summaries is not None or self._special(exchange)):
+            # Produce v13 names topics by id: policies, the precheck, metrics and audit need the name.
+            unknown = self._unknown_topic_ids(exchange)
+            if unknown:
+                return self._after_resolving(exchange, unknown)
+        self._on_request(exchange)
+        return None
+
+    def _special(self, exchange: Exchange) -> bool:
+        acks: int = _I16.unpack_from(exchange.request_frame, produce_acks_offset(exchange.request_frame))[0]
+        return (acks == ACKS_MIN_INSYNC or acks not in VALID_ACKS or (self.has_floor and acks == 1)
+                or (self.has_fast_fail and acks == -1))
+
+    def _unknown_topic_ids(self, exchange: Exchange) -> list[uuid.UUID]:
+        known = self.context.cluster_view.topic_ids
+        _, partitions = produce_partition_records(exchange.request_frame)
+        return [t for t in dict.fromkeys(p[0] for p in partitions) if isinstance(t, uuid.UUID) and t not in known]
+
+    async def _after_resolving(self, exchange: Exchange, topic_ids: list[uuid.UUID]) -> None:
+        await self.context.resolve_topic_ids(topic_ids)
+        self._on_request(exchange)
+
+    def _on_request(self, exchange: Exchange) -> None:
         frame = exchange.request_frame
         offset = produce_acks_offset(frame)
         (acks,) = _I16.unpack_from(frame, offset)
@@ -151,7 +176,7 @@ class AcksPolicy(BehaviourBase):
         floor_topics: set[str] = set()
         if acks == 1 and self.has_floor:
             for t in index.topics:
-                name = view.topic_name(t.topic) or str(t.topic)
+                name = view.topic_name(t.topic) or UNKNOWN_TOPIC_ID
                 policy = self._policy(name)
                 if policy is not None and policy.acks_floor is not None:
                     floor_topics.add(name)
@@ -162,7 +187,7 @@ class AcksPolicy(BehaviourBase):
         decisions: list[_Decision] = []
         errors: dict[PartitionKey, int] = {}
         for span in index.partitions():
-            name = view.topic_name(span.topic) or str(span.topic)
+            name = view.topic_name(span.topic) or UNKNOWN_TOPIC_ID
             precheck = acks_sent == ACKS_MIN_INSYNC or (
                 acks_sent == -1 and self.has_fast_fail and (p := self._policy(name)) is not None and p.fast_fail
             )
@@ -231,7 +256,7 @@ class AcksPolicy(BehaviourBase):
 
     def _plain_decision(self, span: PartitionSpan, decision: str, acks_sent: int | None,
                         error_code: int | None, frame: memoryview) -> _Decision:
-        name = self.context.cluster_view.topic_name(span.topic) or str(span.topic)
+        name = self.context.cluster_view.topic_name(span.topic) or UNKNOWN_TOPIC_ID
         isr_size, min_isr = self._isr(name, span.partition)
         return _Decision(name, span.partition, span, frame, isr_size, min_isr, decision, acks_sent, error_code)
 
@@ -283,7 +308,7 @@ class AcksPolicy(BehaviourBase):
         summaries = self.summaries
         assert summaries is not None
         for topic, partition, record_bytes, records in partitions:
-            name = view.topic_name(topic) or str(topic)
+            name = view.topic_name(topic) or UNKNOWN_TOPIC_ID
             self._count(name, acks, acks, FORWARDED, records, record_bytes)
             error_code = codes.get((topic, partition)) if response is not None else None
             summaries.add((listener, exchange.client_id, name, partition, acks, acks, FORWARDED, error_code),
@@ -291,7 +316,7 @@ class AcksPolicy(BehaviourBase):
         if self.every_request:
             index = index_produce_request(exchange.request_frame)
             decisions = [self._plain_decision(span, FORWARDED, acks, None, index.frame) for span in index.partitions()]
-            named = {(view.topic_name(t) or str(t), p): c for (t, p), c in codes.items()}
+            named = {(view.topic_name(t) or UNKNOWN_TOPIC_ID, p): c for (t, p), c in codes.items()}
             self._emit_decisions(exchange, ProduceDecisions(acks, decisions, index), named, latency_ms)
 
     def _count(self, topic: str, acks: int, acks_sent: int | None, decision: str, records: int,
@@ -354,4 +379,4 @@ def _response_error_codes(response: Frame, version: int, context: BehaviourConte
     except ProtocolError:
         return {}
     view = context.cluster_view
-    return {(view.topic_name(topic) or str(topic), partition): code for topic, partition, code in scanned}
+    return {(view.topic_name(topic) or UNKNOWN_TOPIC_ID, partition): code for topic, partition, code in scanned}
