@@ -19,6 +19,7 @@ import logging
 import ssl
 import struct
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -321,6 +322,16 @@ class ControlConnection:
         if response.brokers:
             # Fail over to any broker of the cluster, not only to the configured bootstrap servers.
             self._learned = [(b.host, b.port) for b in response.brokers]
+        return response
+
+    async def metadata_by_ids(self, topic_ids: list[uuid.UUID]) -> MetadataResponse:
+        """Metadata of topics named by id only (Produce v13 clients): Metadata v12+, brokers of Kafka 3.1+."""
+        request = MetadataRequest(
+            topics=tuple(MetadataRequestTopic(topic_id=i, name=None) for i in topic_ids),
+            allow_auto_topic_creation=False,
+        )
+        response = await self.request(request, METADATA_VERSION, self.request_timeout)
+        assert isinstance(response, MetadataResponse)
         return response
 
     async def describe_topic_configs(self, topics: list[str], keys: list[str]) -> DescribeConfigsResponse:
