@@ -59,15 +59,21 @@ class MinInsyncMetadata:
         self.topics: dict[str, TopicInfo] = {}
         self._fetched_at: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._metadata_version: int | None = None  # negotiated once, again after any failure
 
     def refresh(self, topics: Sequence[str]) -> None:
         """Ask the proxy for these topics' Metadata now."""
         request = MetadataRequest(
             topics=tuple(MetadataRequestTopic(name=t) for t in topics), allow_auto_topic_creation=False
         )
-        with BlockingKafkaClient(*self.address, timeout=self.timeout, client_id=CLIENT_ID) as client:
-            version = client.highest_common_version(ApiKey.METADATA, METADATA_VERSIONS)
-            response = client.request(request, version, MetadataResponse)
+        try:
+            with BlockingKafkaClient(*self.address, timeout=self.timeout, client_id=CLIENT_ID) as client:
+                if self._metadata_version is None:
+                    self._metadata_version = client.highest_common_version(ApiKey.METADATA, METADATA_VERSIONS)
+                response = client.request(request, self._metadata_version, MetadataResponse)
+        except OSError:
+            self._metadata_version = None
+            raise
         now = time.monotonic()
         for t in response.topics:
             if t.error_code != 0 or t.name is None:
