@@ -66,6 +66,7 @@ class ProxyProcess:
         debug_checks: bool = True,
         audit_topic: bool = False,
         bootstrap_servers: str | None = None,
+        metadata_refresh_seconds: float = 2,
     ) -> None:
         """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks."""
         self.cluster = cluster
@@ -87,7 +88,7 @@ class ProxyProcess:
         self.config_file = self.dir / "config.toml"
         self.config_file.write_text(
             f"bootstrap_servers = {servers}\nadmin_port = {self.admin_port}\nproxy_id = \"test-proxy\"\n"
-            "metadata_refresh_seconds = 2\nmin_insync_ttl_seconds = 5\nlog_level = \"INFO\"\n"
+            f"metadata_refresh_seconds = {metadata_refresh_seconds}\nmin_insync_ttl_seconds = 5\nlog_level = \"INFO\"\n"
             + (f'debug_address_leak_check = true\ndebug_capture_dir = "{self.capture_dir}"\n' if debug_checks else "")
             + extra_toml + "\n" + "\n".join(listeners)
             + f'\n[audit]\ndirectory = "{self.audit_dir}"\ninterval_seconds = 1\n'
