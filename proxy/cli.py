@@ -331,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev-cluster", help="a local 3-broker Kafka for development (up, down, status)")
     dev.add_argument("action", choices=["up", "down", "status", "fetch"],
                      help="up: start (detached); down: stop and delete its data; status: show; "
-                          "fetch: only download the Kafka jars (both supported versions)")
+                          "fetch: only download the Kafka jars (every supported version)")
     dev.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
 
     chaos = sub.add_parser(
