@@ -188,7 +188,7 @@ def run_report(
     ``kafka`` the audit topic is read as well (or alone, with ``inputs=[]``). Each table directory
     under ``output_dir`` is replaced as a whole. Raises :class:`PipelineError` for a missing input.
 
-    The parsed lines are staged once (``staging="parquet"``: written under ``output_dir/_staging``
+    The parsed lines are staged once (``staging="parquet"``: written under ``output_dir/parsed-staging``
     and deleted at the end; ``"memory"``: Spark's cache) so the JSON is parsed only once.
     """
     from pyspark import StorageLevel
@@ -218,7 +218,8 @@ def run_report(
         frames.append(schema.parse_audit_events(lines, source_col="source"))
     parsed = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
-    staging_dir = out / "_staging"
+    # Not "_staging": Spark skips paths starting with "_" or "." as hidden.
+    staging_dir = out / "parsed-staging"
     if staging == "parquet":
         # Parsed once, written as Parquet: every table and the accounting read the columns they need
         # from it instead of re-parsing JSON (cheaper than the in-memory cache at 10M lines).
@@ -433,7 +434,7 @@ def build_parser(prog: str = "python -m insync_proxy.pipeline.report") -> argpar
                         help=f"spark.sql.shuffle.partitions (default {DEFAULT_SHUFFLE_PARTITIONS}; raise it on a cluster)")
     parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory when started from Python (default 2g)")
     parser.add_argument("--staging", choices=("parquet", "memory"), default="parquet",
-                        help="where the parsed lines are kept between the table jobs (default parquet, under OUTPUT/_staging)")
+                        help="where the parsed lines are kept between the table jobs (default parquet, under OUTPUT/parsed-staging)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines, only the summary")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="show Spark's own log (WARN and up) and full traces on failure (like INSYNC_DEBUG=1)")
@@ -498,7 +499,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a failed Spark job: one line; --verbose / INSYNC_DEBUG=1 shows the whole trace
         if verbose:
             raise
-        print(f"error: the report job failed: {failure_line(exc)} (run with --verbose or INSYNC_DEBUG=1 for "
+        from insync_proxy.pipeline import spark_env
+
+        log = f"Spark's log: {spark_env.spark_log_path}; " if spark_env.spark_log_path else ""
+        print(f"error: the report job failed: {failure_line(exc)} ({log}--verbose or INSYNC_DEBUG=1 shows "
               "Spark's log and the full trace)", file=sys.stderr)
         return 1
     print(console_summary(result))

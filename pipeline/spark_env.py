@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
 #: Spark's log configuration without --verbose.
@@ -149,12 +150,45 @@ def build_session(
     for key, value in (extra_conf or {}).items():
         conf.set(key, value)
     try:
+        if not verbose:
+            _start_quiet_jvm(conf)
         spark = SparkSession.builder.config(conf=conf).getOrCreate()
     except Exception as exc:  # the JVM's own message is the useful part
-        raise PipelineError(f"could not start Spark (master {conf.get('spark.master')}): {exc}") from exc
+        where = f" (Spark's log: {spark_log_path})" if spark_log_path else ""
+        raise PipelineError(f"could not start Spark (master {conf.get('spark.master')}): {exc}{where}") from exc
     spark.sparkContext.setLogLevel(os.environ.get("INSYNC_SPARK_LOG_LEVEL", "WARN" if verbose else "ERROR"))
     configure_session(spark)
     return spark
+
+
+#: Where the JVM's own output went when :func:`build_session` started it quietly (else None).
+spark_log_path: Path | None = None
+
+
+def _start_quiet_jvm(conf: SparkConf) -> None:
+    """Start the driver JVM with its stdout/stderr in a log file, unless a SparkContext runs already.
+
+    Even with a quiet log4j configuration the JVM launcher prints lines of its own (module warnings,
+    the shell's "Setting default log level"): the command line shows none of them, and names this
+    file when something fails. Uses ``launch_gateway(popen_kwargs=...)``, PySpark's documented hook
+    for capturing the gateway JVM's output.
+    """
+    global spark_log_path
+    import logging
+    import tempfile
+
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    # py4j logs a broken connection at ERROR through Python's logging: the failure line says it all.
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    handle, name = tempfile.mkstemp(prefix="insync-spark-", suffix=".log")
+    spark_log_path = Path(name)
+    with os.fdopen(handle, "ab") as log:
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
+    SparkContext(conf=conf, gateway=gateway)
 
 
 class Progress:

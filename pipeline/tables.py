@@ -266,10 +266,15 @@ def latency_histograms(summaries: DataFrame, keys: tuple[str, ...] = LATENCY_KEY
     hist = per_bucket.groupBy(*keys).agg(
         F.array_sort(F.collect_list(F.struct("bucket", "count"))).cast(BUCKETS_TYPE).alias("hist")
     )
-    # Null-safe join: acks_sent (and client/date keys) may be null.
-    cond = [stats[k].eqNullSafe(hist[k]) for k in keys]
-    return stats.join(hist, cond, "inner").select(*[stats[k] for k in keys], "latency_count", "latency_sum_ms",
-                                                    "latency_min_ms", "latency_max_ms", "hist")
+    return _join_on_keys(stats, hist, keys)
+
+
+def _join_on_keys(stats: DataFrame, hist: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """Stats and histograms side by side; null-safe on the keys (acks_sent, client_id may be null)."""
+    s, h = stats.alias("s"), hist.alias("h")
+    cond = [F.col(f"s.{k}").eqNullSafe(F.col(f"h.{k}")) for k in keys]
+    return s.join(h, cond, "inner").select(*[F.col(f"s.{k}").alias(k) for k in keys], "s.latency_count",
+                                           "s.latency_sum_ms", "s.latency_min_ms", "s.latency_max_ms", "h.hist")
 
 
 def merge_histograms(histograms: DataFrame, keys: tuple[str, ...]) -> DataFrame:
@@ -282,9 +287,7 @@ def merge_histograms(histograms: DataFrame, keys: tuple[str, ...]) -> DataFrame:
                   .groupBy(*keys, F.col("b.bucket").alias("bucket")).agg(F.sum("b.count").alias("count")))
     hist = per_bucket.groupBy(*keys).agg(
         F.array_sort(F.collect_list(F.struct("bucket", "count"))).cast(BUCKETS_TYPE).alias("hist"))
-    cond = [stats[k].eqNullSafe(hist[k]) for k in keys]
-    return stats.join(hist, cond, "inner").select(*[stats[k] for k in keys], "latency_count", "latency_sum_ms",
-                                                    "latency_min_ms", "latency_max_ms", "hist")
+    return _join_on_keys(stats, hist, keys)
 
 
 def percentile_from_buckets(hist: Column, p: float, min_ms: Column, max_ms: Column) -> Column:

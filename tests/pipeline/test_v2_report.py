@@ -1,0 +1,174 @@
+"""Audit schema v2 in the batch report: summaries, merged histograms, readiness intervals, v1+v2 mixed,
+and every table empty (healthy run, one event, only rejected lines, an empty directory)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from insync_proxy.pipeline import report, tables
+from insync_proxy.pipeline.schema import bucket_index
+from insync_proxy.pipeline.spark_env import Progress
+from insync_proxy.proxy.audit import buckets
+
+from .events import at, decision, isr_change, isr_change_v2, readiness, summary, write_jsonl
+
+
+def _run(spark: SparkSession, inputs: list[str], out: Path) -> report.ReportResult:
+    return report.run_report(spark, inputs, out, progress=Progress(enabled=False))
+
+
+def test_spark_bucket_index_matches_the_proxys(spark: SparkSession) -> None:
+    # Given latencies at, just below and just above every bound, and random ones over the whole range
+    rng = random.Random(12)
+    values = [0.0, 0.001, 1e6]
+    for b in buckets.BOUNDS_MS:
+        values += [b, math.nextafter(b, 0), math.nextafter(b, math.inf), b * 1.0001, b * 0.9999]
+    values += [10 ** rng.uniform(-3, 6) for _ in range(3000)]
+    df = spark.createDataFrame([(v,) for v in values], "v double")
+    # When the Spark expression buckets them
+    got = [r["i"] for r in df.select(bucket_index(F.col("v")).alias("i")).collect()]
+    # Then it agrees with the bounds' definition: the smallest i with v <= BOUNDS_MS[i]
+    def expected(v: float) -> int:
+        return next((i for i, b in enumerate(buckets.BOUNDS_MS) if v <= b), buckets.OVERFLOW)
+    assert got == [expected(v) for v in values]
+    # ... and with the proxy's own function wherever that one is exact (not within 1e-9 of a bound)
+    assert all(g == buckets.bucket_index(v) for g, v in zip(got, values, strict=True)
+               if all(abs(v / b - 1) > 1e-8 for b in buckets.BOUNDS_MS))
+
+
+@pytest.fixture(scope="module")
+def v2_result(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> report.ReportResult:
+    # Two sidecars, flat layout as the proxy writes it; 6 intervals of 10 s each on orders-0 from both.
+    root = tmp_path_factory.mktemp("v2") / "audit"
+    a: list[dict[str, Any] | str] = []
+    b: list[dict[str, Any] | str] = []
+    for k in range(6):
+        a.append(summary(10 * k, requests=10, records=40, record_bytes=4000,
+                         latencies_ms=[1.0 + j for j in range(10)]))
+        b.append(summary(10 * k, requests=5, records=5, record_bytes=500, proxy_id="sidecar-b", client_id="app-2",
+                         latencies_ms=[100.0 + j for j in range(5)]))
+    # acks=0 traffic (no latency, no error code) and proxy answers on orders-1 while it is unready
+    a.append(summary(0, partition=1, acks_requested=0, acks_sent=0, error_code=None, requests=7, records=7,
+                     record_bytes=70, latencies_ms=[]))
+    a += [readiness(12, False, 1, partition=1), isr_change_v2(12, 1, partition=1)]
+    a.append(summary(10, partition=1, decision="answered_not_enough_replicas", acks_requested=-2, acks_sent=None,
+                     error_code=19, requests=3, records=6, record_bytes=300, client_id="billing",
+                     latencies_ms=[0.05, 0.05, 0.06]))
+    a += [readiness(27.5, True, 2, partition=1)]
+    b += [readiness(13, False, 1, partition=1, proxy_id="sidecar-b"), readiness(26, True, 2, partition=1,
+                                                                                   proxy_id="sidecar-b")]
+    write_jsonl(root / "audit-sidecar-a-20261121T070000000000Z.jsonl", a)
+    write_jsonl(root / "audit-sidecar-b-20261121T070000000000Z.jsonl", b)
+    return _run(spark, [str(root)], tmp_path_factory.mktemp("out"))
+
+
+def test_v2_per_partition_requests_records_and_bytes(v2_result: report.ReportResult) -> None:
+    traffic = {r["partition"]: r for r in v2_result.tables["partition_traffic"]}
+    assert set(traffic) == {0, 1}
+    p0, p1 = traffic[0], traffic[1]
+    assert (p0["requests"], p0["records"], p0["record_bytes"]) == (6 * 15, 6 * 45, 6 * 4500)
+    assert (p0["written_requests"], p0["written_records"], p0["written_record_bytes"]) == (90, 270, 27000)
+    # acks=0 requests were written (no error code); the proxy's answers were not
+    assert (p1["requests"], p1["records"], p1["record_bytes"]) == (10, 13, 370)
+    assert (p1["written_requests"], p1["written_records"], p1["answered_by_proxy_requests"]) == (7, 7, 3)
+    assert v2_result.counts["produce_summaries"] == 14 and v2_result.counts["partition_readiness"] == 4
+    by_kind = {(r["partition"], r["decision"]): r["requests"] for r in v2_result.tables["decisions_by_kind"]}
+    assert by_kind == {(0, "forwarded"): 90, (1, "forwarded"): 7, (1, "answered_not_enough_replicas"): 3}
+    (client,) = v2_result.tables["top_clients_overall"]
+    assert (client["client_id"], client["not_enough_replicas"]) == ("billing", 3)
+
+
+def test_v2_latency_percentiles_from_merged_buckets(v2_result: report.ReportResult) -> None:
+    # orders-0 acks -1: 60 latencies 1..10 ms (sidecar a) and 30 latencies 100..104 ms (sidecar b),
+    # merged over 6 intervals and 2 sidecars.
+    exact = sorted([1.0 + j for j in range(10)] * 6 + [100.0 + j for j in range(5)] * 6)
+    (row,) = [r for r in v2_result.tables["latency_by_acks"] if r["partition"] == 0]
+    assert row["requests"] == 90 and row["min_ms"] == 1.0 and row["max_ms"] == 104.0
+    assert row["mean_ms"] == pytest.approx(sum(exact) / 90)
+    for p in tables.PERCENTILES:
+        truth = exact[math.ceil(p * 90) - 1]
+        value = row[f"p{round(p * 100)}_ms"]
+        assert truth <= value <= truth * (1 + buckets.RELATIVE_ERROR), (p, truth, value)
+    # acks=0 has no latency row; the report states the bucket error
+    assert {(r["acks_requested"], r["acks_sent"]) for r in v2_result.tables["latency_overall"]} == {(-1, -1), (-2, None)}
+    assert "at most +18.9%" in v2_result.html_path.read_text(encoding="utf-8")
+
+
+def test_v2_below_min_interval_from_readiness_events(v2_result: report.ReportResult) -> None:
+    # Sidecar a saw orders-1 unready from 12 s to 27.5 s, sidecar b from 13 s to 26 s: merged, one
+    # interval from the first unready view to the first ready view after the run (26 s).
+    (interval,) = v2_result.tables["isr_below_min_intervals"]
+    assert (interval["partition"], interval["start"], interval["end"], interval["open"]) == (1, at(12), at(26), False)
+    assert (interval["lowest_isr"], interval["min_isr"], interval["proxies"]) == (1, 2, ["sidecar-a", "sidecar-b"])
+
+
+def test_v1_and_v2_mixed_in_one_directory(spark: SparkSession, tmp_path: Path) -> None:
+    # Given an old sidecar's v1 decisions and a new one's v2 summaries for the same partition
+    root = tmp_path / "audit"
+    v1: list[dict[str, Any] | str] = [decision(t, latency_ms=2.0, record_bytes=100) for t in range(20)]
+    v1 += [isr_change(20, 1), decision(21, decision="answered_not_enough_replicas", acks_sent=None, isr_size=1,
+                                       error_code=19), isr_change(25, 3)]
+    write_jsonl(root / "audit-old-20261121T070000Z.jsonl", v1)
+    write_jsonl(root / "new" / "audit-new-20261121T070000Z.jsonl",
+                [summary(0, requests=30, records=60, record_bytes=3000, proxy_id="new", latencies_ms=[2.0] * 30)])
+    # When reported together
+    result = _run(spark, [str(root)], tmp_path / "out")
+    # Then the v1 decisions count as one request each next to the summaries
+    assert (result.counts["v1_events"], result.counts["v2_events"]) == (23, 1)
+    by_kind = {r["decision"]: r for r in result.tables["decisions_by_kind"]}
+    assert by_kind["forwarded"]["requests"] == 50 and by_kind["forwarded"]["record_bytes"] == 5000
+    assert by_kind["forwarded"]["records"] == 60  # v1 decisions carry no record count
+    assert by_kind["answered_not_enough_replicas"]["requests"] == 1
+    (lat,) = [r for r in result.tables["latency_overall"] if r["acks_sent"] == -1]
+    assert lat["requests"] == 50 and 2.0 <= lat["p99_ms"] <= 2.0 * (1 + buckets.RELATIVE_ERROR)
+    (interval,) = result.tables["isr_below_min_intervals"]
+    assert (interval["start"], interval["end"]) == (at(20), at(25))
+
+
+def _assert_all_tables_readable_with_schema(spark: SparkSession, result: report.ReportResult) -> None:
+    for name, schema in tables.TABLE_SCHEMAS.items():
+        # Read without a schema: a data file carrying the schema must exist even for an empty table.
+        df = spark.read.parquet(str(result.table_paths[name]))
+        assert sorted(df.columns) == sorted(f.name for f in schema.fields), name
+        assert [df.schema[f.name].dataType for f in schema.fields] == [f.dataType for f in schema.fields], name
+
+
+@pytest.mark.parametrize("case", ["healthy", "one_event", "only_rejected", "empty_directory"])
+def test_empty_tables_are_written_with_their_schema(spark: SparkSession, tmp_path: Path, case: str) -> None:
+    # Given a healthy run (forwarded traffic only: no interval, no proxy answer, no ISR change), one
+    # event, a file of rejected lines only, or a directory without any audit file
+    root = tmp_path / "audit"
+    root.mkdir()
+    if case == "healthy":
+        write_jsonl(root / "audit-a-1.jsonl", [summary(10 * k) for k in range(5)])
+    elif case == "one_event":
+        write_jsonl(root / "audit-a-1.jsonl", [readiness(0, True, 3)])
+    elif case == "only_rejected":
+        write_jsonl(root / "audit-a-1.jsonl", ["{truncated", json.dumps({"schema_version": 7}), "not json"])
+    (root / "README.txt").write_text("not audit data")
+    # When the report runs
+    result = _run(spark, [str(root)], tmp_path / "out")
+    # Then it succeeds, every table exists with its schema, and the report says "none"
+    _assert_all_tables_readable_with_schema(spark, result)
+    assert result.tables["isr_below_min_intervals"] == [] and result.tables["top_clients"] == []
+    text = report.console_summary(result)
+    assert "below-min-ISR intervals: none" in text and "proxy-answered errors: none" in text
+    page = result.html_path.read_text(encoding="utf-8")
+    assert "Below-min-ISR intervals: none" in page
+    if case == "healthy":
+        assert result.tables["partition_traffic"][0]["requests"] == 50
+    else:
+        assert "produce requests: none" in text and "Latency: none measured" in page
+        assert result.tables["partition_traffic"] == [] and result.tables["latency_overall"] == []
+    if case == "only_rejected":
+        assert result.counts["rejected"] == 3 and result.counts["valid"] == 0
+    if case == "empty_directory":
+        assert result.counts["lines"] == 0 and "events: none" in text
