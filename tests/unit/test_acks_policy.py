@@ -78,7 +78,7 @@ class RecordingIO:
     def __init__(self) -> None:
         self.to_client: list[bytes] = []
         self.to_upstream: list[bytes] = []
-        self.pending_async: list[tuple[Exchange, Awaitable[Frame]]] = []
+        self.pending_async: list[tuple[Exchange, Awaitable[Frame | None]]] = []
         self.closed: list[CloseReason] = []
 
     def write_client(self, data: Frame) -> None:
@@ -87,7 +87,7 @@ class RecordingIO:
     def write_upstream(self, data: Frame) -> None:
         self.to_upstream.append(bytes(data))
 
-    def run_async(self, exchange: Exchange, result: Awaitable[Frame]) -> None:
+    def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         self.pending_async.append((exchange, result))
 
     def close(self, reason: CloseReason) -> None:
@@ -130,6 +130,8 @@ class Sidecar:
         self.min_insync = MinInsyncCache(ControlNeverUsed(), self.metrics)  # type: ignore[arg-type]
         self.refreshed: list[list[str]] = []
         self.resolved: list[list[uuid.UUID]] = []
+        #: What the control connection's Metadata tells the proxy when it looks topic ids up (None: nothing).
+        self.lookup_answer: dict[str, Sequence[Sequence[int]]] | None = None
         context = BehaviourContext(
             cluster_view=self.view,
             min_insync=self.min_insync,
@@ -154,6 +156,8 @@ class Sidecar:
 
     async def _resolve_topic_ids(self, topic_ids: Iterable[uuid.UUID]) -> None:
         self.resolved.append(list(topic_ids))
+        if self.lookup_answer is not None:
+            self.isr(**self.lookup_answer)
 
     # ------------------------------------------------------------------ the cluster as the proxy sees it
     def isr(self, **topics: Sequence[Sequence[int]]) -> None:
@@ -707,6 +711,35 @@ def test_v13_request_for_a_topic_id_the_proxy_never_saw_is_forwarded_as_minus_on
     assert len(proxy.io.to_upstream) == 2
     # and metrics name it __unknown_topic_id__, never by its id
     assert proxy.prechecks("__unknown_topic_id__", "unknown") == 1
+
+
+def test_v13_topic_id_named_by_the_lookup_is_prechecked_by_name() -> None:
+    # Given a proxy that learns orders (partition 0 below min ISR) only by looking its id up
+    proxy = Sidecar()
+    proxy.isr(payments=[HEALTHY])
+    proxy.min_insync_replicas(2)
+    proxy.lookup_answer = {ORDERS: [BELOW_MIN, HEALTHY], PAYMENTS: [HEALTHY]}
+    # When a v13 client pipelines acks=-2 to orders (1), then acks=1 to payments (2)
+    proxy.produce(13, -2, {ORDERS: [0, 1]}, correlation_id=1)
+    plain = proxy.produce(13, 1, {PAYMENTS: [0]}, correlation_id=2)
+    # Then nothing goes upstream while orders' id is looked up: 2 waits behind 1
+    assert proxy.io.to_upstream == [] and len(proxy.io.pending_async) == 1
+    exchange, lookup = proxy.io.pending_async.pop()
+    run_to_completion(lookup)
+    assert proxy.resolved == [[TOPIC_IDS[ORDERS]]]
+    # When the lookup named orders
+    proxy.core.async_done(exchange, None)
+    # Then 1 is prechecked by name (only partition 1 goes, with -1), then 2 goes untouched: the client's order
+    first, second = proxy.upstream()
+    assert (first.correlation_id, first.acks, first.partitions) == (1, -1, [(ORDERS, 1)])
+    assert proxy.io.to_upstream[1] == plain
+    assert proxy.refreshed == [[ORDERS]]
+    # And the answers come back merged and in order
+    proxy.broker_answers(first)
+    proxy.broker_answers(second)
+    answers = proxy.client_got(13)
+    assert [a.correlation_id for a in answers] == [1, 2]
+    assert answers[0].partitions == [(ORDERS, 0, NOT_ENOUGH_REPLICAS), (ORDERS, 1, 0)]
 
 
 def run_to_completion(awaitable: Awaitable[object]) -> object:
