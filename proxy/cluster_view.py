@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from insync_proxy.protocol import MetadataResponse, MetadataScan
 
 NULL_TOPIC_ID = uuid.UUID(int=0)
+#: How long a leader's NOT_ENOUGH_REPLICAS answer outweighs Metadata that still shows a full ISR: long
+#: enough for the re-read it triggers to see the shrink.
+BROKER_SAID_SECONDS = 3.0
 #: partition index, leader id, leader epoch, replicas, ISR
 _PartitionFields = tuple[int, int, int, tuple[int, ...], tuple[int, ...]]
 
@@ -60,6 +63,7 @@ class ClusterView:
         self.topic_ids: dict[uuid.UUID, str] = {}
         self.topic_partition_counts: dict[str, int] = {}
         self.updated_at = 0.0
+        self._broker_said_below: dict[tuple[str, int], float] = {}
         self.on_partition_changed: list[Callable[[str, int, PartitionState | None, PartitionState], None]] = []
 
     def update(self, response: MetadataResponse, all_topics: bool = False) -> None:
@@ -136,11 +140,26 @@ class ClusterView:
         return self.partitions.get((topic, partition))
 
     def readiness(self, topic: str, partition: int, min_insync_replicas: int | None) -> Readiness:
-        """The one answer to "is this partition below its min ISR?" (acks precheck, hiding, gauges)."""
+        """The one answer to "is this partition below its min ISR?" (acks precheck, hiding, gauges).
+
+        A partition whose leader answered NOT_ENOUGH_REPLICAS within BROKER_SAID_SECONDS counts as below,
+        whatever the last Metadata said (brokers' metadata may lag the leader's own ISR by a moment)."""
         state = self.partitions.get((topic, partition))
         if state is None:
             return UNKNOWN_READINESS
-        return Readiness(len(state.isr), effective_min_isr(min_insync_replicas, len(state.replicas)))
+        min_isr = effective_min_isr(min_insync_replicas, len(state.replicas))
+        isr_size = len(state.isr)
+        if self._broker_said_below and min_isr is not None and isr_size >= min_isr:
+            said_at = self._broker_said_below.get((topic, partition))
+            if said_at is not None:
+                if time.monotonic() - said_at < BROKER_SAID_SECONDS:
+                    return Readiness(min_isr - 1, min_isr)
+                del self._broker_said_below[(topic, partition)]
+        return Readiness(isr_size, min_isr)
+
+    def broker_said_below_min_isr(self, topic: str, partition: int) -> None:
+        """The partition's leader answered NOT_ENOUGH_REPLICAS(_AFTER_APPEND) to a forwarded Produce."""
+        self._broker_said_below[(topic, partition)] = time.monotonic()
 
     def count_below_min_isr(self, min_insync_replicas: Callable[[str], int | None]) -> int:
         """Partitions whose ISR is below their effective min ISR (the gauge)."""

@@ -18,7 +18,7 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,11 @@ from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 log = logging.getLogger("insync_proxy.acks")
 
 ACKS_MIN_INSYNC = -2
+_BELOW_MIN_ISR_ERRORS = frozenset({ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
+_STALE_LEADER_ERRORS = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+})
 #: The name metrics and audit use for a topic id the proxy could not name (never the id itself).
 UNKNOWN_TOPIC_ID = "__unknown_topic_id__"
 VALID_ACKS = frozenset({-2, -1, 0, 1})
@@ -274,6 +279,7 @@ class AcksPolicy(BehaviourBase):
         codes: dict[tuple[str, int], int] = {}
         if response is not None and any(d.error_code is None and d.acks_sent != 0 for d in decisions):
             codes = _response_error_codes(response, exchange.api_version, self.context)
+            self._learn_from_answer(codes.items())
         listener = exchange.listener.label
         latency_ms, bucket = latency_bucket(latency_seconds)
         summaries = self.summaries
@@ -311,6 +317,8 @@ class AcksPolicy(BehaviourBase):
             name = view.topic_name(topic) or UNKNOWN_TOPIC_ID
             self._count(name, acks, acks, FORWARDED, records, record_bytes)
             error_code = codes.get((topic, partition)) if response is not None else None
+            if error_code:
+                self._learn_from_answer((((name, partition), error_code),))
             summaries.add((listener, exchange.client_id, name, partition, acks, acks, FORWARDED, error_code),
                           records, record_bytes, latency_ms, bucket)
         if self.every_request:
@@ -318,6 +326,16 @@ class AcksPolicy(BehaviourBase):
             decisions = [self._plain_decision(span, FORWARDED, acks, None, index.frame) for span in index.partitions()]
             named = {(view.topic_name(t) or UNKNOWN_TOPIC_ID, p): c for (t, p), c in codes.items()}
             self._emit_decisions(exchange, ProduceDecisions(acks, decisions, index), named, latency_ms)
+
+    def _learn_from_answer(self, codes: Iterable[tuple[tuple[str, int], int]]) -> None:
+        """The leader's own answer teaches the view at once: NOT_ENOUGH_REPLICAS marks the partition below
+        its min ISR (the next acks=-2 request is answered by the proxy); leadership errors re-read it."""
+        for (topic, partition), code in codes:
+            if code in _BELOW_MIN_ISR_ERRORS:
+                self.context.cluster_view.broker_said_below_min_isr(topic, partition)
+                self._refresh_isr_soon(topic)
+            elif code in _STALE_LEADER_ERRORS:
+                self._refresh_isr_soon(topic)
 
     def _count(self, topic: str, acks: int, acks_sent: int | None, decision: str, records: int,
                record_bytes: int) -> None:
