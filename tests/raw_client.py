@@ -39,13 +39,13 @@ class RawKafkaClient(BlockingKafkaClient):
     def __enter__(self) -> RawKafkaClient:
         return self
 
-    def produce(self, batches: dict[tuple[str, int], bytes], acks: int, version: int = 9
+    def produce(self, batches: dict[tuple[str, int], bytes], acks: int, version: int = 9, timeout_ms: int = 30000
                 ) -> dict[tuple[str, int], PartitionResult]:
         """One Produce request; returns each partition's error code and base offset, in response order.
 
         acks=0 gets no answer: an empty dict.
         """
-        correlation_id = self.send(produce_request(batches, acks), version)
+        correlation_id = self.send(produce_request(batches, acks, timeout_ms=timeout_ms), version)
         if acks == 0:
             return {}
         response = self.receive(ApiKey.PRODUCE, version, correlation_id, ProduceResponse)
