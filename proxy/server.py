@@ -297,7 +297,17 @@ class InsyncProxy:
     def _spawn(self, coroutine: Any) -> None:
         task = self.loop.create_task(coroutine)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        """A background task's failure is logged once with context and counted, never left unretrieved."""
+        self._background.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.warning("background task %s failed: %r", task.get_coro(), error)
+            self.metrics.background_task_failures_total.labels("refresh").inc()
 
     async def refresh_topics(self, topics: Iterable[str]) -> None:
         """Re-read some topics' partitions (leader, ISR) now."""
