@@ -97,6 +97,7 @@ class Plan:
     metadata_requests: int
     scrape_topics: int
     scrapes: int
+    audit_records: int = 1_000_000  # ProducerPerformance records per record size in the audit section
 
 
 FULL = Plan(rounds=3, max_seconds=20, rate=5000, rate_seconds=20, warmup_records=30_000, raw_rounds=6, raw_seconds=4,
@@ -104,7 +105,7 @@ FULL = Plan(rounds=3, max_seconds=20, rate=5000, rate_seconds=20, warmup_records
             scrape_topics=1000, scrapes=200)
 QUICK = Plan(rounds=1, max_seconds=8, rate=5000, rate_seconds=8, warmup_records=15_000, raw_rounds=3, raw_seconds=3,
              raw_connections=4, raw_window=4, raw_batch_records=16, ner_requests=1000, metadata_requests=1000,
-             scrape_topics=1000, scrapes=200)
+             scrape_topics=1000, scrapes=200, audit_records=200_000)
 
 
 # ---------------------------------------------------------------------------------------------- output
@@ -219,7 +220,7 @@ def parse_perf_summary(output: str) -> dict[str, float]:
 
 
 def producer_performance(libs: Path, work: Path, bootstrap: str, topic: str, records: int, throughput: int,
-                         proxy_pid: int | None) -> dict[str, float]:
+                         proxy_pid: int | None, record_size: int = RECORD_SIZE) -> dict[str, float]:
     """One run of org.apache.kafka.tools.ProducerPerformance; its summary plus the proxy's CPU seconds."""
     log4j = work / "log4j2-tools.properties"
     if not log4j.exists():
@@ -228,7 +229,7 @@ def producer_performance(libs: Path, work: Path, bootstrap: str, topic: str, rec
         java_executable(), "-Xmx384m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={log4j}",
         "-cp", f"{libs}/*", "org.apache.kafka.tools.ProducerPerformance",
         "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
-        "--record-size", str(RECORD_SIZE), "--throughput", str(throughput),
+        "--record-size", str(record_size), "--throughput", str(throughput),
         "--command-property", "acks=all", "client.id=insync-proxy-bench",
     ]
     cpu_before = cpu_seconds(proxy_pid) if proxy_pid else 0.0
@@ -761,7 +762,129 @@ def loop_stall(proxy: ProxyProcess, by_leader: dict[int, list[str]], plan: Plan)
 
 
 # ---------------------------------------------------------------------------------------------- main
-SECTIONS = ("perf", "acks", "metadata", "scrape")
+# ---------------------------------------------------------------------------------------------- section 6
+AUDIT_PARTITIONS = 6
+
+
+def audit_summaries(audit_dir: Path, topic: str) -> list[dict[str, Any]]:
+    """The produce_summary events of one topic in an audit directory."""
+    events = []
+    for path in sorted(audit_dir.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                event = json.loads(line)
+                if event.get("event") == "produce_summary" and event.get("topic") == topic:
+                    events.append(event)
+    return events
+
+
+def audit_bytes(audit_dir: Path) -> int:
+    return sum(p.stat().st_size for p in audit_dir.glob("*.jsonl"))
+
+
+def log_end_offsets(bootstrap: str, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "insync-proxy-bench-leo"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+    finally:
+        consumer.close()
+
+
+def section_audit(cluster: LocalKafkaCluster, plan: Plan, work: Path, results: dict[str, Any]) -> None:
+    """Audit v2: its volume against the produce volume, its exactness, and its CPU cost per request."""
+    assert cluster.libs is not None
+    on = ProxyProcess(cluster, extra_toml=PROXY_TOML, groups=("default",), debug_checks=False,
+                      audit_interval_seconds=10).start()
+    off = ProxyProcess(cluster, extra_toml=PROXY_TOML, groups=("default",), debug_checks=False,
+                       audit_enabled=False).start()
+    try:
+        assert on.process is not None and off.process is not None
+        volume_rows, volume = [], {}
+        for size in (1024, 100):
+            topic = f"bench-audit-{size}"
+            cluster.create_topic(topic, AUDIT_PARTITIONS, 3)
+            for p in range(AUDIT_PARTITIONS):
+                cluster.wait_for_leader(topic, p)
+            before = audit_bytes(on.audit_dir)
+            say(f"[6] ProducerPerformance: {plan.audit_records} records of {size} B through the audited proxy")
+            run = producer_performance(cluster.libs, work, on.bootstrap(), topic, plan.audit_records, -1,
+                                       on.process.pid, record_size=size)
+            counted = on.metric("insync_proxy_produce_partitions_total", topic=topic)
+            # The last interval is written when it ends (10 s): wait until the summaries hold every request.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and \
+                    sum(e["requests"] for e in audit_summaries(on.audit_dir, topic)) < counted:
+                time.sleep(0.5)
+            summaries = audit_summaries(on.audit_dir, topic)
+            written = audit_bytes(on.audit_dir) - before
+            produced = plan.audit_records * size
+            per_partition: dict[int, list[int]] = {}
+            for e in summaries:
+                acc = per_partition.setdefault(e["partition"], [0, 0, 0])
+                acc[0] += e["requests"]
+                acc[1] += e["records"]
+                acc[2] += e["record_bytes"]
+            leo = log_end_offsets(cluster.bootstrap_servers, topic, range(AUDIT_PARTITIONS))
+            exact = (
+                sum(a[0] for a in per_partition.values()) == counted
+                and sum(a[1] for a in per_partition.values()) == on.metric("insync_proxy_produce_records_total",
+                                                                           topic=topic) == plan.audit_records
+                and sum(a[2] for a in per_partition.values()) == on.metric("insync_proxy_produce_record_bytes_total",
+                                                                           topic=topic)
+                and {p: a[1] for p, a in per_partition.items()} == {p: n for p, n in leo.items() if n}
+            )
+            ratio = written / produced
+            volume_rows.append((f"{size} B", plan.audit_records, produced / 1e6, run["mb_per_sec"], written / 1e3,
+                                len(summaries), ratio * 100, "<= 0.1 %", yes(ratio <= 0.001), yes(exact)))
+            volume[size] = {"records": plan.audit_records, "produce_bytes": produced, "audit_bytes": written,
+                            "summaries": len(summaries), "ratio": ratio, "exact": exact, "requests": counted,
+                            "per_partition": per_partition, "log_end_offsets": leo, "run": run}
+        table("6a. Audit volume: ProducerPerformance (acks=all, 6 partitions) through the proxy, audit v2 at 10 s",
+              ("records", "count", "produce MB", "MB/s", "audit KB", "summaries", "audit/produce %", "goal",
+               "result", "summaries = metrics = log end offsets"), volume_rows)
+
+        # 6b: CPU per forwarded 16 KiB Produce, audit on vs off, interleaved rounds on the same partitions.
+        topic = "bench-audit-cpu"
+        count = plan.raw_connections
+        cluster.create_topic(topic, assignments={p: [1, 2, 3] if p % 2 == 0 else [1, 3, 2] for p in range(count)})
+        cluster.wait_for(lambda: all(cluster.leader_of(topic, p) == 1 for p in range(count)), 60,
+                         f"broker 1 to lead every partition of {topic}")
+        variants = (("audit on", on), ("audit off", off))
+        for _, proxy in variants:
+            produce_load(proxy.broker_port(1), topic, range(count), -1, 1.5, plan.raw_window, plan.raw_batch_records)
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
+        say(f"[6] {plan.raw_rounds} interleaved rounds of {plan.raw_seconds:.0f}s, audit on and off")
+        for _ in range(plan.raw_rounds):
+            for name, proxy in variants:
+                assert proxy.process is not None
+                meter: dict[str, float] = {}
+                with cpu_meter(proxy.process.pid, meter):
+                    run = produce_load(proxy.broker_port(1), topic, range(count), -1, plan.raw_seconds,
+                                       plan.raw_window, plan.raw_batch_records)
+                run["proxy_cpu_us_per_request"] = meter["cpu_s"] / max(1, run["requests"]) * 1e6
+                runs[name].append(run)
+        cpu = {name: statistics.median(r["proxy_cpu_us_per_request"] for r in rs) for name, rs in runs.items()}
+        mbps = {name: statistics.median(r["mb_per_sec"] for r in rs) for name, rs in runs.items()}
+        cpu_ratio = cpu["audit on"] / cpu["audit off"]
+        table(f"6b. Proxy CPU per forwarded {plan.raw_batch_records * RECORD_SIZE // 1024} KiB Produce (acks=-1), "
+              f"{count} connections x {plan.raw_window} in flight (medians of {plan.raw_rounds} rounds)",
+              ("variant", "MB/s", "proxy CPU us/req", "on / off", "goal", "result"), [
+                  ("audit on", mbps["audit on"], cpu["audit on"], cpu_ratio, "<= 1.10", yes(cpu_ratio <= 1.10)),
+                  ("audit off", mbps["audit off"], cpu["audit off"], "", "", ""),
+              ])
+        results["audit"] = {"volume": volume, "cpu_runs": runs, "cpu_us_per_request": cpu, "cpu_ratio_on_off": cpu_ratio,
+                            "goals": {"audit <= 0.1% of produce bytes": all(v["ratio"] <= 0.001 for v in volume.values()),
+                                      "audit CPU within 10%": cpu_ratio <= 1.10,
+                                      "summaries exact": all(v["exact"] for v in volume.values())}}
+    finally:
+        for proxy in (on, off):
+            proxy.stop()
+            shutil.rmtree(proxy.dir, ignore_errors=True)
+
+
+SECTIONS = ("perf", "acks", "metadata", "scrape", "audit")
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -810,6 +933,7 @@ def main(argv: list[str] | None = None) -> int:
             "acks": lambda: section_acks(cluster, proxy, plan, results),  # type: ignore[arg-type]
             "metadata": lambda: section_metadata(cluster, proxy, plan, results),  # type: ignore[arg-type]
             "scrape": lambda: section_scrape(cluster, proxy, plan, results),  # type: ignore[arg-type]
+            "audit": lambda: section_audit(cluster, plan, work, results),  # type: ignore[arg-type]
         }
         for name in SECTIONS:
             if name in sections:

@@ -67,6 +67,8 @@ class ProxyProcess:
         audit_topic: bool = False,
         bootstrap_servers: str | None = None,
         metadata_refresh_seconds: float = 2,
+        audit_interval_seconds: float = 1,
+        audit_enabled: bool = True,
     ) -> None:
         """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks."""
         self.cluster = cluster
@@ -91,7 +93,8 @@ class ProxyProcess:
             f"metadata_refresh_seconds = {metadata_refresh_seconds}\nmin_insync_ttl_seconds = 5\nlog_level = \"INFO\"\n"
             + (f'debug_address_leak_check = true\ndebug_capture_dir = "{self.capture_dir}"\n' if debug_checks else "")
             + extra_toml + "\n" + "\n".join(listeners)
-            + f'\n[audit]\ndirectory = "{self.audit_dir}"\ninterval_seconds = 1\n'
+            + f'\n[audit]\nenabled = {str(audit_enabled).lower()}\ndirectory = "{self.audit_dir}"\n'
+            + f"interval_seconds = {audit_interval_seconds}\n"
             + (f'kafka_topic = "{AUDIT_TOPIC}"\n' if audit_topic else "")
         )
         self.log_file = self.dir / "proxy.log"

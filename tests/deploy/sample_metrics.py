@@ -69,6 +69,7 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
         m.produce_record_bytes_total.labels(topic).inc(records * rng.randint(100, 1024))
     m.audit_events_written_total.labels("file").inc(rng.randint(10, 50))
     m.background_task_failures_total.labels("min_insync_fetch").inc(rng.randint(0, 2))
+    m.topic_ids_unresolved_total.inc(rng.randint(0, 2))
     m.audit_events_dropped_total.labels("queue_full").inc(rng.randint(0, 1))
 
 
