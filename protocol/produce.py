@@ -424,6 +424,8 @@ def produce_response_error_codes(frame: Buffer, api_version: int) -> list[tuple[
     if not 0 <= api_version <= _MAX_PRODUCE_VERSION:
         raise UnsupportedVersion(f"Produce v{api_version} is not supported (known: v0-v{_MAX_PRODUCE_VERSION})")
     flexible = api_version >= 9
+    if flexible:
+        return _flexible_response_error_codes(frame, api_version)
     out: list[tuple[str | uuid.UUID, int, int]] = []
     try:
         r = Reader(frame)
@@ -506,6 +508,8 @@ def produce_partition_records(frame: Buffer) -> tuple[int, list[tuple[str | uuid
     acks_offset = produce_acks_offset(frame)
     version = _HEAD.unpack_from(frame, 0)[1]
     flexible = version >= 9
+    if flexible:
+        return _flexible_partition_records(frame, acks_offset, version)
     unpack_i32 = _I32.unpack_from
     out: list[tuple[str | uuid.UUID, int, int, int]] = []
     try:
@@ -549,3 +553,107 @@ def produce_partition_records(frame: Buffer) -> tuple[int, list[tuple[str | uuid
     except (struct.error, ValueError, IndexError, UnicodeError) as e:
         raise MalformedFrame(f"cannot read Produce request partitions: {e!r}") from None
     return acks, out
+
+
+def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """An unsigned varint; one byte inline (counts and lengths almost always fit)."""
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    return read_uvarint_at(buf, pos)
+
+
+def _skip_tags(buf: Buffer, pos: int) -> int:
+    if buf[pos] == 0:
+        return pos + 1
+    r = Reader(buf, pos)
+    r.tagged_fields()
+    return r.pos
+
+
+def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
+                                ) -> tuple[int, list[tuple[str | uuid.UUID, int, int, int]]]:
+    """produce_partition_records for v9+ with direct reads (it runs for every audited request)."""
+    unpack_i32 = _I32.unpack_from
+    out: list[tuple[str | uuid.UUID, int, int, int]] = []
+    n = len(frame)
+    try:
+        acks = _I16.unpack_from(frame, acks_offset)[0]
+        count, pos = _uvarint(frame, acks_offset + 6)
+        for _ in range(count - 1 if count else 0):
+            topic: str | uuid.UUID
+            if version >= 13:
+                topic = uuid.UUID(bytes=bytes(frame[pos:pos + 16]))
+                pos += 16
+            else:
+                length, pos = _uvarint(frame, pos)
+                length -= 1
+                if length < 0 or pos + length > n:
+                    raise MalformedFrame("bad topic name length in Produce request")
+                topic = str(frame[pos:pos + length], "utf-8")
+                pos += length
+            partitions, pos = _uvarint(frame, pos)
+            for _ in range(partitions - 1 if partitions else 0):
+                partition = unpack_i32(frame, pos)[0]
+                size, pos = _uvarint(frame, pos + 4)
+                size -= 1
+                if size > 0:
+                    if pos + size > n:
+                        raise TruncatedData("Produce request records run past the frame end")
+                    out.append((topic, partition, size, count_records(frame, pos, size)))
+                    pos += size
+                else:
+                    out.append((topic, partition, 0, 0))
+                pos = _skip_tags(frame, pos)
+            pos = _skip_tags(frame, pos)
+        pos = _skip_tags(frame, pos)
+        if pos != n:
+            raise MalformedFrame(f"{n - pos} unexpected bytes after the Produce request")
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, IndexError, UnicodeError) as e:
+        raise TruncatedData(f"cannot read Produce request partitions: {e!r}") from None
+    return acks, out
+
+
+def _skip_compact_nullable_string(buf: Buffer, pos: int) -> int:
+    length, pos = _uvarint(buf, pos)
+    return pos + length - 1 if length else pos
+
+
+def _flexible_response_error_codes(frame: Buffer, version: int) -> list[tuple[str | uuid.UUID, int, int]]:
+    """produce_response_error_codes for v9+ with direct reads (it runs for every audited request)."""
+    out: list[tuple[str | uuid.UUID, int, int]] = []
+    unpack_i32, unpack_i16 = _I32.unpack_from, _I16.unpack_from
+    n = len(frame)
+    try:
+        pos = _skip_tags(frame, 4)  # correlation id, response header v1 tags
+        topics, pos = _uvarint(frame, pos)
+        for _ in range(topics - 1 if topics else 0):
+            topic: str | uuid.UUID
+            if version >= 13:
+                topic = uuid.UUID(bytes=bytes(frame[pos:pos + 16]))
+                pos += 16
+            else:
+                length, pos = _uvarint(frame, pos)
+                length -= 1
+                if length < 0 or pos + length > n:
+                    raise MalformedFrame("bad topic name length in Produce response")
+                topic = str(frame[pos:pos + length], "utf-8")
+                pos += length
+            partitions, pos = _uvarint(frame, pos)
+            for _ in range(partitions - 1 if partitions else 0):
+                out.append((topic, unpack_i32(frame, pos)[0], unpack_i16(frame, pos + 4)[0]))
+                pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
+                record_errors, pos = _uvarint(frame, pos)
+                for _ in range(record_errors - 1 if record_errors else 0):
+                    pos = _skip_tags(frame, _skip_compact_nullable_string(frame, pos + 4))
+                pos = _skip_tags(frame, _skip_compact_nullable_string(frame, pos))
+            pos = _skip_tags(frame, pos)
+        if pos > n:
+            raise TruncatedData("Produce response runs past its end")
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, IndexError, UnicodeError) as e:
+        raise TruncatedData(f"Produce v{version} response is truncated or corrupt: {e!r}") from None
+    return out
