@@ -563,6 +563,17 @@ def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     return read_uvarint_at(buf, pos)
 
 
+def _flexible_topic(buf: Buffer, pos: int, version: int) -> tuple[str | uuid.UUID, int]:
+    """A topic of a v9+ Produce request or response: its topic_id (v13+) or compact name."""
+    if version >= 13:
+        return uuid.UUID(bytes=bytes(buf[pos:pos + 16])), pos + 16
+    length, pos = _uvarint(buf, pos)
+    length -= 1
+    if length < 0 or pos + length > len(buf):
+        raise MalformedFrame("bad topic name length in Produce")
+    return str(buf[pos:pos + length], "utf-8"), pos + length
+
+
 def _skip_tags(buf: Buffer, pos: int) -> int:
     if buf[pos] == 0:
         return pos + 1
@@ -581,17 +592,7 @@ def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
         acks = _I16.unpack_from(frame, acks_offset)[0]
         count, pos = _uvarint(frame, acks_offset + 6)
         for _ in range(count - 1 if count else 0):
-            topic: str | uuid.UUID
-            if version >= 13:
-                topic = uuid.UUID(bytes=bytes(frame[pos:pos + 16]))
-                pos += 16
-            else:
-                length, pos = _uvarint(frame, pos)
-                length -= 1
-                if length < 0 or pos + length > n:
-                    raise MalformedFrame("bad topic name length in Produce request")
-                topic = str(frame[pos:pos + length], "utf-8")
-                pos += length
+            topic, pos = _flexible_topic(frame, pos, version)
             partitions, pos = _uvarint(frame, pos)
             for _ in range(partitions - 1 if partitions else 0):
                 partition = unpack_i32(frame, pos)[0]
@@ -630,17 +631,7 @@ def _flexible_response_error_codes(frame: Buffer, version: int) -> list[tuple[st
         pos = _skip_tags(frame, 4)  # correlation id, response header v1 tags
         topics, pos = _uvarint(frame, pos)
         for _ in range(topics - 1 if topics else 0):
-            topic: str | uuid.UUID
-            if version >= 13:
-                topic = uuid.UUID(bytes=bytes(frame[pos:pos + 16]))
-                pos += 16
-            else:
-                length, pos = _uvarint(frame, pos)
-                length -= 1
-                if length < 0 or pos + length > n:
-                    raise MalformedFrame("bad topic name length in Produce response")
-                topic = str(frame[pos:pos + length], "utf-8")
-                pos += length
+            topic, pos = _flexible_topic(frame, pos, version)
             partitions, pos = _uvarint(frame, pos)
             for _ in range(partitions - 1 if partitions else 0):
                 out.append((topic, unpack_i32(frame, pos)[0], unpack_i16(frame, pos + 4)[0]))
