@@ -1,7 +1,12 @@
-"""Benchmark: the durability report job in Spark local[2] versus the same aggregation in DuckDB.
+"""Benchmark: the durability report job in Spark local[2] versus the same aggregation in DuckDB,
+and the report over one day of a v2 fleet.
 
     python benchmarks/pipeline_bench.py --events 1000000
     python benchmarks/pipeline_bench.py --events 10000000 --files 16
+    python benchmarks/pipeline_bench.py --fleet --hours 24                  # staged (Parquet) v2 fleet day
+    python benchmarks/pipeline_bench.py --fleet --hours 1 --fleet-format json   # the same as JSON Lines
+
+v1 mode (default):
 
 Synthetic audit events (schema v1, JSON Lines, several files as from several sidecars) are generated
 with DuckDB (vectorised SQL, seconds for millions of lines) and cached under ``--cache-dir``. Both
@@ -115,6 +120,11 @@ _COLUMNS = {
 }
 
 _DUCKDB_TABLES = {
+    "partition_traffic": """
+        SELECT date, topic, "partition", count(*) AS requests, sum(record_bytes) AS record_bytes,
+               count(*) FILTER (acks_sent IS NOT NULL AND coalesce(error_code, 0) = 0) AS written_requests,
+               count(*) FILTER (acks_sent IS NULL) AS answered_by_proxy_requests
+        FROM pd GROUP BY ALL""",
     "decisions_by_kind": """
         SELECT date, topic, "partition", decision, count(*) AS decisions, sum(record_bytes) AS record_bytes
         FROM pd GROUP BY ALL""",
@@ -208,7 +218,8 @@ def run_duckdb(data: Path, out: Path, threads: int) -> float:
     return time.monotonic() - started
 
 
-def run_spark(data: Path, out: Path, driver_memory: str, shuffle_partitions: int) -> tuple[float, float]:
+def run_spark(data: Path, out: Path, driver_memory: str, shuffle_partitions: int, *, staged: bool = False,
+              staging: str = "parquet") -> tuple[float, float]:
     """The real report job in Spark local[2]; returns (session start seconds, job seconds)."""
     from insync_proxy.pipeline.report import run_report
     from insync_proxy.pipeline.spark_env import Progress, build_session
@@ -220,11 +231,127 @@ def run_spark(data: Path, out: Path, driver_memory: str, shuffle_partitions: int
     spark.range(1).count()  # JVM warm-up is not the job's cost
     session_s = time.monotonic() - started
     started = time.monotonic()
-    result = run_report(spark, [str(data)], out, progress=Progress())
+    if staged:
+        result = run_report(spark, [], out, progress=Progress(), staged=[str(data)])
+    else:
+        result = run_report(spark, [str(data)], out, progress=Progress(), staging=staging)
     job_s = time.monotonic() - started
-    print(f"spark: {result.counts['valid']:,} valid events, {len(result.tables['isr_below_min_intervals']):,} intervals")
+    print(f"spark: {result.counts['valid']:,} valid events, {result.summary['requests']:,} requests, "
+          f"{len(result.tables['isr_below_min_intervals']):,} intervals")
     spark.stop()
     return session_s, job_s
+
+
+# --------------------------------------------------------------------------- v2 fleet
+
+#: Latency buckets of a generated summary: five buckets around 2-6 ms (indexes 44..52).
+_FLEET_SQL = """
+WITH base AS (
+    SELECT i, i // {keys} AS k, i % {keys} AS sp, hash(i) % 1000 AS h
+    FROM range({lo}, {hi}) r(i)
+), rows AS (
+    SELECT *, sp // {partitions} AS s, sp % {partitions} AS p, {merged} * (50 + hash(i * 3) % 100) AS req,
+           TIMESTAMPTZ '{start}' + to_microseconds(CAST(k AS BIGINT) * {interval_us}) AS t0
+    FROM base
+)
+SELECT 2 AS schema_version, 'produce_summary' AS event,
+       t0 + to_microseconds({interval_us}) AS ts, 'sidecar-' || CAST(s AS VARCHAR) AS proxy_id,
+       'broker-' || CAST(p % 3 AS VARCHAR) AS listener, 'client-' || CAST(s AS VARCHAR) AS client_id,
+       'fleet-' || CAST(sp // 10 AS VARCHAR) AS topic, CAST(p % 10 AS INTEGER) AS "partition",
+       CAST(CASE WHEN p % 10 < 7 THEN -1 WHEN p % 10 < 9 THEN 1 ELSE -2 END AS INTEGER) AS acks_requested,
+       CAST(CASE WHEN h = 0 THEN NULL WHEN p % 10 < 7 THEN -1 WHEN p % 10 < 9 THEN 1 ELSE -1 END AS INTEGER) AS acks_sent,
+       CAST(NULL AS INTEGER) AS isr_size, CAST(NULL AS INTEGER) AS min_isr,
+       CASE WHEN h = 0 THEN 'answered_not_enough_replicas' ELSE 'forwarded' END AS decision,
+       CAST(CASE WHEN h = 0 THEN 19 ELSE 0 END AS INTEGER) AS error_code,
+       CAST(NULL AS DOUBLE) AS latency_ms, CAST(req * 16000 AS BIGINT) AS record_bytes,
+       CAST(NULL AS INTEGER) AS api_version, CAST(NULL AS INTEGER) AS correlation_id, CAST(NULL AS INTEGER) AS leader_id,
+       t0 AS interval_start, CAST({interval_s} AS DOUBLE) AS interval_seconds, CAST(req AS BIGINT) AS requests,
+       CAST(req * 16 AS BIGINT) AS records, CAST(req AS BIGINT) AS latency_count,
+       CAST(req * 3.5 AS DOUBLE) AS latency_sum_ms, CAST(1.9 AS DOUBLE) AS latency_min_ms,
+       CAST(6.1 AS DOUBLE) AS latency_max_ms,
+       [[44, req // 5], [46, req // 5], [48, req // 5], [50, req // 5], [52, req - 4 * (req // 5)]]::BIGINT[][]
+           AS latency_buckets,
+       CAST(NULL AS BOOLEAN) AS ready, CAST(t0 AS DATE) AS date, CAST(NULL AS VARCHAR) AS reject_reason,
+       CAST(NULL AS VARCHAR) AS source, CAST(NULL AS VARCHAR) AS line
+FROM rows
+"""
+
+#: One unready/ready pair per (sidecar, hour) on that sidecar's first partition.
+_FLEET_READINESS_SQL = """
+SELECT 2 AS schema_version, 'partition_readiness' AS event,
+       TIMESTAMPTZ '{start}' + to_microseconds(CAST(hr * 3600 + 60 + 30 * flip AS BIGINT) * 1000000) AS ts,
+       'sidecar-' || CAST(s AS VARCHAR) AS proxy_id, CAST(NULL AS VARCHAR) AS listener,
+       CAST(NULL AS VARCHAR) AS client_id, 'fleet-' || CAST(s * {partitions} // 10 AS VARCHAR) AS topic,
+       0 AS "partition", CAST(NULL AS INTEGER) AS acks_requested, CAST(NULL AS INTEGER) AS acks_sent,
+       CAST(1 + 2 * flip AS INTEGER) AS isr_size, 2 AS min_isr, CAST(NULL AS VARCHAR) AS decision,
+       CAST(NULL AS INTEGER) AS error_code, CAST(NULL AS DOUBLE) AS latency_ms, CAST(NULL AS BIGINT) AS record_bytes,
+       CAST(NULL AS INTEGER) AS api_version, CAST(NULL AS INTEGER) AS correlation_id, 1 AS leader_id,
+       CAST(NULL AS TIMESTAMPTZ) AS interval_start, CAST(NULL AS DOUBLE) AS interval_seconds,
+       CAST(NULL AS BIGINT) AS requests, CAST(NULL AS BIGINT) AS records, CAST(NULL AS BIGINT) AS latency_count,
+       CAST(NULL AS DOUBLE) AS latency_sum_ms, CAST(NULL AS DOUBLE) AS latency_min_ms,
+       CAST(NULL AS DOUBLE) AS latency_max_ms, CAST(NULL AS BIGINT[][]) AS latency_buckets,
+       flip = 1 AS ready, CAST(TIMESTAMPTZ '{start}' + to_microseconds(CAST(hr * 3600 AS BIGINT) * 1000000) AS DATE) AS date,
+       CAST(NULL AS VARCHAR) AS reject_reason, CAST(NULL AS VARCHAR) AS source, CAST(NULL AS VARCHAR) AS line
+FROM range(0, {sidecars}) a(s), range(0, {hours}) b(hr), range(0, 2) c(flip)
+"""
+
+_FLEET_JSON_COLUMNS = (
+    "schema_version, event, strftime(ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS ts, proxy_id, "
+    "strftime(interval_start, '%Y-%m-%dT%H:%M:%S.%fZ') AS interval_start, interval_seconds, listener, client_id, "
+    "topic, \"partition\", acks_requested, acks_sent, decision, error_code, requests, records, record_bytes, "
+    "latency_count, latency_sum_ms, latency_min_ms, latency_max_ms, latency_buckets"
+)
+
+
+def generate_fleet(sidecars: int, partitions: int, interval_s: int, hours: float, fmt: str, cache_dir: Path,
+                   rollup_s: int = 0) -> Path:
+    """Generate (or reuse) the summaries a fleet emits over ``hours``: one per sidecar, busy partition
+    and interval, plus readiness events; ``fmt`` "staged" (Parquet, the parse step's output, as
+    ``pipeline.compact`` writes it) or "json" (JSON Lines as the proxy writes them, one file per
+    sidecar-hour group)."""
+    import duckdb
+
+    keys = sidecars * partitions
+    # Rolled up (pipeline.compact --rollup-seconds): one row per key and granule carrying the sums of
+    # rollup_s / interval_s intervals, as the compaction writes it.
+    merged = max(1, rollup_s // interval_s) if rollup_s else 1
+    interval_s = interval_s * merged
+    intervals = int(hours * 3600 / interval_s)
+    rows = keys * intervals
+    suffix = f"-rollup{rollup_s}s" if rollup_s else ""
+    target = cache_dir / f"fleet-{sidecars}x{partitions}-{interval_s}s-{hours}h-{fmt}{suffix}"
+    done = target / "_COMPLETE"
+    if done.exists():
+        print(f"using cached fleet data in {target} ({rows:,} summaries)")
+        return target
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    started = time.monotonic()
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    con.execute("SET TimeZone = 'UTC'")
+    chunk = keys * max(1, int(3600 / interval_s))  # an hour of the fleet per file
+    for n, lo in enumerate(range(0, rows, chunk)):
+        sql = _FLEET_SQL.format(keys=keys, partitions=partitions, lo=lo, hi=min(rows, lo + chunk), start=START,
+                                interval_us=interval_s * 1_000_000, interval_s=float(interval_s), merged=merged)
+        if fmt == "staged":
+            con.execute(f"COPY ({sql}) TO '{target}/part-{n:05d}.parquet' (FORMAT PARQUET, ROW_GROUP_SIZE 1000000)")
+        else:
+            con.execute(f"COPY (SELECT {_FLEET_JSON_COLUMNS} FROM ({sql})) TO '{target}/audit-fleet-{n:05d}.jsonl' "
+                        "(FORMAT JSON)")
+    readiness = _FLEET_READINESS_SQL.format(start=START, sidecars=sidecars, hours=max(1, int(hours)),
+                                            partitions=partitions)
+    if fmt == "staged":
+        con.execute(f"COPY ({readiness}) TO '{target}/readiness.parquet' (FORMAT PARQUET)")
+    else:
+        con.execute(f"COPY (SELECT schema_version, event, strftime(ts, '%Y-%m-%dT%H:%M:%S.%fZ') AS ts, proxy_id, topic, "
+                    f"\"partition\", ready, isr_size, min_isr, leader_id FROM ({readiness})) TO "
+                    f"'{target}/audit-readiness.jsonl' (FORMAT JSON)")
+    done.write_text(str(rows))
+    size = sum(p.stat().st_size for p in target.iterdir())
+    print(f"generated {rows:,} fleet summaries ({size / 1e6:,.0f} MB {fmt}) in {time.monotonic() - started:.1f} s "
+          f"into {target}")
+    return target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,7 +366,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shuffle-partitions", type=int, default=8, help="spark.sql.shuffle.partitions (default 8)")
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument("--skip-duckdb", action="store_true")
+    parser.add_argument("--staging", choices=("parquet", "memory"), default="parquet",
+                        help="v1 mode: how the Spark job keeps parsed events between its table jobs")
+    parser.add_argument("--fleet", action="store_true", help="v2 fleet mode instead of the v1 comparison")
+    parser.add_argument("--sidecars", type=int, default=200, help="fleet mode: sidecars (default 200)")
+    parser.add_argument("--partitions", type=int, default=100, help="fleet mode: busy partitions per sidecar (100)")
+    parser.add_argument("--interval", type=int, default=10, help="fleet mode: audit.interval_seconds (default 10)")
+    parser.add_argument("--hours", type=float, default=24.0, help="fleet mode: hours of data (default 24)")
+    parser.add_argument("--rollup", type=int, default=0, metavar="SECONDS",
+                        help="fleet mode, staged: data as `pipeline.compact --rollup-seconds SECONDS` leaves it")
+    parser.add_argument("--fleet-format", choices=("staged", "json"), default="staged",
+                        help="fleet mode: Parquet as pipeline.compact writes it (default) or JSON Lines")
     args = parser.parse_args(argv)
+
+    if args.fleet:
+        data = generate_fleet(args.sidecars, args.partitions, args.interval, args.hours, args.fleet_format,
+                              args.cache_dir, args.rollup)
+        rows = args.sidecars * args.partitions * int(args.hours * 3600 / args.interval)
+        session_s, spark_s = run_spark(data, args.cache_dir / "out-fleet", args.driver_memory, args.shuffle_partitions,
+                                       staged=args.fleet_format == "staged")
+        stored = rows // (max(1, args.rollup // args.interval) if args.rollup else 1)
+        print(f"fleet ({args.sidecars} sidecars x {args.partitions} partitions, {args.interval} s interval, "
+              f"{args.hours:g} h, {args.fleet_format}{f', rolled up per {args.rollup} s' if args.rollup else ''}): "
+              f"spark local[2] {spark_s:.1f} s for {rows:,} summaries ({stored:,} rows read), "
+              f"{rows / spark_s:,.0f} summaries/s (session start {session_s:.1f} s)")
+        return 0
 
     data = generate(args.events, args.files, args.cache_dir)
     results: dict[str, float] = {}
@@ -248,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         results["duckdb"] = duck_s
         print(f"duckdb ({args.threads} threads): {duck_s:.1f} s, {args.events / duck_s:,.0f} events/s")
     if not args.skip_spark:
-        session_s, spark_s = run_spark(data, args.cache_dir / "out-spark", args.driver_memory, args.shuffle_partitions)
+        session_s, spark_s = run_spark(data, args.cache_dir / "out-spark", args.driver_memory, args.shuffle_partitions,
+                                       staging=args.staging)
         results["spark"] = spark_s
         print(f"spark local[2]: {spark_s:.1f} s, {args.events / spark_s:,.0f} events/s (session start {session_s:.1f} s)")
     if len(results) == 2:

@@ -181,11 +181,13 @@ def run_report(
     kafka: KafkaInput | None = None,
     progress: Progress | None = None,
     staging: str = "parquet",
+    staged: Sequence[str] = (),
 ) -> ReportResult:
     """Read audit events (v1 and v2), write the Parquet tables, ``rejected/``, ``report.html`` and ``summary.json``.
 
     ``inputs`` are JSON Lines files, directories (read recursively for ``*.jsonl``) or globs; with
-    ``kafka`` the audit topic is read as well (or alone, with ``inputs=[]``). Each table directory
+    ``kafka`` the audit topic is read as well (or alone, with ``inputs=[]``); ``staged`` are
+    directories of already parsed events written by :mod:`pipeline.compact` (Parquet). Each table directory
     under ``output_dir`` is replaced as a whole. Raises :class:`PipelineError` for a missing input.
 
     The parsed lines are staged once (``staging="parquet"``: written under ``output_dir/parsed-staging``
@@ -200,8 +202,8 @@ def run_report(
     started = time.monotonic()
     progress = progress or Progress()
     inputs = [inputs] if isinstance(inputs, str) else list(inputs)
-    if not inputs and kafka is None:
-        raise PipelineError("no input: give --input paths and/or --kafka-bootstrap with --topic")
+    if not inputs and kafka is None and not staged:
+        raise PipelineError("no input: give --input paths, --staged directories and/or --kafka-bootstrap with --topic")
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     configure_session(spark)
@@ -216,7 +218,15 @@ def run_report(
         lines = sources.read_audit_kafka(spark, kafka.bootstrap, kafka.topic, kafka.starting_offsets,
                                          kafka.ending_offsets)
         frames.append(schema.parse_audit_events(lines, source_col="source"))
-    parsed = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    to_stage = len(frames) > 0
+    if staged:
+        progress.stage(f"reading staged (already parsed) events from {', '.join(staged)}")
+        frames.append(spark.read.schema(schema.PARSED_SCHEMA).parquet(*staged))
+    parsed = frames[0]
+    for frame in frames[1:]:
+        parsed = parsed.unionByName(frame)
+    if not to_stage:
+        staging = "none"  # only staged input: already Parquet, nothing to parse
 
     # Not "_staging": Spark skips paths starting with "_" or "." as hidden.
     staging_dir = out / "parsed-staging"
@@ -228,7 +238,7 @@ def run_report(
         parsed = spark.read.parquet(str(staging_dir))
     elif staging == "memory":
         parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
-    else:
+    elif staging != "none":
         raise ValueError(f"staging must be 'parquet' or 'memory', not {staging!r}")
     cached: list[DataFrame] = []
     try:
@@ -267,7 +277,10 @@ def run_report(
         rejected_dir = out / "rejected"
         progress.stage(f"writing rejected lines to {rejected_dir}")
         # JSON Lines so an operator can read the offending lines and reasons without Spark.
-        schema.rejected_events(parsed).coalesce(1).write.mode("overwrite").json(str(rejected_dir))
+        rejected = schema.rejected_events(parsed)
+        if not counts["rejected"]:  # known from the counts: no need to scan the events again
+            rejected = spark.createDataFrame([], rejected.schema)
+        rejected.coalesce(1).write.mode("overwrite").json(str(rejected_dir))
 
         events = schema.valid_events(parsed)
         summaries = schema.summaries(events)
@@ -304,7 +317,7 @@ def run_report(
             frame.unpersist()
         if staging == "parquet":
             shutil.rmtree(staging_dir, ignore_errors=True)
-        else:
+        elif staging == "memory":
             parsed.unpersist()
 
     for name, keys in {
@@ -420,6 +433,9 @@ def build_parser(prog: str = "python -m insync_proxy.pipeline.report") -> argpar
     parser.add_argument("--input", "-i", nargs="+", action="extend", default=[], metavar="PATH",
                         help="audit JSON Lines: files, directories (read recursively for *.jsonl) or globs "
                              "(quote them); repeatable; may be hdfs:// or s3a:// URIs")
+    parser.add_argument("--staged", nargs="+", action="extend", default=[], metavar="DIR",
+                        help="directories of events already parsed by `python -m insync_proxy.pipeline.compact` "
+                             "(Parquet); combined with --input and the topic")
     parser.add_argument("--output", "-o", required=True, metavar="DIR",
                         help="output directory (tables, rejected/, report.html, summary.json); tables in it are replaced")
     parser.add_argument("--master", default=None,
@@ -470,8 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if bool(args.kafka_bootstrap) != bool(args.topic):
         parser.error("--kafka-bootstrap and --topic go together")
-    if not args.input and not args.kafka_bootstrap:
-        parser.error("give --input and/or --kafka-bootstrap with --topic")
+    if not args.input and not args.kafka_bootstrap and not args.staged:
+        parser.error("give --input, --staged and/or --kafka-bootstrap with --topic")
     verbose = verbose_requested(args.verbose)
     progress = Progress(enabled=not args.quiet)
     try:
@@ -492,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
                               driver_memory=args.driver_memory, jars=jars, verbose=verbose)
         kafka = KafkaInput(args.kafka_bootstrap, args.topic, args.starting_offsets, args.ending_offsets) \
             if args.kafka_bootstrap else None
-        result = run_report(spark, args.input, args.output, kafka=kafka, progress=progress, staging=args.staging)
+        result = run_report(spark, args.input, args.output, kafka=kafka, progress=progress, staging=args.staging,
+                            staged=args.staged)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

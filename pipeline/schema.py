@@ -112,6 +112,13 @@ RAW_SCHEMA = T.StructType(
 #: Columns of a valid, typed event as produced by :func:`parse_audit_events`.
 EVENT_COLUMNS = tuple(name for name, _ in AUDIT_FIELDS) + ("date",)
 
+#: Columns and types of :func:`parse_audit_events` output: what a staged (compacted) copy holds.
+PARSED_SCHEMA = T.StructType(
+    [T.StructField(name, T.TimestampType() if name in _TIMESTAMP_FIELDS else dtype, True) for name, dtype in AUDIT_FIELDS]
+    + [T.StructField(name, dtype, True) for name, dtype in
+       (("date", T.DateType()), ("reject_reason", T.StringType()), ("source", T.StringType()), ("line", T.StringType()))]
+)
+
 #: Reject reasons (a field name follows the colon where one applies).
 REASON_EMPTY_LINE = "empty_line"
 REASON_BAD_JSON = "bad_json"

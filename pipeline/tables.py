@@ -247,6 +247,28 @@ def decisions_timeline(summaries: DataFrame, bucket_seconds: int) -> DataFrame:
 LATENCY_KEYS = ("date", *PARTITION_KEYS, *ACKS_KEYS)
 
 
+def _histograms(rows: DataFrame, keys: tuple[str, ...], buckets_col: str) -> DataFrame:
+    """One aggregation for stats and buckets: each row's buckets are exploded, and its latency stats
+    are carried by its first bucket only (so they are counted once), then summed per ``keys``."""
+    exploded = rows.select(*keys, "latency_count", "latency_sum_ms", "latency_min_ms", "latency_max_ms",
+                           F.posexplode(buckets_col).alias("pos", "b"))
+    first = F.col("pos") == 0
+    per_bucket = exploded.groupBy(*keys, F.col("b.bucket").alias("bucket")).agg(
+        F.sum("b.count").alias("count"),
+        F.sum(F.when(first, F.col("latency_count"))).alias("latency_count"),
+        F.sum(F.when(first, F.col("latency_sum_ms"))).alias("latency_sum_ms"),
+        F.min(F.when(first, F.col("latency_min_ms"))).alias("latency_min_ms"),
+        F.max(F.when(first, F.col("latency_max_ms"))).alias("latency_max_ms"),
+    )
+    return per_bucket.groupBy(*keys).agg(
+        F.sum("latency_count").cast("long").alias("latency_count"),
+        F.sum("latency_sum_ms").alias("latency_sum_ms"),
+        F.min("latency_min_ms").alias("latency_min_ms"),
+        F.max("latency_max_ms").alias("latency_max_ms"),
+        F.array_sort(F.collect_list(F.struct("bucket", "count"))).cast(BUCKETS_TYPE).alias("hist"),
+    )
+
+
 def latency_histograms(summaries: DataFrame, keys: tuple[str, ...] = LATENCY_KEYS) -> DataFrame:
     """Merged latency histograms per ``keys``: ``keys`` + latency count/sum/min/max + ``hist``.
 
@@ -254,40 +276,12 @@ def latency_histograms(summaries: DataFrame, keys: tuple[str, ...] = LATENCY_KEY
     the group: bucket bounds are fixed, so merging is adding counts. Groups without a measured
     latency (acks=0 only) are left out.
     """
-    measured = summaries.filter(F.col("latency_count") > 0)
-    stats = measured.groupBy(*keys).agg(
-        F.sum("latency_count").alias("latency_count"),
-        F.sum("latency_sum_ms").alias("latency_sum_ms"),
-        F.min("latency_min_ms").alias("latency_min_ms"),
-        F.max("latency_max_ms").alias("latency_max_ms"),
-    )
-    exploded = measured.select(*keys, F.explode("latency_buckets").alias("b"))
-    per_bucket = exploded.groupBy(*keys, F.col("b.bucket").alias("bucket")).agg(F.sum("b.count").alias("count"))
-    hist = per_bucket.groupBy(*keys).agg(
-        F.array_sort(F.collect_list(F.struct("bucket", "count"))).cast(BUCKETS_TYPE).alias("hist")
-    )
-    return _join_on_keys(stats, hist, keys)
-
-
-def _join_on_keys(stats: DataFrame, hist: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """Stats and histograms side by side; null-safe on the keys (acks_sent, client_id may be null)."""
-    s, h = stats.alias("s"), hist.alias("h")
-    cond = [F.col(f"s.{k}").eqNullSafe(F.col(f"h.{k}")) for k in keys]
-    return s.join(h, cond, "inner").select(*[F.col(f"s.{k}").alias(k) for k in keys], "s.latency_count",
-                                           "s.latency_sum_ms", "s.latency_min_ms", "s.latency_max_ms", "h.hist")
+    return _histograms(summaries.filter(F.col("latency_count") > 0), keys, "latency_buckets")
 
 
 def merge_histograms(histograms: DataFrame, keys: tuple[str, ...]) -> DataFrame:
     """Re-group :func:`latency_histograms` output by fewer ``keys`` (e.g. over all dates and partitions)."""
-    stats = histograms.groupBy(*keys).agg(
-        F.sum("latency_count").alias("latency_count"), F.sum("latency_sum_ms").alias("latency_sum_ms"),
-        F.min("latency_min_ms").alias("latency_min_ms"), F.max("latency_max_ms").alias("latency_max_ms"),
-    )
-    per_bucket = (histograms.select(*keys, F.explode("hist").alias("b"))
-                  .groupBy(*keys, F.col("b.bucket").alias("bucket")).agg(F.sum("b.count").alias("count")))
-    hist = per_bucket.groupBy(*keys).agg(
-        F.array_sort(F.collect_list(F.struct("bucket", "count"))).cast(BUCKETS_TYPE).alias("hist"))
-    return _join_on_keys(stats, hist, keys)
+    return _histograms(histograms, keys, "hist")
 
 
 def percentile_from_buckets(hist: Column, p: float, min_ms: Column, max_ms: Column) -> Column:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from insync_proxy.pipeline.report import _collect
 from insync_proxy.pipeline.stream import start_streams
 from insync_proxy.proxy.audit.buckets import RELATIVE_ERROR
 
-from .events import at, decision, write_jsonl
+from .events import at, decision, readiness, summary, write_jsonl
 
 
 def test_windowed_aggregates_from_a_stream(spark: SparkSession, tmp_path: Path) -> None:
@@ -43,3 +45,32 @@ def test_windowed_aggregates_from_a_stream(spark: SparkSession, tmp_path: Path) 
     assert got[(at(60), "forwarded")]["exposed_bytes"] == 200
     rejected = spark.read.json(str(tmp_path / "out" / "rejected")).collect()
     assert [r["reason"] for r in rejected] == ["bad_json"]
+
+
+def test_stream_command_over_a_directory_of_v2_summaries(spark: SparkSession, tmp_path: Path) -> None:
+    # Given minute 0: two sidecars' summaries of orders-0 (10 requests at 1 ms, 5 at 100 ms); minute 1:
+    # acks=1 traffic; readiness events (no traffic); and a summary 10 minutes later that moves the watermark
+    evs: list[dict[str, Any] | str] = [
+        summary(0, requests=10, records=20, record_bytes=1000, latencies_ms=[1.0] * 10),
+        summary(10, proxy_id="sidecar-b", requests=5, records=5, record_bytes=50, latencies_ms=[100.0] * 5),
+        readiness(20, False, 1), readiness(30, True, 3),
+        summary(60, acks_requested=1, acks_sent=1, requests=3, records=3, record_bytes=30, latencies_ms=[2.0] * 3),
+        summary(600),
+    ]
+    write_jsonl(tmp_path / "in" / "audit-sidecar-a-20261121T070000Z.jsonl", evs)
+    # When `python -m insync_proxy.pipeline.stream` processes the directory (available-now)
+    proc = subprocess.run(
+        [sys.executable, "-m", "insync_proxy.pipeline.stream", "--input-dir", str(tmp_path / "in"), "--output",
+         str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt"), "--master", "local[1]", "--watermark",
+         "1 minute", "--available-now"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Then both closed windows hold the summed summaries and percentiles from the merged buckets
+    rows = {(r["window_start"], r["decision"]): r for r in _collect(spark.read.parquet(str(tmp_path / "out" / "windows")))}
+    assert set(rows) == {(at(0), "forwarded"), (at(60), "forwarded")}
+    first = rows[(at(0), "forwarded")]
+    assert (first["requests"], first["records"], first["record_bytes"], first["latency_n"]) == (15, 25, 1050, 15)
+    assert 1.0 <= first["latency_p50_ms"] <= 1.0 * (1 + RELATIVE_ERROR)
+    assert 100.0 <= first["latency_p99_ms"] <= 100.0 * (1 + RELATIVE_ERROR) and first["latency_max_ms"] == 100.0
+    assert rows[(at(60), "forwarded")]["exposed_bytes"] == 30
