@@ -280,6 +280,8 @@ class LocalKafkaCluster:
         node = self.brokers[node_id]
         self._signal(node, signal.SIGSTOP)
         node.paused = True
+        # SIGSTOP takes effect as each thread is next scheduled: return once the whole JVM is stopped.
+        self.wait_for(lambda: _all_threads_stopped(node), 10.0, f"broker {node_id} to stop (SIGSTOP)", nodes=[])
 
     def resume_broker(self, node_id: int) -> None:
         """SIGCONT after pause_broker."""
@@ -675,6 +677,24 @@ class LocalKafkaCluster:
             props["min.insync.replicas"] = str(self.settings.min_insync_replicas)
         props.update(self.settings.extra_broker_config if node.role == "broker" else {})
         return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def _all_threads_stopped(node: KafkaNode) -> bool:
+    """Every thread of the node's process is stopped (state T in /proc), or the process is gone."""
+    if node.process is None or node.process.poll() is not None:
+        return True
+    try:
+        tasks = list(Path(f"/proc/{node.process.pid}/task").iterdir())
+    except FileNotFoundError:
+        return True
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
 
 
 def _random_cluster_id() -> str:

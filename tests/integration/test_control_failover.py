@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from insync_proxy.proxy.control import ControlConnection
 from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 
 
+@pytest.mark.every_kafka_version  # the control connection negotiates Metadata v11 with Kafka 2.8
 async def test_refresh_succeeds_through_another_broker_when_the_control_broker_is_paused(
     kafka_cluster: LocalKafkaCluster,
 ) -> None:
