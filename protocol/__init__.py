@@ -84,6 +84,14 @@ from .produce import (
     read_produce_acks,
     rewrite_produce_node_endpoints,
 )
+from .quorum import DescribeQuorumRequest, DescribeQuorumResponse, rewrite_describe_quorum_endpoints
+from .share import (
+    ShareAcknowledgeResponse,
+    ShareFetchResponse,
+    find_share_node_endpoints,
+    rewrite_share_acknowledge_node_endpoints,
+    rewrite_share_fetch_node_endpoints,
+)
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -99,6 +107,8 @@ __all__ = [
     "DescribeClusterResponse",
     "DescribeConfigsRequest",
     "DescribeConfigsResponse",
+    "DescribeQuorumRequest",
+    "DescribeQuorumResponse",
     "ErrorCode",
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
@@ -125,6 +135,8 @@ __all__ = [
     "SaslAuthenticateResponse",
     "SaslHandshakeRequest",
     "SaslHandshakeResponse",
+    "ShareAcknowledgeResponse",
+    "ShareFetchResponse",
     "TruncatedData",
     "UnsupportedVersion",
     "build_forward_request",
@@ -144,6 +156,7 @@ __all__ = [
     "encode_response_with_header",
     "enrich_metadata_response",
     "find_fetch_node_endpoints",
+    "find_share_node_endpoints",
     "count_records",
     "index_produce_request",
     "produce_partition_records",
@@ -157,7 +170,10 @@ __all__ = [
     "request_header_version",
     "response_header_version",
     "rewrite_fetch_node_endpoints",
+    "rewrite_describe_quorum_endpoints",
     "rewrite_produce_node_endpoints",
+    "rewrite_share_acknowledge_node_endpoints",
+    "rewrite_share_fetch_node_endpoints",
     "scan_metadata_response",
     "splice_metadata_response",
     "split_response",

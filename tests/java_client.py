@@ -1,4 +1,5 @@
-"""Compiles and runs tests/java/ClientCheck.java against kafka-clients (Apache Kafka's own Java client)."""
+"""Compiles and runs a check in tests/java/ (ClientCheck.java by default) against kafka-clients (Apache Kafka's
+own Java client)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ _LOG4J2 = "status = warn\nrootLogger.level = WARN\nrootLogger.appenderRef.stderr
 
 
 class JavaClient:
-    def __init__(self, version: str | None = None) -> None:
+    def __init__(self, version: str | None = None, source: Path = SOURCE) -> None:
+        self.main_class = source.stem
         self.libs = kafka_libs(version)
         self.out = Path(tempfile.mkdtemp(prefix="insync-java-"))
         javac = shutil.which("javac")
         if javac is None:
             raise RuntimeError("javac not found: the Java client test needs a JDK")
         (self.out / "log4j2.properties").write_text(_LOG4J2)
-        result = subprocess.run([javac, "-cp", f"{self.libs}/*", "-d", str(self.out), str(SOURCE)],
+        result = subprocess.run([javac, "-cp", f"{self.libs}/*", "-d", str(self.out), str(source)],
                                 capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
             raise RuntimeError(f"javac failed:\n{result.stdout}{result.stderr}")
@@ -31,7 +33,7 @@ class JavaClient:
     def run(self, *args: str, timeout: float = 300) -> str:
         result = subprocess.run(
             [java_executable(), "-Xmx256m", f"-Dlog4j2.configurationFile={self.out / 'log4j2.properties'}",
-             "-cp", f"{self.out}:{self.libs}/*", "ClientCheck", *args],
+             "-cp", f"{self.out}:{self.libs}/*", self.main_class, *args],
             capture_output=True, text=True, timeout=timeout,
         )
         if result.returncode != 0:

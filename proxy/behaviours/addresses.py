@@ -1,7 +1,10 @@
 """Address rewrite: every broker address a client learns leads back through a proxy listener.
 
 Metadata is rewritten by the MetadataEnricher in the same single pass that enriches it; this object
-covers FindCoordinator, DescribeCluster, Produce v10+ and Fetch v16+ node endpoints.
+covers FindCoordinator, DescribeCluster, Produce v10+ and Fetch v16+ node endpoints, ShareFetch and
+ShareAcknowledge node endpoints and DescribeQuorum v2+ controller listeners (each node's listeners get
+the proxy address of its node id: the proxy carries broker listeners only, so a controller's address
+names no open listener unless that node is a broker too; its real address is never shown).
 """
 
 from __future__ import annotations
@@ -19,13 +22,21 @@ from insync_proxy.protocol import (
     rewrite_produce_node_endpoints,
     split_response,
 )
+from insync_proxy.protocol.quorum import rewrite_describe_quorum_endpoints
+from insync_proxy.protocol.share import (
+    rewrite_share_acknowledge_node_endpoints,
+    rewrite_share_fetch_node_endpoints,
+)
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
 
 class AddressRewrite(BehaviourBase):
-    """Rewrites host/port in FindCoordinator, DescribeCluster, Produce and Fetch responses."""
+    """Rewrites host/port in every response that carries a broker or controller address."""
 
-    response_keys = frozenset({ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.PRODUCE, ApiKey.FETCH})
+    response_keys = frozenset({
+        ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.PRODUCE, ApiKey.FETCH,
+        ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.DESCRIBE_QUORUM,
+    })
 
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame:
         addresses = exchange.listener.addresses
@@ -34,6 +45,12 @@ class AddressRewrite(BehaviourBase):
             return rewrite_produce_node_endpoints(frame, version, addresses) if version >= 10 else frame
         if key == ApiKey.FETCH:
             return rewrite_fetch_node_endpoints(frame, version, addresses) if version >= 16 else frame
+        if key == ApiKey.SHARE_FETCH:
+            return rewrite_share_fetch_node_endpoints(frame, version, addresses)
+        if key == ApiKey.SHARE_ACKNOWLEDGE:
+            return rewrite_share_acknowledge_node_endpoints(frame, version, addresses)
+        if key == ApiKey.DESCRIBE_QUORUM:
+            return rewrite_describe_quorum_endpoints(frame, version, addresses)
         correlation_id, body = split_response(frame, key, version)
         response = decode_response(key, version, body)
         if isinstance(response, FindCoordinatorResponse):

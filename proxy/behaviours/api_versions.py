@@ -1,8 +1,8 @@
 """ApiVersions: advertise only what the proxy can carry safely.
 
-For APIs the proxy decodes or rewrites, max version = min(broker's, what protocol/ supports);
-APIs whose every version carries broker addresses the proxy does not rewrite are not advertised;
-every other API is advertised exactly as the broker does (its min versions kept).
+For APIs the proxy decodes or rewrites, max version = min(broker's, what protocol/ supports) and
+min version = max(broker's, the first one protocol/ knows); an API left with no version is not
+advertised; every other API is advertised exactly as the broker does (its min versions kept).
 """
 
 from __future__ import annotations
@@ -30,11 +30,16 @@ VERSION_CAPS: dict[int, int] = {
     ApiKey.FIND_COORDINATOR: 6,
     ApiKey.API_VERSIONS: 4,
     ApiKey.DESCRIBE_CLUSTER: 2,
-    # DescribeQuorum v2 carries controller endpoints the proxy does not rewrite.
-    ApiKey.DESCRIBE_QUORUM: 1,
+    ApiKey.DESCRIBE_QUORUM: 2,
+    ApiKey.SHARE_FETCH: 2,
+    ApiKey.SHARE_ACKNOWLEDGE: 2,
 }
-#: APIs whose every version carries broker endpoints the proxy does not rewrite.
-HIDDEN_APIS = frozenset({ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
+#: Lowest version of an API the proxy rewrites, where it is above what a broker may advertise:
+#: ShareFetch/ShareAcknowledge v0 (Kafka 4.0's early access) were never a stable layout.
+VERSION_FLOORS: dict[int, int] = {
+    ApiKey.SHARE_FETCH: 1,
+    ApiKey.SHARE_ACKNOWLEDGE: 1,
+}
 #: Metadata max version a `metadata_schema = "kip637"` listener advertises (KIP-637's literal "v10").
 KIP637_METADATA_VERSION = 10
 
@@ -71,15 +76,18 @@ class ApiVersionsNegotiation(BehaviourBase):
         api_keys = []
         for entry in response.api_keys:
             key = entry.api_key
-            if key in HIDDEN_APIS or key not in _KNOWN:
+            if key not in _KNOWN:
                 continue
             max_version = entry.max_version
+            min_version = max(entry.min_version, VERSION_FLOORS.get(key, entry.min_version))
             if key == ApiKey.METADATA and kip637:
                 max_version = KIP637_METADATA_VERSION
             elif key in VERSION_CAPS:
                 max_version = min(max_version, VERSION_CAPS[key])
-            if max_version < entry.min_version:
+            if max_version < min_version:
                 continue  # nothing the proxy can carry
-            api_keys.append(entry if max_version == entry.max_version else replace(entry, max_version=max_version))
+            if (min_version, max_version) != (entry.min_version, entry.max_version):
+                entry = replace(entry, min_version=min_version, max_version=max_version)
+            api_keys.append(entry)
         new_body = encode_response(replace(response, api_keys=tuple(api_keys)), version)
         return encode_response_with_header(ApiKey.API_VERSIONS, version, correlation_id, new_body)
