@@ -16,6 +16,7 @@ from insync_proxy.protocol.quorum import (
     DescribeQuorumRequest,
     DescribeQuorumRequestPartition,
     DescribeQuorumRequestTopic,
+    DescribeQuorumResponse,
     decode_describe_quorum_response,
     encode_describe_quorum_request,
 )
@@ -30,7 +31,7 @@ from tests.proxy_harness import ProxyProcess
 SHARE_CHECK = Path(__file__).parent.parent / "java" / "ShareCheck.java"
 NOT_LEADER_OR_FOLLOWER = 6
 
-pytestmark = pytest.mark.skipif(not selected_version().startswith("4."), reason="share groups need Kafka 4.x")
+needs_kafka_4 = pytest.mark.skipif(not selected_version().startswith("4."), reason="share groups need Kafka 4.x")
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,7 @@ def share_check() -> JavaClient:
     return JavaClient(selected_version(), SHARE_CHECK)
 
 
+@needs_kafka_4
 def test_every_api_the_broker_advertises_is_advertised_through_the_proxy(
         proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster) -> None:
     # Given the broker's own ApiVersions answer and the proxy's
@@ -54,6 +56,7 @@ def test_every_api_the_broker_advertises_is_advertised_through_the_proxy(
     assert {ApiKey(k).name: v for k, v in through_proxy.items() if broker[k] != v} == {}
 
 
+@needs_kafka_4
 def test_share_group_consumer_consumes_through_the_proxy(
         proxy: ProxyProcess, share_check: JavaClient, topic_name: str) -> None:
     # Given 300 records produced through the proxy
@@ -98,6 +101,7 @@ def _share_fetch_v1(group: str, topic_id: uuid.UUID, partition: int) -> bytes:
     return w.getvalue()
 
 
+@needs_kafka_4
 def test_share_fetch_to_a_follower_names_the_leader_by_its_proxy_listener(
         proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, topic_name: str) -> None:
     # Given a one-partition topic and a broker that is not its leader
@@ -125,30 +129,53 @@ def test_share_fetch_to_a_follower_names_the_leader_by_its_proxy_listener(
     assert proxy.metric("insync_proxy_address_leaks_total") == 0
 
 
-def test_describe_quorum_v2_through_the_proxy_names_only_proxy_addresses(
-        proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, share_check: JavaClient) -> None:
+def _describe_quorum_v2_directly_and_through(
+        proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster) -> tuple[DescribeQuorumResponse, DescribeQuorumResponse]:
+    """The quorum as a broker describes it (v2), and as the proxy passes it on; the proxy's frame has
+    no trace of the controller's real port."""
     controller = ("127.0.0.1", kafka_cluster.controller.port)
     request = encode_describe_quorum_request(DescribeQuorumRequest(topics=(DescribeQuorumRequestTopic(
         topic_name="__cluster_metadata", partitions=(DescribeQuorumRequestPartition(partition_index=0),)),)), 2)
-    # Given the quorum as a broker describes it: the controller's real listener
     with BlockingKafkaClient.connect(kafka_cluster.bootstrap_servers) as direct:
         raw = decode_describe_quorum_response(2, direct.request_raw(ApiKey.DESCRIBE_QUORUM, 2, request))
     assert [(ln.host, ln.port) for n in raw.nodes for ln in n.listeners] == [controller]
-    # When the same request goes through the proxy
     with BlockingKafkaClient.connect(proxy.bootstrap()) as client:
         body = client.request_raw(ApiKey.DESCRIBE_QUORUM, 2, request)
-    proxied = decode_describe_quorum_response(2, body)
-    # Then every listener of every node is the proxy's address for that node id, the rest unchanged
+    assert controller[1].to_bytes(2, "big") + b"\x00" not in body[-8:]
+    return raw, decode_describe_quorum_response(2, body)
+
+
+def _assert_only_proxy_addresses(proxy: ProxyProcess, raw: DescribeQuorumResponse,
+                                 proxied: DescribeQuorumResponse) -> None:
     assert [n.node_id for n in proxied.nodes] == [n.node_id for n in raw.nodes]
     for node in proxied.nodes:
         assert node.listeners and all(
             (ln.host, ln.port) == ("127.0.0.1", proxy.broker_port(node.node_id)) for ln in node.listeners)
+    # Two requests apart, the replicas' offsets and timestamps move; the quorum's leader does not.
     assert proxied.topics[0].partitions[0].leader_id == raw.topics[0].partitions[0].leader_id
-    assert controller[1].to_bytes(2, "big") + b"\x00" not in body[-8:]
+
+
+@needs_kafka_4
+def test_describe_quorum_v2_through_the_proxy_names_only_proxy_addresses(
+        proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, share_check: JavaClient) -> None:
+    # Given the quorum as a broker describes it (the controller's real listener)
+    # When the same DescribeQuorum v2 goes through the proxy
+    raw, proxied = _describe_quorum_v2_directly_and_through(proxy, kafka_cluster)
+    # Then every listener of every node is the proxy's address for that node id, the rest unchanged
+    _assert_only_proxy_addresses(proxy, raw, proxied)
     # And Kafka's own Admin (describeMetadataQuorum negotiates v2) sees the same
+    controller = ("127.0.0.1", kafka_cluster.controller.port)
     out = share_check.run("quorum", proxy.bootstrap())
     nodes = [line.split() for line in out.splitlines() if line.startswith("node ")]
     assert nodes, out
     for _, node_id, _name, address in nodes:
         assert parse_address(address) == ("127.0.0.1", proxy.broker_port(int(node_id))), out
         assert parse_address(address) != controller
+
+
+@pytest.mark.kafka39
+def test_describe_quorum_v2_of_kafka_39_through_the_proxy_names_only_proxy_addresses(
+        proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster) -> None:
+    # DescribeQuorum v2 (KIP-853) shipped in 3.9: the same rewrite on the second supported version
+    raw, proxied = _describe_quorum_v2_directly_and_through(proxy, kafka_cluster)
+    _assert_only_proxy_addresses(proxy, raw, proxied)
