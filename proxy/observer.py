@@ -55,11 +55,13 @@ class ExchangeObserver:
             self._check_address_leak(exchange, payload)
 
     def _check_address_leak(self, exchange: Exchange, payload: Frame) -> None:
-        """Debug aid for tests: a real broker's host immediately followed by its int32 port."""
+        """Debug aid for tests: a real broker's host immediately followed by its port (int32, or the uint16
+        of DescribeQuorum's listeners)."""
         data = bytes(payload)
         assert self.leak_check_brokers is not None
         for host, port in self.leak_check_brokers.values():
-            if host.encode() + port.to_bytes(4, "big") in data:
+            name = host.encode()
+            if name + port.to_bytes(4, "big") in data or name + port.to_bytes(2, "big") in data:
                 self.metrics.address_leaks_total.labels(api_name(exchange.api_key)).inc()
                 log.error("ADDRESS LEAK: %s v%d response on listener %s carries broker address %s:%d",
                           api_name(exchange.api_key), exchange.api_version, exchange.listener.label, host, port)
