@@ -277,10 +277,13 @@ def run_report(
         rejected_dir = out / "rejected"
         progress.stage(f"writing rejected lines to {rejected_dir}")
         # JSON Lines so an operator can read the offending lines and reasons without Spark.
-        rejected = schema.rejected_events(parsed)
-        if not counts["rejected"]:  # known from the counts: no need to scan the events again
-            rejected = spark.createDataFrame([], rejected.schema)
-        rejected.coalesce(1).write.mode("overwrite").json(str(rejected_dir))
+        if counts["rejected"]:
+            schema.rejected_events(parsed).coalesce(1).write.mode("overwrite").json(str(rejected_dir))
+        else:  # known from the counts: no Spark job, an empty JSON Lines file as Spark would leave it
+            shutil.rmtree(rejected_dir, ignore_errors=True)
+            rejected_dir.mkdir(parents=True)
+            (rejected_dir / "part-00000.json").touch()
+            (rejected_dir / "_SUCCESS").touch()
 
         events = schema.valid_events(parsed)
         summaries = schema.summaries(events)

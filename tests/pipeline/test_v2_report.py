@@ -172,3 +172,35 @@ def test_empty_tables_are_written_with_their_schema(spark: SparkSession, tmp_pat
         assert result.counts["rejected"] == 3 and result.counts["valid"] == 0
     if case == "empty_directory":
         assert result.counts["lines"] == 0 and "events: none" in text
+
+
+def test_compaction_with_rollup_gives_the_same_tables(spark: SparkSession, tmp_path: Path) -> None:
+    from insync_proxy.pipeline import compact
+
+    # Given two sidecars' 10 s summaries over 4 minutes on two partitions, with varied latencies,
+    # a v1 file, readiness events and a bad line
+    rng = random.Random(7)
+    audit = tmp_path / "audit"
+    lines: list[dict[str, Any] | str] = []
+    for k in range(24):
+        for proxy in ("a", "b"):
+            for part in (0, 1):
+                n = rng.randint(1, 20)
+                lines.append(summary(10 * k, partition=part, proxy_id=proxy, requests=n, records=2 * n,
+                                     record_bytes=100 * n, latencies_ms=[rng.uniform(0.5, 300) for _ in range(n)]))
+    lines += [readiness(33, False, 1, partition=1), readiness(95, True, 2, partition=1), "{bad"]
+    write_jsonl(audit / "audit-a-1.jsonl", lines)
+    write_jsonl(audit / "old" / "audit-old-1.jsonl", [decision(t, latency_ms=3.0) for t in range(5)])
+    # When reported directly, and from a compaction that rolls summaries up per minute
+    direct = _run(spark, [str(audit)], tmp_path / "direct")
+    staged = tmp_path / "staged"
+    assert compact.main(["--input", str(audit), "--output", str(staged), "--rollup-seconds", "60"]) == 0
+    via = report.run_report(spark, [], tmp_path / "via", staged=[str(staged)], progress=Progress(enabled=False))
+    # Then the compaction kept fewer rows and every table but the timeline (now per minute) is equal
+    assert via.counts["produce_summaries"] == 4 * 2 * 2 < direct.counts["produce_summaries"] == 96
+    assert via.counts["rejected"] == direct.counts["rejected"] == 1
+    for name in tables.TABLES:
+        if name != "decisions_timeline":
+            key = lambda r: json.dumps(r, sort_keys=True, default=str)  # noqa: E731
+            assert sorted(via.tables[name], key=key) == sorted(direct.tables[name], key=key), name
+    assert via.tables["isr_below_min_intervals"] and via.tables["latency_by_acks"]
