@@ -17,6 +17,7 @@ from insync_proxy.proxy.admin import AdminServer
 from insync_proxy.proxy.audit import AuditLog
 from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
 from insync_proxy.proxy.audit.summary import ProduceSummaries
+from insync_proxy.proxy.background import report_failure
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
@@ -128,6 +129,7 @@ class InsyncProxy:
             sasl=config.control_sasl if config.control_sasl.mechanism else None,
             timeout=config.connect_timeout_seconds,
             max_frame_bytes=config.max_frame_bytes,
+            request_timeout=config.control_request_timeout_seconds,
         )
         self.min_insync = MinInsyncCache(
             self.control, self.metrics, config.min_insync_ttl_seconds, config.min_insync_miss_wait_ms / 1000
@@ -207,6 +209,7 @@ class InsyncProxy:
         return ControlConnection(
             [address], ssl_context=self.upstream_ssl, sasl=self.control.sasl,
             timeout=self.config.connect_timeout_seconds,
+            request_timeout=self.config.control_request_timeout_seconds,
         )
 
     def _flush_summaries(self) -> None:
@@ -306,8 +309,7 @@ class InsyncProxy:
             return
         error = task.exception()
         if error is not None:
-            log.warning("background task %s failed: %r", task.get_coro(), error)
-            self.metrics.background_task_failures_total.labels("refresh").inc()
+            report_failure(self.metrics, "refresh", str(task.get_coro()), error)
 
     async def refresh_topics(self, topics: Iterable[str]) -> None:
         """Re-read some topics' partitions (leader, ISR) now."""
@@ -315,7 +317,7 @@ class InsyncProxy:
         try:
             response = await self.control.metadata(topics)
         except ControlError as exc:
-            log.debug("ISR refresh of %s failed: %s", topics, exc)
+            report_failure(self.metrics, "isr_refresh", f"Metadata of {topics}", exc)
             return
         self.cluster_view.update(response)
 
@@ -374,10 +376,8 @@ class InsyncProxy:
             await asyncio.sleep(self.config.metadata_refresh_seconds)
             try:
                 await self.refresh_metadata()
-            except ControlError as exc:
-                log.warning("metadata refresh failed: %s", exc)
-            except Exception:
-                log.exception("metadata refresh failed")
+            except Exception as exc:  # logged once and counted; the next refresh tries again
+                report_failure(self.metrics, "metadata_refresh", "the proxy's periodic full Metadata", exc)
 
     async def refresh_metadata(self) -> MetadataResponse:
         """The control connection's own full Metadata: brokers (listeners follow) and every partition's ISR."""
@@ -394,7 +394,7 @@ class InsyncProxy:
         # Keep min.insync.replicas warm for every topic, so prechecks rarely meet a cold cache.
         cold = [t for t in self.cluster_view.topic_partition_counts if not self.min_insync.has_fresh(t)]
         if cold:
-            self.min_insync.fetch(cold).add_done_callback(lambda f: f.exception())
+            self.min_insync.fetch(cold)  # its failures are logged and counted where they happen
         self.metrics.partitions_below_min_isr.set(self.cluster_view.count_below_min_isr(self.min_insync.peek))
         if self.audit is not None:
             # min.insync.replicas may have become known (or changed) since the ISR last did.

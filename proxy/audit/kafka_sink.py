@@ -18,6 +18,7 @@ from typing import Any
 from insync_proxy.protocol import ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import PartitionProduceData, TopicProduceData
 from insync_proxy.protocol.records import encode_record_batch
+from insync_proxy.proxy.background import report_failure
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.control import ControlConnection, ControlError
 from insync_proxy.proxy.metrics import ProxyMetrics
@@ -46,6 +47,7 @@ class KafkaAuditSink:
         self.cluster_view = cluster_view
         self.refresh_topics = refresh_topics
         self.connect = connect
+        self.metrics = metrics
         self.loop: asyncio.AbstractEventLoop | None = None
         self.queue: collections.deque[bytes] = collections.deque()
         self.queue_size = queue_size
@@ -89,7 +91,7 @@ class KafkaAuditSink:
                     if not await self._flush():
                         break
             except Exception as exc:  # a broken sink must never take the proxy down
-                log.warning("audit events to Kafka topic %s failed: %s", self.topic, exc)
+                report_failure(self.metrics, "audit_to_kafka", f"topic {self.topic}", exc)
 
     def _partition(self, count: int) -> int:
         return zlib.crc32(self.proxy_id.encode()) % max(count, 1)
