@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 
 DEFAULT_SHUFFLE_PARTITIONS = 8
 
+#: Columns of the parsed events the report reads (what is staged between its jobs): all but the
+#: request ids and leader (api_version, correlation_id, leader_id) and interval_seconds.
+STAGED_COLUMNS = (
+    "schema_version", "event", "ts", "interval_start", "date", "proxy_id", "listener", "client_id", "topic",
+    "partition", "acks_requested", "acks_sent", "decision", "error_code", "isr_size", "min_isr", "ready",
+    "latency_ms", "record_bytes", "requests", "records", "latency_count", "latency_sum_ms", "latency_min_ms",
+    "latency_max_ms", "latency_buckets", "reject_reason", "source", "line",
+)
+
 
 @dataclass(frozen=True)
 class KafkaInput:
@@ -234,10 +243,12 @@ def run_report(
         # Parsed once, written as Parquet: every table and the accounting read the columns they need
         # from it instead of re-parsing JSON (cheaper than the in-memory cache at 10M lines).
         progress.stage("parsing and validating (audit schema v1 and v2) into a Parquet staging copy")
-        parsed.write.mode("overwrite").parquet(str(staging_dir))
+        # Only the columns the report reads, uncompressed: a temporary copy, and snappy-compressing
+        # it cost more than parsing the JSON (10M v1 lines: 22 s vs 13.5 s for a 1.25M-line slice).
+        parsed.select(*STAGED_COLUMNS).write.option("compression", "none").mode("overwrite").parquet(str(staging_dir))
         parsed = spark.read.parquet(str(staging_dir))
     elif staging == "memory":
-        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+        parsed = parsed.select(*STAGED_COLUMNS).persist(StorageLevel.MEMORY_AND_DISK)
     elif staging != "none":
         raise ValueError(f"staging must be 'parquet' or 'memory', not {staging!r}")
     cached: list[DataFrame] = []

@@ -251,22 +251,28 @@ def _reject_reason(j: str, value: Column | None) -> Column:
 
 
 def _finish(parsed: DataFrame, raw: Column, value: Column | None) -> DataFrame:
-    """Typed event columns, ``date``, ``reject_reason``, and source/line kept for rejected lines only."""
+    """Typed event columns, ``date``, ``reject_reason``, and source/line kept for rejected lines only.
+
+    ``raw`` (the line's text) is only computed for rejected lines: on the file reader's path it is
+    rebuilt with ``to_json``, far too dear to run on every valid line.
+    """
     # Timestamps are parsed once here; the reject reason reads them as _ts and _interval_start.
     for name in _TIMESTAMP_FIELDS:
         parsed = parsed.withColumn(f"_{name}", F.try_to_timestamp(F.col(f"j.{name}")))
     reason = _reject_reason("j", value)
     fields = [(F.col(f"_{name}") if name in _TIMESTAMP_FIELDS else F.col(f"j.{name}")).alias(name)
               for name, _ in AUDIT_FIELDS]
-    out = parsed.select(*fields, F.col("source"), raw.alias("_line"), reason.alias("reject_reason"))
+    keep = [c for c in ("j", "_line") if c in parsed.columns]
+    out = parsed.select(*fields, F.col("source"), *keep, reason.alias("reject_reason"))
+    rejected = F.col("reject_reason").isNotNull()
     return out.select(
         *[F.col(name) for name, _ in AUDIT_FIELDS],
         # A summary belongs to the date its interval started on; any other event to its ts's date.
         F.to_date(F.coalesce(F.col("interval_start"), F.col("ts"))).alias("date"),
         F.col("reject_reason"),
         # Source and raw text matter only for rejected lines; nulls keep a staged parse small.
-        F.when(F.col("reject_reason").isNotNull(), F.col("source")).alias("source"),
-        F.when(F.col("reject_reason").isNotNull(), F.col("_line")).alias("line"),
+        F.when(rejected, F.col("source")).alias("source"),
+        F.when(rejected, raw).alias("line"),
     )
 
 
