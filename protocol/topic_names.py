@@ -11,9 +11,15 @@ import struct
 from .api_keys import ApiKey
 from .errors import ProtocolError, TruncatedData
 from .headers import peek_request_header
+from .messages import CreateTopicsResponse, decode_response
 from .primitives import Buffer, Reader
 
-__all__ = ["BROKER_RESOURCE", "TOPIC_CHANGING_APIS", "changed_topic_names"]
+__all__ = [
+    "BROKER_RESOURCE", "TOPIC_CHANGING_APIS", "changed_topic_configs", "changed_topic_names", "topic_change_error_codes",
+]
+
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+_SET = 0  # IncrementalAlterConfigs operation
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -31,23 +37,35 @@ def _string(r: Reader, flexible: bool) -> str | None:
     return r.compact_nullable_string() if flexible else r.nullable_string()
 
 
-def _skip_configs(r: Reader, flexible: bool, with_operation: bool) -> None:
+def _skip_configs(r: Reader, flexible: bool, with_operation: bool) -> int | None:
+    """Skip a config array; return the min.insync.replicas value it sets, if any."""
+    min_insync: int | None = None
     for _ in range(max(r.array_length(flexible), 0)):
-        _string(r, flexible)  # name
-        if with_operation:
-            r.int8()
-        _string(r, flexible)  # value
+        name = _string(r, flexible)
+        operation = r.int8() if with_operation else _SET
+        value = _string(r, flexible)
         if flexible:
             r.tagged_fields()
+        if name == MIN_INSYNC_REPLICAS and operation == _SET and value is not None and value.strip().isdigit():
+            min_insync = int(value)
+    return min_insync
 
 
 def changed_topic_names(frame: Buffer) -> tuple[list[str], bool]:
+    """(names, brokers_changed) of `changed_topic_configs`."""
+    names, brokers_changed, _ = changed_topic_configs(frame)
+    return names, brokers_changed
+
+
+def changed_topic_configs(frame: Buffer) -> tuple[list[str], bool, dict[str, int]]:
     """Topics a CreateTopics/DeleteTopics/(Incremental)AlterConfigs request touches.
 
-    Returns (names, brokers_changed): ``brokers_changed`` when an AlterConfigs names a BROKER
-    resource, whose defaults every topic without an override inherits. ``frame`` is the request
-    (header + body). DeleteTopics v6+ may name topics by id only: those are not returned.
-    Raises ProtocolError on a malformed request.
+    Returns (names, brokers_changed, min_insync): ``brokers_changed`` when an AlterConfigs names a
+    BROKER resource, whose defaults every topic without an override inherits; ``min_insync`` the
+    min.insync.replicas values the request sets explicitly, per topic (CreateTopics configs,
+    AlterConfigs entries, IncrementalAlterConfigs SET operations). ``frame`` is the request (header +
+    body). DeleteTopics v6+ may name topics by id only: those are not returned. Raises ProtocolError
+    on a malformed request.
     """
     peek = peek_request_header(frame)
     key, version = peek.api_key, peek.api_version
@@ -55,6 +73,7 @@ def changed_topic_names(frame: Buffer) -> tuple[list[str], bool]:
     r = Reader(frame, peek.header_size)
     names: list[str] = []
     brokers_changed = False
+    min_insync: dict[str, int] = {}
     try:
         if key == ApiKey.CREATE_TOPICS:
             for _ in range(max(r.array_length(flexible), 0)):
@@ -67,11 +86,13 @@ def changed_topic_names(frame: Buffer) -> tuple[list[str], bool]:
                         r.int32()
                     if flexible:
                         r.tagged_fields()
-                _skip_configs(r, flexible, with_operation=False)
+                value = _skip_configs(r, flexible, with_operation=False)
                 if flexible:
                     r.tagged_fields()
                 if name:
                     names.append(name)
+                    if value is not None:
+                        min_insync[name] = value
         elif key == ApiKey.DELETE_TOPICS:
             if version >= 6:
                 for _ in range(max(r.array_length(flexible), 0)):
@@ -89,17 +110,55 @@ def changed_topic_names(frame: Buffer) -> tuple[list[str], bool]:
             for _ in range(max(r.array_length(flexible), 0)):
                 resource_type = r.int8()
                 name = _string(r, flexible)
-                _skip_configs(r, flexible, with_operation=key == ApiKey.INCREMENTAL_ALTER_CONFIGS)
+                value = _skip_configs(r, flexible, with_operation=key == ApiKey.INCREMENTAL_ALTER_CONFIGS)
                 if flexible:
                     r.tagged_fields()
                 if resource_type == TOPIC_RESOURCE and name:
                     names.append(name)
+                    if value is not None:
+                        min_insync[name] = value
                 elif resource_type == BROKER_RESOURCE:
                     brokers_changed = True
         else:
-            return [], False
+            return [], False, {}
     except ProtocolError:
         raise
     except (struct.error, IndexError, ValueError, UnicodeError) as e:
         raise TruncatedData(f"cannot read topic names of API {key} v{version}: {e!r}") from None
-    return names, brokers_changed
+    return names, brokers_changed, min_insync
+
+
+def topic_change_error_codes(frame: Buffer, api_key: int, version: int) -> dict[str, int]:
+    """Per topic, the error code of a CreateTopics or (Incremental)AlterConfigs response (header + body).
+
+    Lets the proxy tell a change that happened from one the broker refused. Other APIs: empty.
+    Raises ProtocolError on a malformed response.
+    """
+    flexible = version >= TOPIC_CHANGING_APIS.get(api_key, 1 << 15)
+    codes: dict[str, int] = {}
+    try:
+        r = Reader(frame)
+        r.int32()  # correlation id
+        if flexible:
+            r.tagged_fields()
+        if api_key == ApiKey.CREATE_TOPICS:
+            response = decode_response(api_key, version, r.take(len(frame) - r.pos))
+            assert isinstance(response, CreateTopicsResponse)
+            return {t.name: t.error_code for t in response.topics}
+        if api_key not in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+            return codes
+        r.int32()  # throttle_time_ms
+        for _ in range(max(r.array_length(flexible), 0)):
+            error_code = r.int16()
+            _string(r, flexible)  # error_message
+            resource_type = r.int8()
+            name = _string(r, flexible)
+            if flexible:
+                r.tagged_fields()
+            if resource_type == TOPIC_RESOURCE and name:
+                codes[name] = error_code
+    except ProtocolError:
+        raise
+    except (struct.error, IndexError, ValueError, UnicodeError) as e:
+        raise TruncatedData(f"cannot read the answer of API {api_key} v{version}: {e!r}") from None
+    return codes

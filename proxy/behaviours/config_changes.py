@@ -7,11 +7,17 @@ carries the new value.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import time
 
 from insync_proxy.protocol import ApiKey, ProtocolError
-from insync_proxy.protocol.topic_names import TOPIC_CHANGING_APIS, changed_topic_names
+from insync_proxy.protocol.topic_names import (
+    TOPIC_CHANGING_APIS,
+    changed_topic_configs,
+    topic_change_error_codes,
+)
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
@@ -19,6 +25,8 @@ log = logging.getLogger("insync_proxy.config_changes")
 
 #: How long a topic-changing response may wait for the cache to re-read the topics.
 REFRESH_WAIT_SECONDS = 5.0
+#: Pause between re-reads of a topic whose new min.insync.replicas the brokers do not show yet.
+RETRY_SECONDS = 0.1
 
 
 class TopicConfigWatcher(BehaviourBase):
@@ -29,14 +37,16 @@ class TopicConfigWatcher(BehaviourBase):
 
     def on_request(self, exchange: Exchange) -> None:
         try:
-            names, brokers_changed = changed_topic_names(exchange.request_frame)
+            names, brokers_changed, requested = changed_topic_configs(exchange.request_frame)
         except ProtocolError as exc:
             log.debug("cannot read topic names of %s v%d: %s", exchange.api_key, exchange.api_version, exc)
             return
         if names or brokers_changed:
-            exchange.response_hooks.append(functools.partial(self._after_change, list(names), brokers_changed))
+            exchange.response_hooks.append(
+                functools.partial(self._after_change, list(names), brokers_changed, requested))
 
-    async def _after_change(self, names: list[str], brokers_changed: bool, exchange: Exchange, frame: Frame) -> Frame:
+    async def _after_change(self, names: list[str], brokers_changed: bool, requested: dict[str, int],
+                            exchange: Exchange, frame: Frame) -> Frame:
         cache = self.context.min_insync
         if brokers_changed:
             cache.invalidate_all()
@@ -46,5 +56,26 @@ class TopicConfigWatcher(BehaviourBase):
             for name in names:
                 self.context.cluster_view.forget_topic(name)
             return frame
+        deadline = time.monotonic() + REFRESH_WAIT_SECONDS
         await cache.wait_for(names, bound_seconds=REFRESH_WAIT_SECONDS)
+        # The broker that answers DescribeConfigs may not have applied the change yet: re-read the topics
+        # whose request set min.insync.replicas (and the broker accepted it) until they show the new value.
+        accepted = _accepted(frame, exchange, requested)
+        while (stale := [t for t, value in accepted.items() if cache.peek(t) != value]) and \
+                (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(RETRY_SECONDS, left))
+            cache.invalidate(stale)
+            await cache.wait_for(stale, bound_seconds=max(deadline - time.monotonic(), 0.0))
         return frame
+
+
+def _accepted(frame: Frame, exchange: Exchange, requested: dict[str, int]) -> dict[str, int]:
+    """The requested min.insync.replicas values of the topics whose change the broker accepted."""
+    if not requested:
+        return requested
+    try:
+        codes = topic_change_error_codes(frame, exchange.api_key, exchange.api_version)
+    except ProtocolError as exc:
+        log.debug("cannot read the answer of %s v%d: %s", exchange.api_key, exchange.api_version, exc)
+        return {}
+    return {t: v for t, v in requested.items() if codes.get(t) == 0}
