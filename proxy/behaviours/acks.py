@@ -279,7 +279,9 @@ class AcksPolicy(BehaviourBase):
         codes: dict[tuple[str, int], int] = {}
         if response is not None and any(d.error_code is None and d.acks_sent != 0 for d in decisions):
             codes = _response_error_codes(response, exchange.api_version, self.context)
-            self._learn_from_answer(codes.items())
+            # Only the broker's own answers teach the view (the merged answer also holds the proxy's).
+            forwarded = {(d.topic, d.partition) for d in decisions if d.error_code is None}
+            self._learn_from_answer((key, code) for key, code in codes.items() if key in forwarded)
         listener = exchange.listener.label
         latency_ms, bucket = latency_bucket(latency_seconds)
         summaries = self.summaries

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
-from tests.helpers import wait_until
+from tests.helpers import WaitTimeout, wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch
 
@@ -38,13 +38,22 @@ def test_report_shows_the_below_min_isr_interval_and_the_decisions_clients_saw(
     observed: Counter[tuple[int, int]] = Counter()
     stop = threading.Event()
 
+    failures: list[BaseException] = []
+
     def traffic() -> None:
-        with RawKafkaClient(leader_address) as client:
-            while not stop.is_set():
-                result = client.produce({(topic, 0): batch(b"a"), (topic, 1): batch(b"b")}, acks=-2)
-                for (_, partition), r in result.items():
-                    observed[(partition, r.error_code)] += 1
-                time.sleep(0.05)
+        try:
+            # The broker answers within 5 s (REQUEST_TIMED_OUT while a paused follower is still in the ISR);
+            # the client waits longer than that, so the traffic never stops on a slow answer.
+            with RawKafkaClient(leader_address, timeout=120) as client:
+                while not stop.is_set():
+                    result = client.produce({(topic, 0): batch(b"a"), (topic, 1): batch(b"b")}, acks=-2,
+                                            timeout_ms=5000)
+                    for (_, partition), r in result.items():
+                        observed[(partition, r.error_code)] += 1
+                    time.sleep(0.05)
+        except BaseException as exc:  # surfaced by the test below, not lost with the thread
+            failures.append(exc)
+            raise
 
     worker = threading.Thread(target=traffic)
     worker.start()
@@ -61,7 +70,15 @@ def test_report_shows_the_below_min_isr_interval_and_the_decisions_clients_saw(
         kafka_cluster.wait_for_isr(topic, 0, 2)
         measured = time.monotonic() - below_at
         recovered = observed[(0, 0)]
-        wait_until(lambda: observed[(0, 0)] > recovered + 10, 60, what="partition 0 to be used again")
+        try:
+            wait_until(lambda: failures or observed[(0, 0)] > recovered + 10, 60, what="partition 0 to be used again")
+        except WaitTimeout:
+            raise AssertionError(f"partition 0 not used again; answers so far: {dict(observed)}; "
+                                 f"proxy below-min gauge {proxy.metric('insync_proxy_partitions_below_min_isr')}, "
+                                 "metadata refreshes " + str([line for line in proxy.metrics_text().splitlines()
+                                                               if "refreshes_total" in line or "precheck" in line
+                                                               or "background" in line])) from None
+        assert not failures, failures
     finally:
         stop.set()
         worker.join(30)

@@ -68,3 +68,19 @@ def test_a_leadership_error_rereads_the_topic() -> None:
     assert proxy.refreshed == [[ORDERS]]
     # and it does not make the partition "below min ISR"
     assert not proxy.view.readiness(ORDERS, 0, 2).below_min_isr
+
+
+def test_the_proxys_own_answers_in_a_merged_response_do_not_teach_the_view() -> None:
+    # Given orders 0 below min ISR in the view and payments 0 healthy
+    proxy = Sidecar()
+    proxy.isr(orders=[(1,)], payments=[HEALTHY])
+    proxy.min_insync_replicas(2)
+    # When an acks=-2 request to both is split (payments forwarded, the proxy answers orders with 19)
+    proxy.produce(9, -2, {ORDERS: [0], PAYMENTS: [0]}, correlation_id=1)
+    (forwarded,) = proxy.upstream()
+    proxy.broker_answers(forwarded)
+    assert proxy.client_got(9)[0].partitions == [(ORDERS, 0, NOT_ENOUGH_REPLICAS), (PAYMENTS, 0, 0)]
+    # and then the view learns that orders 0 recovered
+    proxy.isr(orders=[HEALTHY], payments=[HEALTHY])
+    # Then orders 0 is ready at once: the proxy's own 19 in the merged answer was not taken for the broker's
+    assert not proxy.view.readiness(ORDERS, 0, 2).below_min_isr
