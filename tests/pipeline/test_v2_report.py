@@ -204,3 +204,22 @@ def test_compaction_with_rollup_gives_the_same_tables(spark: SparkSession, tmp_p
             key = lambda r: json.dumps(r, sort_keys=True, default=str)  # noqa: E731
             assert sorted(via.tables[name], key=key) == sorted(direct.tables[name], key=key), name
     assert via.tables["isr_below_min_intervals"] and via.tables["latency_by_acks"]
+
+
+def test_v2_schema_file_accepts_the_documented_example_and_the_test_events() -> None:
+    import re
+
+    import jsonschema
+
+    root = Path(__file__).resolve().parents[2]
+    validator = jsonschema.Draft202012Validator(json.loads((root / "proxy/audit/schema-v2.json").read_text()))
+    doc = (root / "docs/audit-events.md").read_text(encoding="utf-8")
+    example = json.loads(re.search(r"```json\n(.*?)\n```", doc, re.S).group(1))  # type: ignore[union-attr]
+    assert sum(n for _, n in example["latency_buckets"]) == example["latency_count"]
+    assert all(buckets.bucket_index(example[k]) in {b for b, _ in example["latency_buckets"]}
+               for k in ("latency_min_ms", "latency_max_ms"))
+    for event in [example, summary(0), summary(0, acks_sent=0, error_code=None, latencies_ms=[]),
+                  readiness(1, False, 1), isr_change_v2(2, 2)]:
+        assert list(validator.iter_errors(event)) == [], event
+    broken = {**summary(0), "latency_buckets": [[102, 1]]}
+    assert list(validator.iter_errors(broken))
