@@ -74,7 +74,7 @@ def expected_share(msg: Any, addresses: dict[int, tuple[str, int]]) -> Any:
 
 
 @pytest.mark.parametrize(("cls", "version"), MESSAGES, ids=lambda x: getattr(x, "__name__", str(x)))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_schema_round_trip_is_byte_identical(cls: type[Message], version: int, data: st.DataObject) -> None:
     msg = data.draw(message_strategy(cls, version))
@@ -89,7 +89,7 @@ def test_schema_round_trip_is_byte_identical(cls: type[Message], version: int, d
 
 
 @pytest.mark.parametrize(("cls", "version"), SHARE, ids=lambda x: getattr(x, "__name__", str(x)))
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_share_rewrite_changes_only_the_mapped_endpoints(cls: type[Message], version: int,
                                                          data: st.DataObject) -> None:
@@ -233,7 +233,7 @@ def test_real_broker_describe_quorum_v2_controller_listener_is_rewritten() -> No
     assert bytes(out)[:5] == frame[:5]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_describe_quorum_rewrite_changes_only_the_listeners(data: st.DataObject) -> None:
     msg = data.draw(message_strategy(DescribeQuorumResponse, 2))
