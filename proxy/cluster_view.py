@@ -161,13 +161,6 @@ class ClusterView:
         """The partition's leader answered NOT_ENOUGH_REPLICAS(_AFTER_APPEND) to a forwarded Produce."""
         self._broker_said_below[(topic, partition)] = time.monotonic()
 
-    def count_below_min_isr(self, min_insync_replicas: Callable[[str], int | None]) -> int:
-        """Partitions whose ISR is below their effective min ISR (the gauge)."""
-        return sum(
-            1 for (topic, partition) in self.partitions
-            if self.readiness(topic, partition, min_insync_replicas(topic)).below_min_isr
-        )
-
     def topic_name(self, topic: str | uuid.UUID) -> str | None:
         if isinstance(topic, uuid.UUID):
             return self.topic_ids.get(topic)

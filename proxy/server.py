@@ -24,7 +24,7 @@ from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
 from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
 from insync_proxy.proxy.capture import FrameCapture
-from insync_proxy.proxy.cluster_view import ClusterView, PartitionState, effective_min_isr
+from insync_proxy.proxy.cluster_view import ClusterView, PartitionState, Readiness, effective_min_isr
 from insync_proxy.proxy.config import ListenerConfig, ProxyConfig, TlsConfig
 from insync_proxy.proxy.connection import ClientConnection, ConnectionSettings
 from insync_proxy.proxy.context import BehaviourContext
@@ -225,10 +225,12 @@ class InsyncProxy:
             await asyncio.sleep(self.summaries.interval_seconds)
             self._flush_summaries()
 
-    def _audit_readiness(self, topic: str, partition: int, state: PartitionState) -> None:
+    def _audit_readiness(self, topic: str, partition: int, state: PartitionState,
+                         readiness: Readiness | None = None) -> None:
         """A partition_readiness event when the view turns a partition unready (ISR below min) or ready again."""
         assert self.audit is not None
-        readiness = self.cluster_view.readiness(topic, partition, self.min_insync.peek(topic))
+        if readiness is None:
+            readiness = self.cluster_view.readiness(topic, partition, self.min_insync.peek(topic))
         if readiness.min_isr is None or readiness.isr_size is None:
             return  # unknown: neither
         ready = not readiness.below_min_isr
@@ -395,11 +397,16 @@ class InsyncProxy:
         cold = [t for t in self.cluster_view.topic_partition_counts if not self.min_insync.has_fresh(t)]
         if cold:
             self.min_insync.fetch(cold)  # its failures are logged and counted where they happen
-        self.metrics.partitions_below_min_isr.set(self.cluster_view.count_below_min_isr(self.min_insync.peek))
-        if self.audit is not None:
-            # min.insync.replicas may have become known (or changed) since the ISR last did.
-            for (topic, partition), state in list(self.cluster_view.partitions.items()):
-                self._audit_readiness(topic, partition, state)
+        # One pass: the below-min gauge, and readiness events (min.insync.replicas may have become known
+        # or changed since the ISR last did).
+        below = 0
+        view, peek = self.cluster_view, self.min_insync.peek
+        for (topic, partition), state in list(view.partitions.items()):
+            readiness = view.readiness(topic, partition, peek(topic))
+            below += readiness.below_min_isr
+            if self.audit is not None:
+                self._audit_readiness(topic, partition, state, readiness)
+        self.metrics.partitions_below_min_isr.set(below)
         return response
 
     async def sync_broker_listeners(self, remove_missing: bool) -> None:
