@@ -28,13 +28,9 @@ from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.config import AcksPolicyConfig
 from insync_proxy.proxy.context import BehaviourContext
-from insync_proxy.proxy.core import CloseReason, ConnectionCore
+from insync_proxy.proxy.core import ConnectionCore
 from insync_proxy.proxy.exchange import (
     BehaviourRegistry,
-    Exchange,
-    Frame,
-    ListenerAddresses,
-    ListenerSettings,
 )
 from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache
@@ -47,6 +43,7 @@ from tests.unit.produce_frames import (
     read_produce_response,
     with_acks,
 )
+from tests.unit.test_connection_core import LISTENER, RecordingIO
 
 ORDERS = "orders"
 PAYMENTS = "payments"
@@ -65,34 +62,6 @@ NOT_LEADER_OR_FOLLOWER = 6
 
 ALL_VERSIONS = (0, 3, 9, 13)
 V1_PLUS = (3, 9, 13)
-
-LISTENER = ListenerSettings(
-    name="default", label="bootstrap", metadata_schema="tagged", hide_unready_partitions=False,
-    addresses=ListenerAddresses("127.0.0.1", 9100), broker_listeners=frozenset(),
-)
-
-
-class RecordingIO:
-    """Records every action the core asks for."""
-
-    def __init__(self) -> None:
-        self.to_client: list[bytes] = []
-        self.to_upstream: list[bytes] = []
-        self.pending_async: list[tuple[Exchange, Awaitable[Frame | None]]] = []
-        self.closed: list[CloseReason] = []
-
-    def write_client(self, data: Frame) -> None:
-        self.to_client.append(bytes(data))
-
-    def write_upstream(self, data: Frame) -> None:
-        self.to_upstream.append(bytes(data))
-
-    def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
-        self.pending_async.append((exchange, result))
-
-    def close(self, reason: CloseReason) -> None:
-        self.closed.append(reason)
-
 
 class ControlNeverUsed:
     """The min.insync.replicas cache's control connection: these tests set the cache's entries directly."""

@@ -29,7 +29,7 @@ class RecordingIO:
     def __init__(self) -> None:
         self.to_client: list[bytes] = []
         self.to_upstream: list[bytes] = []
-        self.pending_async: list[tuple[Exchange, Awaitable[Frame]]] = []
+        self.pending_async: list[tuple[Exchange, Awaitable[Frame | None]]] = []
         self.closed: list[CloseReason] = []
 
     def write_client(self, data: Frame) -> None:
@@ -38,7 +38,7 @@ class RecordingIO:
     def write_upstream(self, data: Frame) -> None:
         self.to_upstream.append(bytes(data))
 
-    def run_async(self, exchange: Exchange, result: Awaitable[Frame]) -> None:
+    def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         self.pending_async.append((exchange, result))
 
     def close(self, reason: CloseReason) -> None:
