@@ -94,9 +94,17 @@ def test_report_shows_the_below_min_isr_interval_and_the_decisions_clients_saw(
     assert intervals[0]["min_isr"] == 2 and intervals[0]["lowest_isr"] == 1
     counts = {(d["partition"], d["decision"]): d["requests"]
               for d in result.tables["decisions_by_kind"] if d["topic"] == topic}
-    assert counts.get((0, "answered_not_enough_replicas"), 0) == observed[(0, 19)]
-    assert counts.get((0, "forwarded"), 0) == sum(n for (p, code), n in observed.items() if p == 0 and code != 19)
+    # Most NOT_ENOUGH_REPLICAS come from the proxy's precheck; the broker itself may answer a few (a request
+    # forwarded just before the proxy's view of the ISR caught up): those are "forwarded" with error 19.
+    answered = counts.get((0, "answered_not_enough_replicas"), 0)
+    assert 0 < answered <= observed[(0, 19)]
+    assert answered + counts.get((0, "forwarded"), 0) == sum(n for (p, _), n in observed.items() if p == 0)
     assert counts.get((1, "forwarded"), 0) == sum(n for (p, _), n in observed.items() if p == 1)
+    traffic = {r["partition"]: r for r in result.tables["partition_traffic"] if r["topic"] == topic}
+    assert traffic[0]["answered_by_proxy_requests"] == answered
+    assert traffic[0]["written_requests"] == observed[(0, 0)]
+    assert traffic[0]["answered_by_proxy_requests"] + traffic[0]["failed_requests"] == \
+        sum(n for (p, code), n in observed.items() if p == 0 and code != 0)
 
     # And the HTML report opens in headless Chromium with its plots drawn
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
