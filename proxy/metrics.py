@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import platform
 import threading
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from insync_proxy.proxy import __version__
 
@@ -103,6 +105,100 @@ class TopicCounter:
         return [family]
 
 
+class _LockFreeCounterChild:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class LockFreeCounter:
+    """A labelled counter for per-request series, updated from the event loop thread only.
+
+    prometheus-client takes a lock on every increment (about a microsecond each, several per request);
+    here an increment is one float addition and the scrape thread reads the values at collect time.
+    Exposition is the same as a prometheus-client Counter's.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
+        self._name = name
+        self._labelnames = tuple(labelnames)
+        self.documentation = documentation
+        self._children: dict[tuple[str, ...], _LockFreeCounterChild] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> _LockFreeCounterChild:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self._labelnames):
+                raise ValueError(f"{self._name} takes labels {self._labelnames}, got {values}")
+            child = self._children[values] = _LockFreeCounterChild()
+        return child
+
+    def collect(self) -> list[CounterMetricFamily]:
+        family = CounterMetricFamily(self._name, self.documentation, labels=list(self._labelnames))
+        for values, child in list(self._children.items()):
+            family.add_metric(list(values), child.value)
+        return [family]
+
+
+class _LockFreeHistogramChild:
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        #: Per bucket, not cumulative; the last one is +Inf.
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # le: value <= bound
+        self.sum += value
+
+
+class LockFreeHistogram:
+    """A labelled histogram for per-request latencies, updated from the event loop thread only.
+
+    An observation is a bisect and two additions (prometheus-client: a lock per bucket it walks).
+    `_count` is the sum of the buckets read at collect time, so `+Inf` and `_count` always agree.
+    Exposition is the same as a prometheus-client Histogram's.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float],
+                 registry: CollectorRegistry) -> None:
+        self._name = name
+        self._labelnames = tuple(labelnames)
+        self.documentation = documentation
+        self._bounds = tuple(float(b) for b in buckets)
+        if list(self._bounds) != sorted(set(self._bounds)):
+            raise ValueError(f"{name}: buckets must be distinct and increasing")
+        self._le = [floatToGoString(b) for b in self._bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+        self._children: dict[tuple[str, ...], _LockFreeHistogramChild] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> _LockFreeHistogramChild:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self._labelnames):
+                raise ValueError(f"{self._name} takes labels {self._labelnames}, got {values}")
+            child = self._children[values] = _LockFreeHistogramChild(self._bounds)
+        return child
+
+    def collect(self) -> list[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self._name, self.documentation, labels=list(self._labelnames))
+        for values, child in list(self._children.items()):
+            counts, total = list(child.counts), child.sum
+            cumulative, buckets = 0, []
+            for le, count in zip(self._le, counts, strict=True):
+                cumulative += count
+                buckets.append((le, float(cumulative)))
+            family.add_metric(list(values), buckets, total)
+        return [family]
+
+
 class _AllMetrics:
     """One collector over the scrape registry and the per-topic counters."""
 
@@ -158,20 +254,21 @@ class ProxyMetrics:
         )
 
         # Requests
-        self.requests_total = Counter(
+        # Per request: lock-free (updated from the event loop only), same exposition as prometheus-client's.
+        self.requests_total = LockFreeCounter(
             p + "requests", "Requests received from clients", ["api"], registry=r
         )
-        self.request_latency_seconds = Histogram(
+        self.request_latency_seconds = LockFreeHistogram(
             p + "request_latency_seconds",
             "Client-observed latency: request received to response written back",
             ["api"], buckets=LATENCY_BUCKETS, registry=r,
         )
-        self.upstream_latency_seconds = Histogram(
+        self.upstream_latency_seconds = LockFreeHistogram(
             p + "upstream_latency_seconds",
             "Broker latency: request forwarded to response received",
             ["api"], buckets=LATENCY_BUCKETS, registry=r,
         )
-        self.network_bytes_total = Counter(
+        self.network_bytes_total = LockFreeCounter(
             p + "network_bytes", "Bytes moved, by direction (client_in, client_out, upstream_in, upstream_out)",
             ["direction"], registry=r,
         )
