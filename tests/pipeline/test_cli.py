@@ -3,9 +3,11 @@ writes, and a failing job reported in one line."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ import pytest
 from .events import readiness, summary, write_jsonl
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+#: The console scripts installed with this interpreter come first (a virtualenv used without activating it).
+ENV = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
 
 
 def _readme_report_command() -> str:
@@ -25,7 +29,7 @@ def _readme_report_command() -> str:
 
 
 def test_readme_report_command_runs_verbatim_on_the_proxys_flat_audit_directory(spark: Any, tmp_path: Path) -> None:
-    if shutil.which("insync-proxy") is None:
+    if shutil.which("insync-proxy", path=ENV["PATH"]) is None:
         pytest.fail("`insync-proxy` is not on PATH: install the project (pip install -e '.[pipeline]')")
     command = _readme_report_command()
     assert command == "insync-proxy report --input 'audit/**/*.jsonl' --output out/"
@@ -36,7 +40,7 @@ def test_readme_report_command_runs_verbatim_on_the_proxys_flat_audit_directory(
     write_jsonl(audit / "audit-orders-pod-1-20261121T080000000000Z.jsonl",
                 [summary(3600, requests=5, records=5, record_bytes=50)])
     # When the README's command runs in a shell in that directory
-    proc = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=ENV)
     # Then it succeeds, prints the summary, writes the tables, and shows no Spark chatter
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "produce requests: 12 (19 records counted, 750 record bytes)" in proc.stdout
@@ -52,7 +56,7 @@ def test_a_failing_job_is_reported_in_one_line(spark: Any, tmp_path: Path) -> No
     proc = subprocess.run(
         ["insync-proxy", "report", "--quiet", "--master", "local[1]", "--input", "s3a://no-bucket/audit/x.jsonl",
          "--output", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, env=ENV,
     )
     # Then the exit status is 1 and stderr is one line naming the cause, without a Java or Python trace
     assert proc.returncode == 1
