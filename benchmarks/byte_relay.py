@@ -15,6 +15,7 @@ import asyncio
 import signal
 import socket
 import sys
+from typing import cast
 
 try:
     import uvloop
@@ -34,9 +35,8 @@ class Side(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(high=HIGH_WATER)
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are no asyncio.Transport subclass
+        self.transport.set_write_buffer_limits(high=HIGH_WATER)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

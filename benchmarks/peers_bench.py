@@ -112,6 +112,7 @@ class Plan:
     batch_records: int
     fetch_mib: int
     fetch_max_bytes: int
+    fetch_min_seconds: float  # a run reads the partition again until this long (at least once)
     perf_warmup_records: int
     perf_max_seconds: float
     perf_rate: int
@@ -121,10 +122,10 @@ class Plan:
 
 
 FULL = Plan(rounds=3, warmup_seconds=3, jit_warmup_seconds=20, produce_seconds=5, produce_connections=4,
-            produce_window=4, batch_records=16, fetch_mib=300, fetch_max_bytes=8 * MIB, perf_warmup_records=20_000,
+            produce_window=4, batch_records=16, fetch_mib=300, fetch_max_bytes=8 * MIB, fetch_min_seconds=3, perf_warmup_records=20_000,
             perf_max_seconds=12, perf_rate=5000, perf_rate_seconds=12, consume_records=200_000, connections=1000)
 QUICK = Plan(rounds=1, warmup_seconds=1.5, jit_warmup_seconds=8, produce_seconds=3, produce_connections=4,
-             produce_window=4, batch_records=16, fetch_mib=100, fetch_max_bytes=8 * MIB, perf_warmup_records=10_000,
+             produce_window=4, batch_records=16, fetch_mib=100, fetch_max_bytes=8 * MIB, fetch_min_seconds=2, perf_warmup_records=10_000,
              perf_max_seconds=6, perf_rate=5000, perf_rate_seconds=6, consume_records=60_000, connections=1000)
 
 
@@ -606,12 +607,18 @@ def next_offset(records: memoryview | bytes, current: int) -> int:
     return current
 
 
-def fetch_all(port: int, topic: str, end_offset: int, max_bytes: int, limit_bytes: int | None = None) -> dict[str, float]:
-    """Reads partition 0 of `topic` from offset 0 to `end_offset` on one connection, one Fetch at a time."""
-    offset, received, requests = 0, 0, 0
+def fetch_all(port: int, topic: str, end_offset: int, max_bytes: int, limit_bytes: int | None = None,
+              min_seconds: float = 0.0) -> dict[str, float]:
+    """Reads partition 0 of `topic` from offset 0 to `end_offset` on one connection, one Fetch at a time;
+    again from offset 0 until `min_seconds` have passed (CPU readings have a 10 ms resolution)."""
+    offset, received, requests, passes = 0, 0, 0, 1
     started = time.perf_counter()
     with BlockingKafkaClient("127.0.0.1", port, timeout=60, client_id="insync-proxy-peers-bench") as client:
-        while offset < end_offset and (limit_bytes is None or received < limit_bytes):
+        while limit_bytes is None or received < limit_bytes:
+            if offset >= end_offset:
+                if time.perf_counter() - started >= min_seconds:
+                    break
+                offset, passes = 0, passes + 1
             requests += 1
             frame = pb.request_frame(ApiKey.FETCH, 11, fetch_request_body(topic, 0, offset, max_bytes))
             struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, requests)
@@ -626,7 +633,8 @@ def fetch_all(port: int, topic: str, end_offset: int, max_bytes: int, limit_byte
                 raise RuntimeError(f"Fetch of {topic}-0 at {offset} through port {port} made no progress")
             offset = new
     seconds = time.perf_counter() - started
-    return {"seconds": seconds, "bytes": received, "requests": requests, "mib_per_sec": received / MIB / seconds}
+    return {"seconds": seconds, "bytes": received, "requests": requests, "passes": passes,
+            "mib_per_sec": received / MIB / seconds}
 
 
 def fill_partition(port: int, topic: str, mib: int, batch_records: int = 512) -> int:
@@ -650,6 +658,23 @@ def fill_partition(port: int, topic: str, mib: int, batch_records: int = 512) ->
 
 
 # ---------------------------------------------------------------------------------------------- sections
+#: Targets that failed during a section (name -> what failed): dropped from the rest of the run.
+BROKEN: dict[str, str] = {}
+
+
+def attempt(name: str, what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """fn(), or None when `name` is already broken or fn fails (then it is dropped with one printed line)."""
+    if name in BROKEN:
+        return None
+    try:
+        return fn()
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        BROKEN[name] = f"{what}: {reason}"
+        print(f"dropped {name} from the rest of the run: {what} failed: {reason}", flush=True)
+        return None
+
+
 def measure(target: Target, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Runs `run` and adds the CPU seconds the target's processes used meanwhile."""
     pids = target.pids()
@@ -680,10 +705,15 @@ def warm_up(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Plan) -
     for target in targets:
         seconds = plan.jit_warmup_seconds if target.name == "kroxylicious" else plan.warmup_seconds
         pb.say(f"warm-up: {target.name}, raw Produce for {seconds:.0f}s")
-        run = raw_produce(target, topic, plan, seconds)
-        if run["error_responses"]:
-            raise RuntimeError(f"{target.name}: {run['error_responses']} Produce errors {run['error_codes']} in the "
-                               "warm-up (is each broker's port routed to that broker?)")
+
+        def run(t: Target = target, sec: float = seconds) -> dict[str, Any]:
+            result = raw_produce(t, topic, plan, sec)
+            if result["error_responses"]:
+                raise RuntimeError(f"{result['error_responses']} Produce errors {result['error_codes']} (is each "
+                                   "broker's port routed to that broker?)")
+            return result
+
+        attempt(target.name, "raw Produce warm-up", run)
 
 
 def section_produce(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Plan,
@@ -695,7 +725,10 @@ def section_produce(targets: Sequence[Target], cluster: LocalKafkaCluster, plan:
     pb.say(f"[produce] {plan.rounds} round(s) of {plan.produce_seconds:.0f}s per target")
     for r in range(plan.rounds):
         for name in rotated(names, r):
-            run = measure(by_name[name], lambda n=name: raw_produce(by_name[n], topic, plan, plan.produce_seconds))
+            run = attempt(name, "raw Produce", lambda n=name: measure(
+                by_name[n], lambda: raw_produce(by_name[n], topic, plan, plan.produce_seconds)))
+            if run is None:
+                continue
             run["round"] = r
             run["mib_per_sec"] = run["record_bytes"] / MIB / run["seconds"]
             run["cpu_us_per_request"] = run["proxy_cpu_s"] / max(1, run["requests"]) * 1e6
@@ -738,18 +771,21 @@ def section_fetch(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: P
     end_offset = fill_partition(cluster.brokers[1].port, topic, plan.fetch_mib)
     pb.say(f"[fetch] {end_offset:,} records in {time.monotonic() - t0:.0f}s; warm-up: 32 MiB through each target")
     for name in names:
-        fetch_all(by_name[name].ports[1], topic, end_offset, plan.fetch_max_bytes, limit_bytes=32 * MIB)
+        attempt(name, "Fetch warm-up", lambda n=name: fetch_all(by_name[n].ports[1], topic, end_offset,
+                                                                plan.fetch_max_bytes, limit_bytes=32 * MIB))
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for r in range(plan.rounds):
         for name in rotated(names, r):
-            run = measure(by_name[name], lambda n=name: fetch_all(by_name[n].ports[1], topic, end_offset,
-                                                                  plan.fetch_max_bytes))
+            run = attempt(name, "raw Fetch", lambda n=name: measure(by_name[n], lambda: fetch_all(
+                by_name[n].ports[1], topic, end_offset, plan.fetch_max_bytes, min_seconds=plan.fetch_min_seconds)))
+            if run is None:
+                continue
             run["round"] = r
             run["cpu_ms_per_mib"] = run["proxy_cpu_s"] * 1000 / (run["bytes"] / MIB)
             run["cpu_percent"] = run["proxy_cpu_s"] / run["wall_s"] * 100
             runs[name].append(run)
             pb.say(f"[fetch] round {r + 1}: {name}: {run['mib_per_sec']:.0f} MiB/s, "
-                   f"{run['cpu_ms_per_mib']:.2f} CPU ms/MiB")
+                   f"{run['cpu_ms_per_mib']:.3f} CPU ms/MiB ({run['passes']} pass(es))")
     direct = [r["mib_per_sec"] for r in runs.get("direct", [])]
     relay = [r["mib_per_sec"] for r in runs.get("relay", [])]
     relay_cpu = [r["cpu_ms_per_mib"] for r in runs.get("relay", [])]
@@ -765,8 +801,9 @@ def section_fetch(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: P
         out[name] = {"runs": rs, "mib_per_sec": summary(mibs), "vs_direct": summary(vs_direct),
                      "vs_relay": summary(vs_relay), "cpu_ms_per_mib": summary(cpu),
                      "cpu_vs_relay": summary(cpu_vs_relay)}
-    pb.table(f"2. Raw Fetch v11, one connection, {plan.fetch_mib} MiB partition read from offset 0, "
-             f"{plan.fetch_max_bytes // MIB} MiB per response; median (min-max) of {plan.rounds} round(s)",
+    pb.table(f"2. Raw Fetch v11, one connection, {plan.fetch_mib} MiB partition read from offset 0 (again until "
+             f"{plan.fetch_min_seconds:.0f}s passed), {plan.fetch_max_bytes // MIB} MiB per response; median (min-max) "
+             f"of {plan.rounds} round(s)",
              ("target", "MiB/s", "vs direct", "vs relay", "proxy CPU ms/MiB", "CPU vs relay", "proxy CPU %"), rows)
     results["fetch"] = {"topic": topic, "records": end_offset, "targets": out}
 
@@ -839,9 +876,11 @@ def section_perf(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Pl
     warm = {}
     for name in names:
         pb.say(f"[perf] warm-up: ProducerPerformance {plan.perf_warmup_records:,} records through {name}")
-        warm[name] = pb.producer_performance(libs, work, by_name[name].bootstrap or "", topic,
-                                             plan.perf_warmup_records, -1, None)
-    rate = max(w["records_per_sec"] for w in warm.values())
+        result = attempt(name, "ProducerPerformance warm-up", lambda n=name: pb.producer_performance(
+            libs, work, by_name[n].bootstrap or "", topic, plan.perf_warmup_records, -1, None))
+        if result is not None:
+            warm[name] = result
+    rate = max([w["records_per_sec"] for w in warm.values()] or [10_000.0])
     max_records = int(min(400_000, max(20_000, rate * plan.perf_max_seconds)))
     fixed_records = plan.perf_rate * plan.perf_rate_seconds
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
@@ -851,22 +890,29 @@ def section_perf(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Pl
         for name in order:
             pb.say(f"[perf] round {r + 1}: {name}: ProducerPerformance max throughput, {max_records:,} records")
             target = by_name[name]
-            run = measure(target, lambda t=target: pb.producer_performance(libs, work, t.bootstrap or "", topic,
-                                                                           max_records, -1, None))
+            run = attempt(name, "ProducerPerformance", lambda t=target: measure(t, lambda: pb.producer_performance(
+                libs, work, t.bootstrap or "", topic, max_records, -1, None)))
+            if run is None:
+                continue
             run["cpu_us_per_record"] = run["proxy_cpu_s"] / run["records"] * 1e6
             runs["max"][name].append(run)
         for name in order:
             pb.say(f"[perf] round {r + 1}: {name}: ProducerPerformance {plan.perf_rate:,} records/s for "
                    f"{plan.perf_rate_seconds}s")
             target = by_name[name]
-            runs["fixed"][name].append(measure(target, lambda t=target: pb.producer_performance(
-                libs, work, t.bootstrap or "", topic, fixed_records, plan.perf_rate, None)))
+            run = attempt(name, "ProducerPerformance at a fixed rate", lambda t=target: measure(
+                t, lambda: pb.producer_performance(libs, work, t.bootstrap or "", topic, fixed_records, plan.perf_rate,
+                                                   None)))
+            if run is not None:
+                runs["fixed"][name].append(run)
         for name in order:
             pb.say(f"[perf] round {r + 1}: {name}: ConsumerPerformance {plan.consume_records:,} records")
             target = by_name[name]
             group = f"peers-bench-{name}-{r}-{time.monotonic_ns()}"
-            run = measure(target, lambda t=target, g=group: consumer_performance(
-                libs, work, t.bootstrap or "", consume_topic, plan.consume_records, g))
+            run = attempt(name, "ConsumerPerformance", lambda t=target, g=group: measure(
+                t, lambda: consumer_performance(libs, work, t.bootstrap or "", consume_topic, plan.consume_records, g)))
+            if run is None:
+                continue
             run["cpu_ms_per_mib"] = run["proxy_cpu_s"] * 1000 / (run["mb"] * 1e6 / MIB) if run["mb"] else float("nan")
             runs["consume"][name].append(run)
 
@@ -958,7 +1004,7 @@ def section_memory(targets: Sequence[Target], plan: Plan, results: dict[str, Any
     out: dict[str, Any] = {}
     rows = []
     for target in targets:
-        if not target.pids():
+        if not target.pids() or target.name in BROKEN:
             continue
         idle = tree_memory(target.pids())
         pb.say(f"[memory] {target.name}: idle RSS {idle['rss_mib']:.1f} MiB; opening {n} connections")
@@ -1108,7 +1154,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped: dict[str, str] = {}
     results: dict[str, Any] = {
         "started_utc": stamp, "mode": "quick" if args.quick else "full", "plan": plan.__dict__,
-        "sections": args.sections, "requested_targets": args.targets, "skipped": skipped,
+        "sections": args.sections, "requested_targets": args.targets, "skipped": skipped, "dropped": BROKEN,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_at_start": os.getloadavg()},
         "goals": GOALS,
@@ -1140,11 +1186,15 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             runners[name]()
             results.setdefault("section_seconds", {})[name] = round(time.monotonic() - t0, 1)
-            dead = [t.name for t in running if isinstance(t, ExternalTarget | InsyncProxy) and not t.pids()]
-            if dead:
-                raise RuntimeError(f"target process(es) gone after section {name}: {', '.join(dead)}")
+            for t in running:
+                if isinstance(t, ExternalTarget | InsyncProxy) and len(t.pids()) < len(getattr(t, "procs", [0])) \
+                        and t.name not in BROKEN:
+                    BROKEN[t.name] = f"its process exited during section {name}"
+                    print(f"dropped {t.name}: its process exited during section {name}", flush=True)
         for name, reason in skipped.items():
             print(f"skipped {name}: {reason}", flush=True)
+        for name, reason in BROKEN.items():
+            print(f"dropped {name} during the run: {reason}", flush=True)
         print_goals(results)
     except KeyboardInterrupt:
         pb.say("interrupted: stopping the targets and the cluster")
