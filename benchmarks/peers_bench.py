@@ -119,6 +119,7 @@ class Plan:
     perf_rate_seconds: int
     consume_records: int
     connections: int
+    rate_explicit: bool = False  # --rate given: no automatic lowering of perf_rate
 
 
 FULL = Plan(rounds=3, warmup_seconds=3, jit_warmup_seconds=20, produce_seconds=5, produce_connections=4,
@@ -436,6 +437,8 @@ class KroxyliciousTarget(ExternalTarget):
                             str(config)]])
         ports = [bootstrap_port, *(first + i for i in range(len(node_ids)))]
         wait_listening(ports, 120, self.alive)
+        pb.say("kroxylicious: note: 0.12's portIdentifiesNode has no bind address; its ports listen on every "
+               "interface while the benchmark runs (clients are given 127.0.0.1)")
         self.bootstrap = f"127.0.0.1:{bootstrap_port}"
         self.ports = {node_id: first + node_id - node_ids[0] for node_id in node_ids}
 
@@ -808,6 +811,14 @@ def section_fetch(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: P
     results["fetch"] = {"topic": topic, "records": end_offset, "targets": out}
 
 
+def moderate_rate(wanted: int, direct_max: float | None, explicit: bool = False) -> int:
+    """The fixed rate of section 3: `wanted`, but at most half of what the cluster took direct at full speed
+    (rounded down to 500/s, at least 500/s), so that latencies are not those of a saturated cluster."""
+    if explicit or not direct_max or direct_max != direct_max:
+        return wanted
+    return max(500, min(wanted, int(direct_max / 2 // 500 * 500)))
+
+
 CONSUMER_FIELDS = ("mb", "mb_per_sec", "records", "records_per_sec", "rebalance_ms", "fetch_ms", "fetch_mb_per_sec",
                    "fetch_records_per_sec")
 
@@ -882,6 +893,11 @@ def section_perf(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Pl
             warm[name] = result
     rate = max([w["records_per_sec"] for w in warm.values()] or [10_000.0])
     max_records = int(min(400_000, max(20_000, rate * plan.perf_max_seconds)))
+    fixed_rate = moderate_rate(plan.perf_rate, warm.get("direct", {}).get("records_per_sec"), plan.rate_explicit)
+    if fixed_rate != plan.perf_rate:
+        pb.say(f"[perf] the cluster took only {warm['direct']['records_per_sec']:,.0f} records/s direct in the warm-up: "
+               f"the fixed-rate runs use {fixed_rate:,}/s instead of {plan.perf_rate:,}/s (--rate to choose)")
+    plan = Plan(**{**plan.__dict__, "perf_rate": fixed_rate})
     fixed_records = plan.perf_rate * plan.perf_rate_seconds
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         kind: {n: [] for n in names} for kind in ("max", "fixed", "consume")}
@@ -913,7 +929,7 @@ def section_perf(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Pl
                 t, lambda: consumer_performance(libs, work, t.bootstrap or "", consume_topic, plan.consume_records, g)))
             if run is None:
                 continue
-            run["cpu_ms_per_mib"] = run["proxy_cpu_s"] * 1000 / (run["mb"] * 1e6 / MIB) if run["mb"] else float("nan")
+            run["cpu_ms_per_mib"] = run["proxy_cpu_s"] * 1000 / run["mb"] if run["mb"] else float("nan")  # the tool's MB are MiB
             runs["consume"][name].append(run)
 
     def col(kind: str, name: str, key: str) -> list[float]:
@@ -948,11 +964,11 @@ def section_perf(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Pl
     pb.table(f"3a. ProducerPerformance, 1 KiB records, acks=all, 3 partitions RF 3: max throughput "
              f"({max_records:,} records) and {plan.perf_rate:,} records/s for {plan.perf_rate_seconds}s; median "
              f"(min-max) of {plan.rounds} round(s)",
-             ("target", "max rec/s", "max MB/s", "vs direct", "proxy CPU us/record", f"p50 ms @{plan.perf_rate}",
+             ("target", "max rec/s", "max MiB/s", "vs direct", "proxy CPU us/record", f"p50 ms @{plan.perf_rate}",
               f"p99 ms @{plan.perf_rate}", "p50 added", "p99 added", "achieved rec/s"), produce_rows)
     pb.table(f"3b. ConsumerPerformance, {plan.consume_records:,} records of 1 KiB, 3 partitions, a new group each run; "
              f"median (min-max) of {plan.rounds} round(s)",
-             ("target", "MB/s (incl. join)", "fetch MB/s", "fetch vs direct", "rebalance ms", "proxy CPU ms/MiB"),
+             ("target", "MiB/s (incl. join)", "fetch MiB/s", "fetch vs direct", "rebalance ms", "proxy CPU ms/MiB"),
              consume_rows)
     if any(summary(col("fixed", n, "records_per_sec"))["median"] < 0.9 * plan.perf_rate for n in names):
         pb.say(f"[perf] note: some runs sustained less than 90% of {plan.perf_rate:,} records/s: their latencies are "
@@ -1110,6 +1126,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated subset (default: all; direct is always useful as the baseline)")
     parser.add_argument("--rounds", type=int, help="rounds per section (default 3, 1 with --quick)")
     parser.add_argument("--fetch-mib", type=int, help="size of the Fetch partition (default 300, 100 with --quick)")
+    parser.add_argument("--rate", type=int, help="records/s of section 3's fixed-rate runs (default 5000, lowered to "
+                                                 "half the cluster's direct max throughput when that is less)")
     parser.add_argument("--connections", type=int, help="client connections of the memory section (default 1000)")
     parser.add_argument("--kafka-proxy-bin", default=str(PEERS_DIR / "kafka-proxy"),
                         help="grepplabs kafka-proxy binary (default: %(default)s)")
@@ -1145,6 +1163,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     overrides = {k: v for k, v in (("rounds", args.rounds), ("fetch_mib", args.fetch_mib),
                                    ("connections", args.connections)) if v}
+    if args.rate:
+        overrides.update(perf_rate=args.rate, rate_explicit=True)
     plan = Plan(**{**plan.__dict__, **overrides})
     raise_fd_limit(plan.connections * 3 + 4096)
     signal.signal(signal.SIGTERM, pb._terminate)

@@ -156,3 +156,11 @@ def test_goals(bench: ModuleType) -> None:
     assert rows["Fetch throughput vs relay"] == "NOT MET"
     assert rows["Fetch throughput above kafka-proxy"] == "n/a"
     assert rows["RSS with 1,000 client connections"] == "NOT MET"
+
+
+def test_moderate_rate(bench: ModuleType) -> None:
+    assert bench.moderate_rate(5000, 20_000.0) == 5000  # the cluster has room
+    assert bench.moderate_rate(5000, 7_900.0) == 3500  # half its direct max, rounded down to 500/s
+    assert bench.moderate_rate(5000, 600.0) == 500
+    assert bench.moderate_rate(5000, None) == 5000
+    assert bench.moderate_rate(5000, 3_000.0, explicit=True) == 5000
