@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from .api_keys import ApiKey
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
-from .headers import encode_response_with_header, peek_request_header, split_response
+from .headers import RequestHeaderPeek, encode_response_with_header, peek_request_header, split_response
 from .messages import (
     PartitionProduceResponse,
     ProduceResponse,
@@ -184,8 +184,10 @@ def index_produce_request(frame: Buffer) -> ProduceRequestIndex:
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
     peek = peek_request_header(mv)
-    acks_offset = produce_acks_offset(mv)
     version = peek.api_version
+    if peek.api_key == ApiKey.PRODUCE and 9 <= version <= _MAX_PRODUCE_VERSION:
+        return _index_flexible_produce_request(mv, peek)
+    acks_offset = produce_acks_offset(mv)
     flexible = version >= 9
     try:
         r = Reader(mv, peek.header_size)
@@ -251,6 +253,91 @@ def index_produce_request(frame: Buffer) -> ProduceRequestIndex:
         tagged_start=tagged_start,
         tagged_end=r.pos,
     )
+
+
+def _index_flexible_produce_request(mv: memoryview, peek: RequestHeaderPeek) -> ProduceRequestIndex:
+    """index_produce_request for v9+ with direct reads: every decided request (acks=-2, policies) is indexed."""
+    version = peek.api_version
+    unpack_i32 = _I32.unpack_from
+    n = len(mv)
+    pos = peek.header_size
+    try:
+        length = mv[pos]
+        if length < 0x80:
+            pos += 1
+        else:
+            length, pos = read_uvarint_at(mv, pos)
+        transactional_id: str | None = None
+        if length:
+            transactional_id = str(mv[pos:pos + length - 1], "utf-8")
+            pos += length - 1
+        acks_offset = pos
+        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(mv, pos)
+        pos += 6
+        count = mv[pos]
+        if count < 0x80:
+            pos += 1
+        else:
+            count, pos = read_uvarint_at(mv, pos)
+        if count == 0:
+            raise MalformedFrame("null topic_data in Produce request")
+        topics: list[TopicSpan] = []
+        for _ in range(count - 1):
+            key_start = pos
+            topic, pos = _flexible_topic(mv, pos, version)
+            key_end = pos
+            partitions = mv[pos]
+            if partitions < 0x80:
+                pos += 1
+            else:
+                partitions, pos = read_uvarint_at(mv, pos)
+            if partitions == 0:
+                raise MalformedFrame("null partition_data in Produce request")
+            parts: list[PartitionSpan] = []
+            for _ in range(partitions - 1):
+                start = pos
+                partition = unpack_i32(mv, pos)[0]
+                size = mv[pos + 4]
+                if size < 0x80:
+                    pos += 5
+                else:
+                    size, pos = read_uvarint_at(mv, pos + 4)
+                size -= 1
+                records_start = pos
+                if size > 0:
+                    pos += size
+                    if pos > n:
+                        raise TruncatedData("Produce request records run past the frame end")
+                pos = pos + 1 if mv[pos] == 0 else _skip_tags(mv, pos)
+                parts.append(PartitionSpan(topic, partition, start, pos, records_start, size))
+            tagged_start = pos
+            pos = pos + 1 if mv[pos] == 0 else _skip_tags(mv, pos)
+            topics.append(TopicSpan(topic, key_start, key_end, tuple(parts), tagged_start, pos))
+        tagged_start = pos
+        pos = pos + 1 if mv[pos] == 0 else _skip_tags(mv, pos)
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, IndexError, UnicodeError) as e:
+        raise TruncatedData(f"cannot index Produce request: {e!r}") from None
+    if pos != n:
+        raise MalformedFrame(f"{n - pos} unexpected trailing bytes at offset {pos}")
+    return ProduceRequestIndex(
+        frame=mv,
+        api_version=version,
+        correlation_id=peek.correlation_id,
+        client_id=peek.client_id,
+        header_size=peek.header_size,
+        transactional_id=transactional_id,
+        acks_offset=acks_offset,
+        acks=acks,
+        timeout_ms=timeout_ms,
+        topics=tuple(topics),
+        tagged_start=tagged_start,
+        tagged_end=pos,
+    )
+
+
+_ACKS_TIMEOUT = struct.Struct(">hi")
 
 
 def _count(n: int, flexible: bool) -> bytes:
@@ -329,9 +416,54 @@ def build_produce_error_response(
 
     Each answered partition gets its error code (e.g. 19 NOT_ENOUGH_REPLICAS, 21
     INVALID_REQUIRED_ACKS), base_offset/log_append_time/log_start_offset -1, no record errors.
+    Without an error message (the proxy's own answers) it is written straight from the request's
+    spans: the topic keys are the request's own bytes (a Produce response encodes names and ids as
+    its request does), no message objects, no generic encoder.
     """
-    return merge_produce_responses(index, None, errors, error_message=error_message,
-                                   throttle_time_ms=throttle_time_ms)
+    if error_message is not None:
+        return merge_produce_responses(index, None, errors, error_message=error_message,
+                                       throttle_time_ms=throttle_time_ms)
+    version = index.api_version
+    flexible = version >= 9
+    frame = index.frame
+    tail = _ERROR_PARTITION_TAILS[version]
+    out = bytearray(_I32.pack(index.correlation_id))
+    if flexible:
+        out.append(0)  # response header v1: no tagged fields
+    answered = [(t, [(p.partition, code) for p in t.partitions if (code := errors.get((p.topic, p.partition)))
+                     is not None]) for t in index.topics]
+    answered = [(t, parts) for t, parts in answered if parts]
+    out += _count(len(answered), flexible)
+    pack_partition = _PARTITION_ERROR.pack
+    for t, parts in answered:
+        out += frame[t.key_start:t.key_end]
+        out += _count(len(parts), flexible)
+        for partition, code in parts:
+            out += pack_partition(partition, code)
+            out += tail
+        if flexible:
+            out.append(0)
+    if version >= 1:
+        out += _I32.pack(throttle_time_ms)
+    if flexible:
+        out.append(0)
+    return bytes(out)
+
+
+_PARTITION_ERROR = struct.Struct(">ih")
+
+
+def _error_partition_tail(version: int) -> bytes:
+    """What follows index and error_code in a partition the proxy answers: offsets -1, nothing else."""
+    tail = b"\xff" * 8  # base_offset
+    if version >= 2:
+        tail += b"\xff" * 8  # log_append_time_ms
+    if version >= 5:
+        tail += b"\xff" * 8  # log_start_offset
+    if version >= 8:
+        # record_errors empty, error_message null (then, flexible, no tagged fields)
+        tail += b"\x01\x00\x00" if version >= 9 else _I32.pack(0) + _I16.pack(-1)
+    return tail
 
 
 def merge_produce_responses(
@@ -703,3 +835,6 @@ def _flexible_response_error_codes(frame: Buffer, version: int) -> list[tuple[st
     except (struct.error, ValueError, IndexError, UnicodeError) as e:
         raise TruncatedData(f"Produce v{version} response is truncated or corrupt: {e!r}") from None
     return out
+
+
+_ERROR_PARTITION_TAILS = {v: _error_partition_tail(v) for v in range(_MAX_PRODUCE_VERSION + 1)}

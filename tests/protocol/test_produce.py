@@ -172,6 +172,49 @@ def test_proxy_answer_has_error_and_minus_one_offsets_in_request_order(version: 
                    (topic("payments", version), 0, code, -1, lat, -1, (), None)]
 
 
+@settings(max_examples=150, deadline=None)
+@given(version=st.sampled_from(list(ALL_VERSIONS)), data=st.data())
+def test_index_agrees_with_a_full_decode(version: int, data: st.DataObject) -> None:
+    from insync_proxy.protocol.messages import decode_request
+
+    from .schema_gen import message_strategy
+
+    # Given any Produce request the schema allows (unknown tagged fields, null and empty records included)
+    request = data.draw(message_strategy(ProduceRequest, version))
+    frame = request_frame(request, version, correlation_id=5, client_id=data.draw(st.one_of(st.none(), st.text())))
+    body = body_of(frame)
+    decoded = decode_request(ApiKey.PRODUCE, version, body)
+    assert isinstance(decoded, ProduceRequest)
+    # Then the index locates exactly what the decoder reads
+    index = index_produce_request(frame)
+    assert (index.acks, index.timeout_ms, index.transactional_id) == (
+        decoded.acks, decoded.timeout_ms, decoded.transactional_id if version >= 3 else None)
+    assert [(s.topic, s.partition, None if s.records_size < 0 else bytes(index.records(s) or b""))
+            for s in index.partitions()] == [
+        (t.topic_id if version >= 13 else t.name, p.index, None if p.records is None else bytes(p.records))
+        for t in decoded.topic_data for p in t.partition_data]
+    # ... and a forward request keeping every partition is the request itself (topics without partitions
+    # are dropped from forward requests)
+    keep = {(s.topic, s.partition) for s in index.partitions()}
+    if all(t.partition_data for t in decoded.topic_data):
+        assert build_forward_request(index, keep) == bytes(frame)
+
+
+@settings(max_examples=80, deadline=None)
+@given(version=st.sampled_from(list(ALL_VERSIONS)), data=st.data())
+def test_proxy_answer_written_from_spans_equals_the_generic_encoding(version: int, data: st.DataObject) -> None:
+    # Given a request and any subset of its partitions answered by the proxy, with any error code
+    frame = request_frame(produce_request(version), version, correlation_id=data.draw(st.integers(-2**31, 2**31 - 1)))
+    index = index_produce_request(frame)
+    keys = [(p.topic, p.partition) for p in index.partitions()]
+    chosen = data.draw(st.lists(st.sampled_from(keys), unique=True))
+    errors = {k: data.draw(st.integers(-1, 120)) for k in chosen}
+    throttle = data.draw(st.integers(0, 2**31 - 1))
+    # Then the answer written straight from the spans is byte for byte the generic encoder's
+    assert build_produce_error_response(index, errors, throttle_time_ms=throttle) == \
+        merge_produce_responses(index, None, errors, throttle_time_ms=throttle)
+
+
 @pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_merge_restores_original_order_and_correlation_id(version: int) -> None:
     # Given orders/0 and payments/0 answered by the proxy, orders/1 and orders/2 by the broker
