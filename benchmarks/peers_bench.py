@@ -155,13 +155,13 @@ def number(v: float) -> str:
 
 
 def spread(values: Sequence[float]) -> str:
-    """'median (min-max)', or just the value for one run; '-' for none."""
+    """'median (min..max)', or just the value for one run; '-' for none."""
     s = summary(values)
     if not s["n"]:
         return "-"
     if s["n"] == 1 or s["min"] == s["max"]:
         return number(s["median"])
-    return f"{number(s['median'])} ({number(s['min'])}-{number(s['max'])})"
+    return f"{number(s['median'])} ({number(s['min'])}..{number(s['max'])})"
 
 
 def ratios(values: Sequence[float], baseline: Sequence[float]) -> list[float]:
@@ -756,7 +756,7 @@ def section_produce(targets: Sequence[Target], cluster: LocalKafkaCluster, plan:
                      "cpu_us_per_request": summary(cpu), "cpu_us_per_mib": summary(per_mib), "errors": errors}
     kib = plan.batch_records * pb.RECORD_SIZE // 1024
     pb.table(f"1. Raw Produce v9, acks=-1, {plan.produce_connections} connections x {plan.produce_window} in flight, "
-             f"{kib} KiB batches ({plan.batch_records} x 1 KiB records) to the leader's port; median (min-max) of "
+             f"{kib} KiB batches ({plan.batch_records} x 1 KiB records) to the leader's port; median (min..max) of "
              f"{plan.rounds} round(s)",
              ("target", "MiB/s", "vs direct", "requests/s", "proxy CPU us/request", "proxy CPU us/MiB",
               "proxy CPU %", "errors"), rows)
@@ -805,7 +805,7 @@ def section_fetch(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: P
                      "vs_relay": summary(vs_relay), "cpu_ms_per_mib": summary(cpu),
                      "cpu_vs_relay": summary(cpu_vs_relay)}
     pb.table(f"2. Raw Fetch v11, one connection, {plan.fetch_mib} MiB partition read from offset 0 (again until "
-             f"{plan.fetch_min_seconds:.0f}s passed), {plan.fetch_max_bytes // MIB} MiB per response; median (min-max) "
+             f"{plan.fetch_min_seconds:.0f}s passed), {plan.fetch_max_bytes // MIB} MiB per response; median (min..max) "
              f"of {plan.rounds} round(s)",
              ("target", "MiB/s", "vs direct", "vs relay", "proxy CPU ms/MiB", "CPU vs relay", "proxy CPU %"), rows)
     results["fetch"] = {"topic": topic, "records": end_offset, "targets": out}
@@ -963,11 +963,11 @@ def section_perf(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Pl
         }
     pb.table(f"3a. ProducerPerformance, 1 KiB records, acks=all, 3 partitions RF 3: max throughput "
              f"({max_records:,} records) and {plan.perf_rate:,} records/s for {plan.perf_rate_seconds}s; median "
-             f"(min-max) of {plan.rounds} round(s)",
+             f"(min..max) of {plan.rounds} round(s)",
              ("target", "max rec/s", "max MiB/s", "vs direct", "proxy CPU us/record", f"p50 ms @{plan.perf_rate}",
               f"p99 ms @{plan.perf_rate}", "p50 added", "p99 added", "achieved rec/s"), produce_rows)
     pb.table(f"3b. ConsumerPerformance, {plan.consume_records:,} records of 1 KiB, 3 partitions, a new group each run; "
-             f"median (min-max) of {plan.rounds} round(s)",
+             f"median (min..max) of {plan.rounds} round(s)",
              ("target", "MiB/s (incl. join)", "fetch MiB/s", "fetch vs direct", "rebalance ms", "proxy CPU ms/MiB"),
              consume_rows)
     if any(summary(col("fixed", n, "records_per_sec"))["median"] < 0.9 * plan.perf_rate for n in names):

@@ -32,7 +32,7 @@ def bench() -> ModuleType:
 def test_summary_spread_and_ratios(bench: ModuleType) -> None:
     assert bench.summary([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
     assert bench.summary([])["n"] == 0
-    assert bench.spread([151.2, 140.0, 170.4]) == "151 (140-170)"
+    assert bench.spread([151.2, 140.0, 170.4]) == "151 (140..170)"
     assert bench.spread([0.5]) == "0.500"
     assert bench.spread([]) == "-"
     assert bench.spread([float("nan")]) == "-"
