@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from insync_proxy.protocol import (
     ApiKey,
@@ -83,6 +83,13 @@ class _Decision:
         self.error_code = error_code
 
 
+class _Walked(NamedTuple):
+    """A Produce request's (acks, partitions) from `produce_partition_records`, kept for the audit."""
+
+    acks: int
+    partitions: list[tuple[str | uuid.UUID, int, int, int]]
+
+
 @dataclass(slots=True)
 class ProduceDecisions:
     """AcksPolicy's state of one Produce exchange: what it decided, until the response is written."""
@@ -136,8 +143,10 @@ class AcksPolicy(BehaviourBase):
 
     def _unknown_topic_ids(self, exchange: Exchange) -> list[uuid.UUID]:
         known = self.context.cluster_view.topic_ids
-        _, partitions = produce_partition_records(exchange.request_frame)
-        return [t for t in dict.fromkeys(p[0] for p in partitions) if isinstance(t, uuid.UUID) and t not in known]
+        walked = _Walked(*produce_partition_records(exchange.request_frame))
+        exchange.put(walked)  # the audit accounting reuses this walk when the response is written
+        return [t for t in dict.fromkeys(p[0] for p in walked.partitions)
+                if isinstance(t, uuid.UUID) and t not in known]
 
     async def _after_resolving(self, exchange: Exchange, topic_ids: list[uuid.UUID]) -> None:
         await self.context.resolve_topic_ids(topic_ids)
@@ -302,11 +311,15 @@ class AcksPolicy(BehaviourBase):
         The common case costs two lean walks (request and response) and, per partition, one counter and
         one accumulator update: every partition acknowledged without error needs no lookup of its code.
         """
-        try:
-            acks, partitions = produce_partition_records(exchange.request_frame)
-        except ProtocolError as exc:  # the broker answered it, so this is the proxy's bug: count, don't fail
-            log.debug("cannot account a Produce v%d request: %s", exchange.api_version, exc)
-            return
+        walked = exchange.get(_Walked)  # Produce v13: walked once already, to name its topic ids
+        if walked is not None:
+            acks, partitions = walked.acks, walked.partitions
+        else:
+            try:
+                acks, partitions = produce_partition_records(exchange.request_frame)
+            except ProtocolError as exc:  # the broker answered it, so this is the proxy's bug: count, don't fail
+                log.debug("cannot account a Produce v%d request: %s", exchange.api_version, exc)
+                return
         response = exchange.response
         codes: dict[tuple[str | uuid.UUID, int], int] | None = None  # None: no response (acks=0)
         all_ok = False
