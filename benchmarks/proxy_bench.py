@@ -176,7 +176,23 @@ CHILDREN = Processes()
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
+    """CPU time of a process so far: the sum of its live threads' run time (Linux /proc/<pid>/task/*/schedstat).
+
+    Nanoseconds, where /proc/<pid>/stat counts 10 ms clock ticks: a 4 s round of a proxy at 1,000
+    requests costs ~0.1 s of CPU, 10 ticks, so a tick is 10% of the figure. Threads that exit in between
+    are not counted (the proxies' threads live as long as they do). Falls back to utime + stime.
+    """
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+    except FileNotFoundError:
+        total = 0
+    if total:
+        return total / 1e9
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
