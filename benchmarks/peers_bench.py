@@ -16,8 +16,9 @@ Starts its own 3-broker KRaft Kafka (proxy.devcluster) and, in front of it, ever
   socat          one `socat TCP-LISTEN:...,fork` per broker (Debian package; installed when missing)
 
 and runs four sections, interleaving the targets over rounds (the order rotates every round). Every
-proxy cost is CPU seconds of the proxy's processes (with their children) from /proc/<pid>/stat, which
-stays meaningful on a shared machine where wall time does not.
+proxy cost is CPU seconds of the proxy's processes (with their children) from /proc (threads' schedstat run
+time, utime/stime where threads come and go), which stays meaningful on a shared machine where wall time
+does not.
 
   produce  raw Produce v9, 4 connections x 4 in flight, 16 KiB batches (16 x 1 KiB records), acks=-1, to
            the partition leader's port through each target: MiB/s, ratio vs direct, proxy CPU per request
@@ -203,16 +204,58 @@ def process_tree(roots: Iterable[int]) -> list[int]:
     return out
 
 
-def tree_cpu_seconds(roots: Iterable[int]) -> float:
-    """CPU seconds of the processes and their children so far: live ones by their own counters (utime +
-    stime), reaped ones through their parents' cutime + cstime. Differences of two readings are exact."""
-    total = 0.0
+@dataclass(frozen=True)
+class ProcessCpu:
+    """One process's CPU counters at one moment."""
+
+    threads: frozenset[int]
+    run_ns: int  # sum of its live threads' run time (/proc/<pid>/task/*/schedstat): exact, but forgets dead threads
+    ticks: float  # utime + stime in seconds (/proc/<pid>/stat): every thread's, dead ones too, in 10 ms steps
+    children: float  # cutime + cstime in seconds: reaped children's whole lives
+
+
+def cpu_snapshot(roots: Iterable[int]) -> dict[int, ProcessCpu]:
+    """The CPU counters of the processes and their live descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
     for pid in process_tree(roots):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += pb.cpu_seconds(pid) + (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+            threads, run_ns = [], 0
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    run_ns += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+                    threads.append(int(tid))
+                except (OSError, IndexError, ValueError):
+                    continue
+            out[pid] = ProcessCpu(frozenset(threads), run_ns, (int(fields[11]) + int(fields[12])) / tick,
+                                  (int(fields[13]) + int(fields[14])) / tick)
         except (OSError, IndexError, ValueError):
             continue
+    return out
+
+
+def cpu_between(before: dict[int, ProcessCpu], after: dict[int, ProcessCpu]) -> float:
+    """CPU seconds a process tree used between two snapshots.
+
+    A process whose threads are the same in both counts by its threads' run time (nanoseconds); one whose
+    threads changed (a JVM stops idle compiler threads) by its utime + stime, which keep dead threads' time;
+    one born in between by all it has used; one reaped in between shows up in its parent's children counters
+    with its whole life, so what it had used before is taken off again.
+    """
+    total = 0.0
+    for pid, a in after.items():
+        b = before.get(pid)
+        if b is None:
+            total += a.run_ns / 1e9 if a.run_ns else a.ticks
+        elif a.threads == b.threads and a.run_ns and b.run_ns:
+            total += (a.run_ns - b.run_ns) / 1e9
+        else:
+            total += a.ticks - b.ticks
+        total += a.children - (b.children if b else 0.0)
+    for pid, b in before.items():
+        if pid not in after:
+            total -= b.ticks
     return total
 
 
@@ -681,11 +724,11 @@ def attempt(name: str, what: str, fn: Callable[[], dict[str, Any]]) -> dict[str,
 def measure(target: Target, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Runs `run` and adds the CPU seconds the target's processes used meanwhile."""
     pids = target.pids()
-    before = tree_cpu_seconds(pids) if pids else 0.0
+    before = cpu_snapshot(pids) if pids else {}
     wall = time.perf_counter()
     result = run()
     result["wall_s"] = time.perf_counter() - wall
-    result["proxy_cpu_s"] = tree_cpu_seconds(pids) - before if pids else float("nan")
+    result["proxy_cpu_s"] = cpu_between(before, cpu_snapshot(pids)) if pids else float("nan")
     return result
 
 

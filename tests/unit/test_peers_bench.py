@@ -164,3 +164,21 @@ def test_moderate_rate(bench: ModuleType) -> None:
     assert bench.moderate_rate(5000, 600.0) == 500
     assert bench.moderate_rate(5000, None) == 5000
     assert bench.moderate_rate(5000, 3_000.0, explicit=True) == 5000
+
+
+def test_cpu_between_snapshots(bench: ModuleType) -> None:
+    cpu = bench.ProcessCpu
+    before = {
+        10: cpu(frozenset({10, 11}), 2_000_000_000, 2.0, 0.0),  # a proxy: same threads later
+        20: cpu(frozenset({20, 21, 22}), 5_000_000_000, 5.0, 0.0),  # a JVM: a thread exits
+        30: cpu(frozenset({30}), 100_000_000, 0.1, 0.5),  # socat's listener
+        31: cpu(frozenset({31}), 300_000_000, 0.3, 0.0),  # one of its children, reaped before the end
+    }
+    after = {
+        10: cpu(frozenset({10, 11}), 2_250_000_000, 2.2, 0.0),
+        20: cpu(frozenset({20, 21}), 1_000_000_000, 5.5, 0.0),
+        30: cpu(frozenset({30}), 110_000_000, 0.1, 0.5 + 0.4),  # the child's whole life: 0.3 before + 0.1
+        32: cpu(frozenset({32}), 70_000_000, 0.0, 0.0),  # a child born meanwhile
+    }
+    assert bench.cpu_between(before, after) == pytest.approx(0.25 + 0.5 + 0.01 + 0.4 - 0.3 + 0.07)
+    assert bench.cpu_between(after, after) == 0
