@@ -68,7 +68,8 @@ class TopicCounter:
 
     prometheus-client formats every sample anew on each scrape (tens of ms at 1,000 topics, measured);
     here each series' text up to its value is built once. Also a prometheus-client collector (`collect`),
-    so the registry, tests and tools see it like any other counter. Updated from the event loop only.
+    so the registry, tests and tools see it like any other counter. Updated from the event loop only
+    (`child.inc(n)`, or `child.value += n` where a method call per update matters).
     """
 
     def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
