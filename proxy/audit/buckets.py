@@ -10,6 +10,7 @@ merged buckets is off by at most one bucket width: a factor of 2^(1/4), i.e. at 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 
 BASE_MS = 0.01
 STEPS_PER_DOUBLING = 4
@@ -20,17 +21,10 @@ BOUNDS_MS: tuple[float, ...] = tuple(BASE_MS * 2 ** (i / STEPS_PER_DOUBLING) for
 #: The largest relative error of a percentile read as its bucket's upper bound.
 RELATIVE_ERROR = 2 ** (1 / STEPS_PER_DOUBLING) - 1
 
-_LOG_STEP = math.log(2) / STEPS_PER_DOUBLING
-
-
 def bucket_index(latency_ms: float) -> int:
-    """The bucket a latency falls in (see the module docstring)."""
-    if latency_ms <= BASE_MS:
-        return 0
-    i = math.ceil(math.log(latency_ms / BASE_MS) / _LOG_STEP - 1e-9)
-    if i > 0 and latency_ms <= BOUNDS_MS[min(i, LAST_BOUNDED) - 1]:
-        i -= 1  # floating-point rounding at an exact bound
-    return i if i <= LAST_BOUNDED else OVERFLOW
+    """The bucket a latency falls in (see the module docstring): the smallest i with latency <= bound(i),
+    exactly, by bisection over the bounds (OVERFLOW past the last one)."""
+    return bisect_left(BOUNDS_MS, latency_ms)
 
 
 def upper_bound_ms(index: int) -> float:
