@@ -788,6 +788,69 @@ def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
     return acks, out
 
 
+def produce_response_errors(frame: Buffer, api_version: int) -> tuple[int, list[tuple[str | uuid.UUID, int, int]]]:
+    """(partitions answered, [(topic or topic_id, partition, error_code) of those with an error]) of a Produce
+    response (header + body).
+
+    What the audit needs of every acknowledged request: in the common case (no error) nothing is
+    decoded, not even the topic names.
+    """
+    if api_version < 9 or api_version > _MAX_PRODUCE_VERSION:
+        codes = produce_response_error_codes(frame, api_version)
+        return len(codes), [c for c in codes if c[2]]
+    errors: list[tuple[str | uuid.UUID, int, int]] = []
+    unpack_i32, unpack_i16 = _I32.unpack_from, _I16.unpack_from
+    n = len(frame)
+    answered = 0
+    ids = api_version >= 13
+    try:
+        pos = 5 if frame[4] == 0 else _skip_tags(frame, 4)  # correlation id, response header v1 tags
+        topics = frame[pos]
+        if topics < 0x80:
+            pos += 1
+        else:
+            topics, pos = read_uvarint_at(frame, pos)
+        for _ in range(topics - 1 if topics else 0):
+            topic_at = pos
+            if ids:
+                pos += 16
+            else:
+                length = frame[pos]
+                if length == 0:
+                    raise MalformedFrame("null topic name in Produce response")
+                if length < 0x80:
+                    pos += length  # 1 byte of length + (length - 1) bytes of name
+                else:
+                    length, pos = read_uvarint_at(frame, pos)
+                    pos += length - 1
+            partitions = frame[pos]
+            if partitions < 0x80:
+                pos += 1
+            else:
+                partitions, pos = read_uvarint_at(frame, pos)
+            for _ in range(partitions - 1 if partitions else 0):
+                answered += 1
+                code = unpack_i16(frame, pos + 4)[0]
+                if code:
+                    errors.append((_flexible_topic(frame, topic_at, api_version)[0], unpack_i32(frame, pos)[0], code))
+                pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
+                if frame[pos] == 1 and frame[pos + 1] == 0 and frame[pos + 2] == 0:
+                    pos += 3  # no record errors, null error message, no tags
+                    continue
+                record_errors, pos = _uvarint(frame, pos)
+                for _ in range(record_errors - 1 if record_errors else 0):
+                    pos = _skip_tags(frame, _skip_compact_nullable_string(frame, pos + 4))
+                pos = _skip_tags(frame, _skip_compact_nullable_string(frame, pos))
+            pos = pos + 1 if frame[pos] == 0 else _skip_tags(frame, pos)
+        if pos > n:
+            raise TruncatedData("Produce response runs past its end")
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, IndexError, UnicodeError) as e:
+        raise TruncatedData(f"Produce v{api_version} response is truncated or corrupt: {e!r}") from None
+    return answered, errors
+
+
 def _skip_compact_nullable_string(buf: Buffer, pos: int) -> int:
     length, pos = _uvarint(buf, pos)
     return pos + length - 1 if length else pos

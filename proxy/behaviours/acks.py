@@ -39,6 +39,7 @@ from insync_proxy.protocol.produce import (
     ProduceRequestIndex,
     count_records,
     produce_partition_records,
+    produce_response_errors,
 )
 from insync_proxy.proxy.audit.summary import ProduceSummaries, latency_bucket
 from insync_proxy.proxy.config import AcksPolicyConfig
@@ -338,12 +339,14 @@ class AcksPolicy(BehaviourBase):
         all_ok = False
         if response is not None:
             try:
-                answered = produce_response_error_codes(response, exchange.api_version)
+                answered, failed = produce_response_errors(response, exchange.api_version)
             except ProtocolError:
-                answered = []
-            all_ok = len(answered) == len(partitions) and not any(a[2] for a in answered)
+                answered, failed = 0, []
+            all_ok = answered == len(partitions) and not failed
             if not all_ok:
-                codes = {(t, p): c for t, p, c in answered}
+                # Every partition the broker answered has a code: 0 unless it failed.
+                codes = dict.fromkeys(((t, p) for t, p, _, _ in partitions), 0) if answered == len(partitions) else {}
+                codes.update(((t, p), c) for t, p, c in failed)
         view = self.context.cluster_view
         listener = exchange.listener.label
         client_id = exchange.client_id

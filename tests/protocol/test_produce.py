@@ -279,3 +279,19 @@ def test_error_code_scan_agrees_with_a_full_decode(version: int, data: st.DataOb
         for t in response.responses for p in t.partition_responses
     ]
     assert produce_response_error_codes(frame, version) == expected
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_error_scan_counts_partitions_and_names_only_the_failed_ones(version: int, data: st.DataObject) -> None:
+    from insync_proxy.protocol.messages import ProduceResponse, encode_response
+    from insync_proxy.protocol.produce import produce_response_errors
+
+    from .schema_gen import message_strategy
+
+    response = data.draw(message_strategy(ProduceResponse, version))
+    frame = encode_response_with_header(ApiKey.PRODUCE, version, 42, encode_response(response, version))
+    partitions = [(t.topic_id if version >= 13 else t.name, p.index, p.error_code)
+                  for t in response.responses for p in t.partition_responses]
+    assert produce_response_errors(frame, version) == (len(partitions), [p for p in partitions if p[2]])
