@@ -2,12 +2,19 @@
 
 The walk skips every partition's records by their length (never decodes them) to reach the
 top-level tagged fields; a response without ``node_endpoints`` comes back as the very same object.
+
+`FetchEndpointsTap` does the same for a response passing through in pieces (cut-through): it walks
+the bytes as they go by (a few steps per partition, records skipped by their length, nothing per byte),
+holds back only the top-level tagged fields, and rewrites ``node_endpoints`` there without changing
+the response's length (its size prefix has already gone out). Kafka sends ``node_endpoints`` only
+with partitions in error NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH (KIP-951), so nearly every
+response has none and passes untouched.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import replace
 
 from .api_keys import ApiKey
@@ -17,12 +24,21 @@ from .messages import NodeEndpoint
 from .primitives import Buffer, Reader, Writer
 from .schema import ArrayOf, decode_value, encode_value
 
-__all__ = ["FETCH_NODE_ENDPOINTS_TAG", "find_fetch_node_endpoints", "rewrite_fetch_node_endpoints"]
+__all__ = [
+    "FETCH_NODE_ENDPOINTS_TAG",
+    "FETCH_PADDING_TAG",
+    "FetchEndpointsTap",
+    "find_fetch_node_endpoints",
+    "rewrite_fetch_node_endpoints",
+]
 
 FETCH_NODE_ENDPOINTS_TAG = 0
 _FIRST_NODE_ENDPOINTS_VERSION = 16
 _MAX_VERSION = 18
 _NODE_ENDPOINTS = ArrayOf(NodeEndpoint)
+#: An unknown top-level tag (clients skip unknown tags) whose zero bytes keep a rewritten response's
+#: length when the proxy's addresses are shorter than the brokers'.
+FETCH_PADDING_TAG = 10_000
 
 
 def _top_level_tags_offset(mv: memoryview, v: int) -> int:
@@ -118,3 +134,174 @@ def rewrite_fetch_node_endpoints(
     w = Writer()
     w.tagged_fields(new_fields)
     return bytes(mv[:start]) + bytes(w.out)
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+#: A walk step: n > 0 asks for the next n bytes (sent back as bytes), n < 0 skips -n bytes.
+_Walk = Generator[int, bytes | None, None]
+
+
+def _uvarint() -> Generator[int, bytes | None, int]:
+    value = shift = 0
+    for _ in range(5):
+        data = yield 1
+        assert data is not None
+        b = data[0]
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value
+        shift += 7
+    raise MalformedFrame("varint longer than 5 bytes in a Fetch response")
+
+
+def _skip_tagged_fields() -> Generator[int, bytes | None, None]:
+    for _ in range((yield from _uvarint())):
+        yield from _uvarint()  # tag
+        size = yield from _uvarint()
+        if size:
+            yield -size
+
+
+def _walk_to_top_level_tags() -> _Walk:
+    """A Fetch v13+ response (flexible, topic ids), up to its top-level tagged fields."""
+    yield -4  # correlation id
+    yield from _skip_tagged_fields()  # response header v1
+    yield -10  # throttle_time_ms, error_code, session_id
+    for _ in range((yield from _uvarint()) - 1):  # topics (compact array: n + 1)
+        yield -16  # topic_id
+        for _ in range((yield from _uvarint()) - 1):  # partitions
+            yield -30  # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
+            for _ in range((yield from _uvarint()) - 1):  # aborted_transactions (0: null)
+                yield -16  # producer_id, first_offset
+                yield from _skip_tagged_fields()
+            yield -4  # preferred_read_replica
+            records = yield from _uvarint()  # compact nullable bytes: 0 = null, else length + 1
+            if records > 1:
+                yield -(records - 1)  # the records: skipped by their length, never looked at
+            yield from _skip_tagged_fields()
+        yield from _skip_tagged_fields()
+
+
+class FetchEndpointsTap:
+    """Rewrites a Fetch v16+ response's ``node_endpoints`` while the response passes through in pieces.
+
+    ``feed`` takes the payload (header + body, no size prefix) in order and answers how many of those
+    bytes may go on now: all of them until the top-level tagged fields begin, none after. ``finish``
+    gets those held bytes and returns the same number of bytes with every mapped endpoint's host and port
+    replaced. A shorter result is padded (an unknown tag of zero bytes, or for 1-4 bytes a wider encoding
+    of the tag count, which Kafka's varint readers accept); when the rewritten endpoints do not fit in
+    the broker's bytes, ``node_endpoints`` is left out (padded likewise) and `dropped` is set: a client
+    then learns the new leader from Metadata, as before KIP-951, and never sees a broker's address.
+    """
+
+    __slots__ = ("_buf", "_done", "_step", "_walk", "addresses", "api_version", "dropped")
+
+    def __init__(self, api_version: int, addresses: Mapping[int, tuple[str, int]]) -> None:
+        if not _FIRST_NODE_ENDPOINTS_VERSION <= api_version <= _MAX_VERSION:
+            raise UnsupportedVersion(f"Fetch v{api_version}: node endpoints are rewritten for "
+                                     f"v{_FIRST_NODE_ENDPOINTS_VERSION}-v{_MAX_VERSION}")
+        self.api_version = api_version
+        self.addresses = addresses
+        self.dropped = False
+        self._walk = _walk_to_top_level_tags()
+        self._step = next(self._walk)
+        self._buf = bytearray()
+        self._done = False
+
+    def feed(self, data: memoryview) -> int:
+        if self._done:
+            return 0
+        walk, step, buf = self._walk, self._step, self._buf
+        pos, n = 0, len(data)
+        while True:
+            value: bytes | None
+            if step < 0:
+                take = min(-step, n - pos)
+                pos += take
+                step += take
+                if step:
+                    self._step = step
+                    return n
+                value = None
+            else:
+                take = min(step - len(buf), n - pos)
+                buf += data[pos:pos + take]
+                pos += take
+                if len(buf) < step:
+                    self._step = step
+                    return n
+                value = bytes(buf)
+                buf.clear()
+            try:
+                step = walk.send(value)
+            except StopIteration:
+                self._done = True
+                return pos
+
+    def finish(self, held: bytes) -> bytes:
+        if not self._done:
+            raise TruncatedData("Fetch response ends before its top-level tagged fields")
+        try:
+            r = Reader(held)
+            fields = r.tagged_fields()
+            r.expect_end()
+        except ProtocolError:
+            raise
+        except (struct.error, IndexError, ValueError) as e:
+            raise TruncatedData(f"cannot read the Fetch response's tagged fields: {e!r}") from None
+        changed = False
+        new_fields: list[tuple[int, bytes]] = []
+        for tag, data in fields:
+            if tag == FETCH_NODE_ENDPOINTS_TAG:
+                endpoints: tuple[NodeEndpoint, ...] = decode_value(_NODE_ENDPOINTS, self.api_version, True, data)
+                rewritten = []
+                for ep in endpoints:
+                    new = self.addresses.get(ep.node_id)
+                    if new is not None and (ep.host, ep.port) != new:
+                        ep = replace(ep, host=new[0], port=new[1])
+                        changed = True
+                    rewritten.append(ep)
+                data = memoryview(encode_value(_NODE_ENDPOINTS, self.api_version, True, tuple(rewritten)))
+            new_fields.append((tag, bytes(data)))
+        if not changed:
+            return held
+        out = _tagged_fields_of_length(new_fields, len(held))
+        if out is None:
+            self.dropped = True
+            out = _tagged_fields_of_length([f for f in new_fields if f[0] != FETCH_NODE_ENDPOINTS_TAG], len(held))
+        if out is None:  # cannot happen: leaving a field out always makes room
+            raise MalformedFrame("cannot keep the Fetch response's length")
+        return out
+
+
+def _uvarint_bytes(value: int, width: int = 0) -> bytes:
+    """``value`` as an unsigned varint, widened to ``width`` bytes with continuation bits if asked."""
+    out = bytearray()
+    while value >= 0x80 or len(out) + 1 < width:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _tagged_fields_of_length(fields: list[tuple[int, bytes]], length: int) -> bytes | None:
+    """The tagged-field section of ``fields``, exactly ``length`` bytes long (padded), or None if too long."""
+    body = b"".join(_uvarint_bytes(tag) + _uvarint_bytes(len(data)) + data for tag, data in sorted(fields))
+
+    def counted(count: int, body: bytes) -> bytes | None:
+        width = length - len(body)  # the count's varint takes the rest: 1 to 5 bytes
+        if width < len(_uvarint_bytes(count)) or width > 5:
+            return None
+        return _uvarint_bytes(count, width) + body
+
+    exact = counted(len(fields), body)
+    if exact is not None or length - len(body) < 1:
+        return exact
+    pad_tag = _uvarint_bytes(FETCH_PADDING_TAG)
+    size = length - len(body) - len(pad_tag) - 2  # 1-byte count, 1-byte size varint
+    while size >= 0:
+        padded = counted(len(fields) + 1, body + pad_tag + _uvarint_bytes(size) + bytes(size))
+        if padded is not None:
+            return padded
+        size -= 1
+    return None

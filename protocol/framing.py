@@ -10,7 +10,16 @@ import struct
 from .errors import FrameTooLarge
 from .primitives import Buffer
 
-__all__ = ["DEFAULT_MAX_FRAME_SIZE", "FrameSplitter", "encode_frame", "encode_frame_prefix"]
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "FRAME",
+    "HEAD",
+    "PART",
+    "FrameSplitter",
+    "FrameStream",
+    "encode_frame",
+    "encode_frame_prefix",
+]
 
 #: Kafka's default ``socket.request.max.bytes``.
 DEFAULT_MAX_FRAME_SIZE = 104857600
@@ -122,3 +131,192 @@ class FrameSplitter:
                 self._frame = frame
                 self._filled = rest - 4
         return frames
+
+
+#: `FrameStream.next` event kinds.
+FRAME = 0  #: a whole frame's payload (size prefix stripped)
+HEAD = 1  #: the first bytes of a frame whose end has not arrived yet: pass it through, or let it be assembled
+PART = 2  #: raw bytes of a frame being passed through (the first part starts with its size prefix)
+
+
+def _frame_too_large(size: int, limit: int) -> FrameTooLarge:
+    return FrameTooLarge(
+        f"frame size {size} is {'negative' if size < 0 else 'above'} the limit of {limit} bytes; raise the "
+        f"proxy's max frame size setting (like the broker's socket.request.max.bytes) if it is legitimate, "
+        f"otherwise the peer is not speaking the Kafka protocol (TLS or HTTP on a plaintext port?)"
+    )
+
+
+class FrameStream:
+    """Incremental frame splitter that can pass a large frame on as it arrives instead of assembling it.
+
+    ``feed(chunk)``, then ``next()`` until it returns None; each event is a ``(kind, bytes)`` pair:
+
+    - ``(FRAME, payload)``: a whole frame, size prefix stripped. A frame that arrived inside one chunk is a
+      view into it (no copy; a caller passing a ``bytearray`` must not modify it while it uses the view);
+      one spread over several chunks is joined once (no zero-filled buffer, no second copy).
+    - ``(HEAD, head)``: a frame of at least ``pass_from`` bytes whose end is not in what was fed: ``head``
+      is the start of its payload (at least ``head_size`` bytes, usually all that arrived; a view or a small
+      copy) and ``size`` its payload size. Call ``pass_through()`` before the next ``next()`` to receive
+      the frame's bytes as PART events; otherwise it is assembled and comes back as a FRAME.
+    - ``(PART, data)``: raw bytes of the frame being passed through, in order, the size prefix at the
+      start of the first part; ``passing`` (bytes still to come) is 0 after its last part.
+
+    After :class:`~protocol.errors.FrameTooLarge` the stream cannot be resynchronised: close it.
+    """
+
+    __slots__ = ("_head", "_missing", "_mv", "_n", "_offer", "_parts", "_pos", "_queued", "_readonly",
+                 "head_size", "max_frame_size", "pass_from", "passing", "size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, pass_from: int | None = None,
+                 head_size: int = 4) -> None:
+        self.max_frame_size = max_frame_size
+        #: Frames of at least this many payload bytes may be offered as HEAD; None: never.
+        self.pass_from = pass_from
+        self.head_size = head_size
+        self.size = 0  #: payload size of the frame last offered as HEAD
+        self.passing = 0  #: bytes (prefix included) of the passed-through frame still to come
+        self._mv = memoryview(b"")
+        self._pos = 0
+        self._n = 0
+        self._readonly = True
+        self._head = bytearray()  # the start of a frame cut by a chunk boundary, size prefix included
+        self._parts: list[Buffer] | None = None  # a frame being assembled, size prefix included
+        self._missing = 0
+        self._offer: tuple[bytes, int] | None = None  # (bytes from earlier chunks, start in this chunk)
+        self._queued: list[memoryview] = []
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame not yet complete (not counting a frame being passed through)."""
+        if self._parts is not None:
+            return sum(len(p) for p in self._parts)
+        return len(self._head)
+
+    def feed(self, data: Buffer) -> None:
+        """The next chunk of the stream; the previous one must have been consumed (`next()` gave None)."""
+        mv = data if isinstance(data, memoryview) else memoryview(data)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        self._mv = mv
+        self._pos = 0
+        self._n = len(mv)
+        self._readonly = mv.readonly
+
+    def _keep(self, view: memoryview) -> Buffer:
+        """A piece of the current chunk to hold past this feed: a view of immutable data, else a copy."""
+        return view if self._readonly else bytes(view)
+
+    def pass_through(self) -> None:
+        """Pass the frame just offered as HEAD through (PART events) instead of assembling it."""
+        offer = self._offer
+        if offer is None:
+            raise RuntimeError("pass_through() without a HEAD offer")
+        self._offer = None
+        earlier, start = offer
+        total = 4 + self.size
+        queued = self._queued
+        if earlier:
+            queued.append(memoryview(earlier))
+        if start < self._n:
+            queued.append(self._mv[start:self._n])
+        self.passing = total - len(earlier) - (self._n - start)
+
+    def next(self) -> tuple[int, memoryview] | None:
+        """The next event of what was fed, or None when it needs more bytes."""
+        if self._queued:
+            part = self._queued.pop(0)
+            return PART, part
+        if self._offer is not None:  # the HEAD offer was not taken: assemble that frame
+            earlier, start = self._offer
+            self._offer = None
+            parts: list[Buffer] = [earlier] if earlier else []
+            if start < self._n:
+                parts.append(self._keep(self._mv[start:self._n]))
+            self._parts = parts
+            self._missing = 4 + self.size - len(earlier) - (self._n - start)
+        mv, pos, n = self._mv, self._pos, self._n
+        if pos >= n:
+            return None
+        if self.passing:
+            take = min(self.passing, n - pos)
+            self.passing -= take
+            self._pos = pos + take
+            return PART, mv[pos:pos + take]
+        if self._parts is not None:
+            take = min(self._missing, n - pos)
+            self._parts.append(self._keep(mv[pos:pos + take]))
+            self._missing -= take
+            self._pos = pos + take
+            if self._missing:
+                return None
+            joined = b"".join(self._parts)
+            self._parts = None
+            return FRAME, memoryview(joined)[4:]
+        head = self._head
+        if head:
+            return self._continue_head(head, mv, pos, n)
+        if n - pos < 4:
+            head += mv[pos:n]
+            self._pos = n
+            return None
+        (size,) = _SIZE.unpack_from(mv, pos)
+        if size < 0 or size > self.max_frame_size:
+            raise _frame_too_large(size, self.max_frame_size)
+        end = pos + 4 + size
+        if end <= n:
+            self._pos = end
+            return FRAME, mv[pos + 4:end]
+        if self.pass_from is not None and size >= self.pass_from and n - pos >= 4 + self.head_size:
+            self.size = size
+            self._offer = (b"", pos)
+            self._pos = n
+            return HEAD, mv[pos + 4:n]
+        if self.pass_from is not None and size >= self.pass_from:
+            head += mv[pos:n]  # too little of its head to decide yet
+            self._pos = n
+            return None
+        self._parts = [self._keep(mv[pos:n])]
+        self._missing = end - n
+        self._pos = n
+        return None
+
+    def _continue_head(self, head: bytearray, mv: memoryview, pos: int, n: int) -> tuple[int, memoryview] | None:
+        """The start of a frame was cut by a chunk boundary: complete its prefix and head, then go on."""
+        if len(head) < 4:
+            take = min(4 - len(head), n - pos)
+            head += mv[pos:pos + take]
+            pos += take
+            self._pos = pos
+            if len(head) < 4:
+                return None
+        (size,) = _SIZE.unpack_from(head, 0)
+        if size < 0 or size > self.max_frame_size:
+            raise _frame_too_large(size, self.max_frame_size)
+        total = 4 + size
+        rest = total - len(head)
+        if rest <= n - pos:  # its end is in this chunk: one copy, and it is whole
+            frame = b"".join((head, mv[pos:pos + rest]))
+            head.clear()
+            self._pos = pos + rest
+            return FRAME, memoryview(frame)[4:]
+        if self.pass_from is None or size < self.pass_from:
+            # Not to be offered: assemble the rest as any other frame.
+            self._parts = [bytes(head)]
+            self._missing = total - len(head)
+            head.clear()
+            return None if pos >= n else self.next()
+        want = 4 + self.head_size  # less than total: the frame does not end in this chunk
+        take = min(max(want - len(head), 0), n - pos)
+        head += mv[pos:pos + take]
+        pos += take
+        self._pos = pos
+        if len(head) < want:
+            return None
+        earlier = bytes(head)
+        head.clear()
+        self.size = size
+        self._offer = (earlier, pos)
+        self._pos = n
+        peek = earlier[4:] + bytes(mv[pos:min(n, pos + 4096)])
+        return HEAD, memoryview(peek)

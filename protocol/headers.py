@@ -19,6 +19,7 @@ from .primitives import Buffer, Reader, Writer
 __all__ = [
     "RequestHeader",
     "RequestHeaderPeek",
+    "RequestHeaderPeeker",
     "ResponseHeader",
     "decode_request_header",
     "decode_response_header",
@@ -80,6 +81,24 @@ class RequestHeaderPeek(NamedTuple):
 
 def peek_request_header(frame: Buffer) -> RequestHeaderPeek:
     """Read the request header of ``frame`` (size prefix stripped) without touching the body."""
+    return _peek(frame, None)
+
+
+class RequestHeaderPeeker:
+    """``peek_request_header`` for one connection: a client sends the same client id with every request,
+    so it is decoded once and reused while its raw bytes stay the same."""
+
+    __slots__ = ("_raw", "_text")
+
+    def __init__(self) -> None:
+        self._raw = b""
+        self._text = ""
+
+    def peek(self, frame: Buffer) -> RequestHeaderPeek:
+        return _peek(frame, self)
+
+
+def _peek(frame: Buffer, cache: RequestHeaderPeeker | None) -> RequestHeaderPeek:
     try:
         api_key, api_version, correlation_id = _HEAD_V0.unpack_from(frame, 0)
         hv = request_header_version(api_key, api_version)
@@ -95,10 +114,16 @@ def peek_request_header(frame: Buffer) -> RequestHeaderPeek:
         end = pos + n
         if end > len(frame):
             raise TruncatedData(f"client_id of {n} bytes runs past the frame end ({len(frame)})")
-        try:
-            client_id = str(frame[pos:end], "utf-8")
-        except UnicodeDecodeError:
-            raise MalformedFrame("client_id is not valid UTF-8") from None
+        raw = frame[pos:end]
+        if cache is not None and raw == cache._raw:
+            client_id = cache._text
+        else:
+            try:
+                client_id = str(raw, "utf-8")
+            except UnicodeDecodeError:
+                raise MalformedFrame("client_id is not valid UTF-8") from None
+            if cache is not None:
+                cache._raw, cache._text = bytes(raw), client_id
         pos = end
     elif n != -1:
         raise MalformedFrame(f"negative client_id length {n}")

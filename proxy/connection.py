@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from insync_proxy.proxy.core import CloseReason, ConnectionCore, CoreObserver
+from insync_proxy.proxy.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry, Exchange, Frame, ListenerSettings
 from insync_proxy.proxy.metrics import ProxyMetrics
 
@@ -40,6 +40,20 @@ class ConnectionSettings:
     bootstrap_candidates: Callable[[], list[tuple[str, int]]]
     connections: set[ClientConnection] = field(default_factory=set)
     on_closed: Callable[[], None] = lambda: None
+    #: The smallest frame the core may cut through (None: never); see proxy/core.py.
+    cut_through_from: int | None = CUT_THROUGH_FROM
+    #: The observer reads whole responses (debug capture, address-leak check): cut-through keeps a copy.
+    observe_whole_frames: bool = False
+
+
+def _write(transport: Any, data: tuple[Frame, ...], counter: Any) -> None:
+    """One write of one or more buffers: uvloop sends a list in one writev, without joining it."""
+    if len(data) == 1:
+        transport.write(data[0])
+        counter.inc(len(data[0]))
+    else:
+        transport.writelines(data)
+        counter.inc(sum(len(d) for d in data))
 
 
 class ClientConnection(asyncio.Protocol):
@@ -52,7 +66,8 @@ class ClientConnection(asyncio.Protocol):
         self.listener = listener
         self.upstream_address = upstream_address
         self.core = ConnectionCore(
-            settings.registry, listener, self, max_frame_bytes=settings.max_frame_bytes, observer=settings.observer
+            settings.registry, listener, self, max_frame_bytes=settings.max_frame_bytes, observer=settings.observer,
+            cut_through_from=settings.cut_through_from, observe_whole_frames=settings.observe_whole_frames,
         )
         self.transport: asyncio.Transport | None = None
         self.upstream: UpstreamConnection | None = None
@@ -71,15 +86,14 @@ class ClientConnection(asyncio.Protocol):
         return len(self.core.pending)
 
     # ------------------------------------------------------------------ ConnectionIO
-    def write_client(self, data: Frame) -> None:
+    def write_client(self, *data: Frame) -> None:
         if self.transport is not None and not self.closed:
-            self.transport.write(data)
-            self._bytes_out.inc(len(data))
+            _write(self.transport, data, self._bytes_out)
 
-    def write_upstream(self, data: Frame) -> None:
+    def write_upstream(self, *data: Frame) -> None:
         upstream = self.upstream
         if upstream is not None:
-            upstream.write(data)
+            upstream.write(*data)
 
     def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         task = asyncio.ensure_future(result)
@@ -242,10 +256,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._metrics.upstream_connections_total.labels(self.label).inc()
         self._metrics.upstream_connections_active.labels(self.label).inc()
 
-    def write(self, data: Frame) -> None:
+    def write(self, *data: Frame) -> None:
         if self.transport is not None and not self.closed:
-            self.transport.write(data)
-            self._bytes_out.inc(len(data))
+            _write(self.transport, data, self._bytes_out)
 
     def data_received(self, data: bytes) -> None:
         self._bytes_in.inc(len(data))

@@ -7,6 +7,11 @@ answer. Bytes go in with `receive_client_data` / `receive_upstream_data`; what t
 calls on a `ConnectionIO` (write to the client, write upstream, run this awaitable, close with a
 reason). The asyncio protocols in proxy/connection.py are thin adapters around it; unit tests drive
 it with plain bytes.
+
+Cut-through: a large response whose end has not arrived yet goes to the client as it arrives, when it
+is next in the client's order and no behaviour needs it whole (`Behaviour.response_stream`): no
+reassembly, no copy. Everything behind it waits its turn as for any other response. Likewise a large
+request for whose API no behaviour is registered goes upstream as it arrives.
 """
 
 from __future__ import annotations
@@ -18,12 +23,27 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from insync_proxy.protocol import ApiKey, FrameSplitter, ProtocolError, peek_request_header
+from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.protocol.errors import FrameTooLarge
-from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry, Exchange, Frame, ListenerSettings
+from insync_proxy.protocol.framing import FRAME, PART, FrameStream
+from insync_proxy.protocol.headers import RequestHeaderPeeker
+from insync_proxy.proxy.exchange import (
+    Behaviour,
+    BehaviourRegistry,
+    Exchange,
+    Frame,
+    ListenerSettings,
+    ResponseTap,
+)
 
 _SIZE = struct.Struct(">i")
 _KNOWN_KEYS = frozenset(int(k) for k in ApiKey)
+
+#: Frames of at least this many bytes whose end has not arrived may be cut through.
+CUT_THROUGH_FROM = 32 * 1024
+#: A frame written whole below this size is joined to its size prefix (one small copy, one buffer);
+#: above it the two go out as two buffers of one write (no copy).
+_JOIN_BELOW = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +62,12 @@ class CloseReason:
 class ConnectionIO(Protocol):
     """The actions the core asks of its adapter."""
 
-    def write_client(self, data: Frame) -> None:
-        """Send these bytes (whole frames, size prefix included) to the client."""
+    def write_client(self, *data: Frame) -> None:
+        """Send these bytes, in order, to the client (one write: whole frames with their size prefix, or
+        the next bytes of a frame being cut through)."""
 
-    def write_upstream(self, data: Frame) -> None:
-        """Send these bytes (whole frames, size prefix included) to the broker."""
+    def write_upstream(self, *data: Frame) -> None:
+        """Send these bytes, in order, to the broker (as `write_client`)."""
 
     def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         """Run a behaviour's asynchronous work (a request it must look something up for, or an answer);
@@ -61,9 +82,12 @@ class CoreObserver(Protocol):
 
     def request_received(self, exchange: Exchange) -> None: ...
 
-    def upstream_answered(self, exchange: Exchange, frame: memoryview, seconds: float) -> None: ...
+    def upstream_answered(self, exchange: Exchange, frame: memoryview, seconds: float) -> None:
+        """The broker's response started (`frame`: the whole response, or the first bytes of one cut
+        through, unless the core was built with `observe_whole_frames`)."""
 
-    def response_written(self, exchange: Exchange, payload: Frame, seconds: float) -> None: ...
+    def response_written(self, exchange: Exchange, payload: Frame, seconds: float) -> None:
+        """The whole response went to the client (`payload`: as `upstream_answered`'s frame)."""
 
 
 class NoObserver:
@@ -98,14 +122,26 @@ class ConnectionCore:
         max_frame_bytes: int,
         observer: CoreObserver | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        cut_through_from: int | None = CUT_THROUGH_FROM,
+        observe_whole_frames: bool = False,
     ) -> None:
+        """`cut_through_from`: the smallest frame that may be cut through (None: never).
+        `observe_whole_frames`: the observer gets whole frames also for cut-through responses (a copy
+        is kept while they pass; for debug aids that read them, e.g. the address-leak check)."""
         self.registry = registry
         self.listener = listener
         self.io = io
         self.observer: CoreObserver = observer or NoObserver()
         self.clock = clock
-        self.client_frames = FrameSplitter(max_frame_bytes)
-        self.upstream_frames = FrameSplitter(max_frame_bytes)
+        self.observe_whole_frames = observe_whole_frames
+        self.client_frames = FrameStream(
+            max_frame_bytes, pass_from=None if observe_whole_frames else cut_through_from, head_size=10)
+        self.upstream_frames = FrameStream(max_frame_bytes, pass_from=cut_through_from, head_size=4)
+        self._headers = RequestHeaderPeeker()
+        #: The response being cut through to the client, if any.
+        self._through: _CutThrough | None = None
+        #: The request being cut through to the broker, if any (bytes still to come: `client_frames.passing`).
+        self._request_through = False
         self.pending: deque[Exchange] = deque()  #: every exchange that owes the client a response, in order
         self.awaiting_upstream: deque[Exchange] = deque()  #: forwarded, response not yet received
         self.client_id: str | None = None
@@ -121,9 +157,17 @@ class ConnectionCore:
         """Bytes from the client: every whole request frame is handled in order."""
         if self.closed:
             return
+        stream = self.client_frames
         try:
-            for frame in self.client_frames.feed(data):
-                self._on_request(frame)
+            stream.feed(data)
+            while (event := stream.next()) is not None:
+                kind, value = event
+                if kind == FRAME:
+                    self._on_request(value)
+                elif kind == PART:
+                    self.io.write_upstream(value)
+                else:
+                    self._offer_request(value)
                 if self.closed:
                     return
         except ProtocolError as exc:
@@ -135,16 +179,39 @@ class ConnectionCore:
         if self._deferred is not None:
             self._held.append(frame)
             return
-        peek = peek_request_header(frame)
+        exchange = self._exchange(frame)
+        self.observer.request_received(exchange)
+        self._run_request_behaviours(exchange, 0)
+
+    def _exchange(self, frame: memoryview) -> Exchange:
+        peek = self._headers.peek(frame)
         api_key = peek.api_key
         if api_key not in _KNOWN_KEYS:
             raise ProtocolError(f"unknown API key {api_key} (version {peek.api_version})")
         if peek.client_id is not None:
             self.client_id = peek.client_id
-        exchange = Exchange(self.listener, api_key, peek.api_version, peek.correlation_id, peek.client_id, frame,
-                            self.clock())
+        return Exchange(self.listener, api_key, peek.api_version, peek.correlation_id, peek.client_id, frame,
+                        self.clock())
+
+    def _offer_request(self, head: memoryview) -> None:
+        """A large request has started: forward it as it arrives when no behaviour reads its API's requests
+        and nothing is held back; otherwise it is assembled and handled whole."""
+        if self._deferred is not None or self.draining:
+            return
+        key = int.from_bytes(head[0:2], "big", signed=True)
+        registry = self.registry
+        if key in registry.requests or key in registry.completions or key not in _KNOWN_KEYS:
+            return
+        try:
+            exchange = self._exchange(head)
+        except ProtocolError:
+            return  # a header longer than what arrived (or a bad one: reported once it is whole)
+        exchange.upstream_frame = None  # its bytes go upstream as they come
         self.observer.request_received(exchange)
-        self._run_request_behaviours(exchange, 0)
+        self.pending.append(exchange)
+        exchange.forwarded_at = self.clock()
+        self.awaiting_upstream.append(exchange)
+        self.client_frames.pass_through()
 
     def _run_request_behaviours(self, exchange: Exchange, start: int) -> None:
         behaviours = self.registry.requests.get(exchange.api_key)
@@ -172,25 +239,43 @@ class ConnectionCore:
     def _forward(self, exchange: Exchange) -> None:
         frame = exchange.upstream_frame
         assert frame is not None
-        if isinstance(frame, list):
-            size = sum(len(c) for c in frame)
-            data = b"".join([_SIZE.pack(size), *frame])
-        else:
-            data = _SIZE.pack(len(frame)) + frame
         exchange.forwarded_at = self.clock()
         if exchange.expects_response:
             self.awaiting_upstream.append(exchange)
-        # One buffer, one send: writelines() sends chunk by chunk (a syscall each).
-        self.io.write_upstream(data)
+        if isinstance(frame, list):
+            size = sum(len(c) for c in frame)
+            if size < _JOIN_BELOW:
+                self.io.write_upstream(b"".join([_SIZE.pack(size), *frame]))
+            else:
+                self.io.write_upstream(_SIZE.pack(size), *frame)
+        else:
+            self._write_frame(self.io.write_upstream, frame)
+
+    @staticmethod
+    def _write_frame(write: Callable[..., None], payload: Frame) -> None:
+        """One frame, its size prefix first, in one write: small ones as one buffer, large ones as two."""
+        size = len(payload)
+        if size < _JOIN_BELOW:
+            write(_SIZE.pack(size) + payload)
+        else:
+            write(_SIZE.pack(size), payload)
 
     # ------------------------------------------------------------------ upstream side
     def receive_upstream_data(self, data: Frame) -> None:
-        """Bytes from the broker: every whole response frame is matched to its request."""
+        """Bytes from the broker: every response is matched to its request, whole or cut through."""
         if self.closed:
             return
+        stream = self.upstream_frames
         try:
-            for frame in self.upstream_frames.feed(data):
-                self._on_response(frame)
+            stream.feed(data)
+            while (event := stream.next()) is not None:
+                kind, value = event
+                if kind == PART:
+                    self._pass_response_part(value)
+                elif kind == FRAME:
+                    self._on_response(value)
+                else:
+                    self._offer_response(value)
                 if self.closed:
                     return
         except ProtocolError as exc:
@@ -198,13 +283,92 @@ class ConnectionCore:
         except Exception as exc:  # a bug must cost one connection, never the process
             self._close(CloseReason("internal", f"response handling failed: {exc!r}", error=exc))
 
-    def _on_response(self, frame: memoryview) -> None:
+    def _next_awaited(self, frame: memoryview) -> Exchange:
+        """The exchange this response answers (the oldest forwarded one), checked by correlation id."""
         if not self.awaiting_upstream:
             raise ProtocolError("broker sent a response nobody asked for")
-        exchange = self.awaiting_upstream.popleft()
+        exchange = self.awaiting_upstream[0]
         (correlation_id,) = _SIZE.unpack_from(frame, 0)
         if correlation_id != exchange.correlation_id:
             raise ProtocolError(f"broker answered correlation id {correlation_id}, expected {exchange.correlation_id}")
+        return exchange
+
+    def _offer_response(self, head: memoryview) -> None:
+        """A large response has started: cut it through when it is next in the client's order and no
+        behaviour needs it whole; otherwise it is assembled and handled whole."""
+        exchange = self._next_awaited(head)
+        pending = self.pending
+        if not pending or pending[0] is not exchange or exchange.response_hooks:
+            return
+        registry = self.registry
+        if exchange.api_key in registry.completions:
+            return  # completions may read the response
+        tap: ResponseTap | None = None
+        for behaviour in registry.responses.get(exchange.api_key) or ():
+            verdict = behaviour.response_stream(exchange)
+            if verdict is False:
+                return
+            if verdict is not True:
+                if tap is not None:
+                    return  # one tap at a time
+                tap = verdict
+        self.awaiting_upstream.popleft()
+        seconds = self.clock() - exchange.forwarded_at
+        self.upstream_frames.pass_through()
+        self._through = _CutThrough(exchange, tap, seconds, bytes(head[:64]), self.observe_whole_frames)
+        if not self.observe_whole_frames:
+            self.observer.upstream_answered(exchange, head, seconds)
+
+    def _pass_response_part(self, data: memoryview) -> None:
+        through = self._through
+        assert through is not None
+        send: memoryview | None = data
+        if through.holding:
+            through.held.append(bytes(data))
+            send = None
+        elif through.tap is not None:
+            start = 4 if through.first else 0  # the tap sees the payload, not the size prefix
+            payload = data[start:]
+            ok = through.tap.feed(payload)
+            if ok < len(payload):
+                through.held.append(bytes(payload[ok:]))
+                through.holding = True
+                send = data[:start + ok]
+        through.first = False
+        if send:
+            self.io.write_client(send)
+            if through.kept is not None:
+                through.kept.append(bytes(send))
+        if not self.upstream_frames.passing:
+            self._end_cut_through(through)
+
+    def _end_cut_through(self, through: _CutThrough) -> None:
+        self._through = None
+        exchange = through.exchange
+        held = b"".join(through.held)
+        tail: Frame = held
+        if through.tap is not None:
+            tail = through.tap.finish(held)
+            if len(tail) != len(held):
+                raise RuntimeError(f"a response tap turned a {len(held)}-byte tail into {len(tail)} bytes")
+        if tail:
+            self.io.write_client(tail)
+        popped = self.pending.popleft()
+        assert popped is exchange
+        exchange.response = through.head
+        latency = self.clock() - exchange.received_at
+        observed: Frame = through.head
+        if through.kept is not None:
+            original = memoryview(b"".join([*through.kept, held]))[4:]
+            self.observer.upstream_answered(exchange, original, through.seconds)
+            observed = memoryview(b"".join([*through.kept, tail]))[4:]
+        self.observer.response_written(exchange, observed, latency)
+        self._completed(exchange, latency)
+        self._flush()
+
+    def _on_response(self, frame: memoryview) -> None:
+        exchange = self._next_awaited(frame)
+        self.awaiting_upstream.popleft()
         self.observer.upstream_answered(exchange, frame, self.clock() - exchange.forwarded_at)
         behaviours = self.registry.responses.get(exchange.api_key)
         if not behaviours and not exchange.response_hooks:
@@ -253,14 +417,20 @@ class ConnectionCore:
         if self.closed:
             return
         pending = self.pending
-        if not pending or pending[0] is not exchange:
-            return  # an earlier request is still owed its answer: this one waits its turn
+        if pending and pending[0] is exchange:
+            self._flush()
+        # else an earlier request is still owed its answer: this one waits its turn
+
+    def _flush(self) -> None:
+        """Write every answer that is next in order and ready (a cut-through one is ready only once whole)."""
+        pending = self.pending
+        write = self.io.write_client
         now = self.clock()
-        while pending and pending[0].response is not None:
+        while pending and pending[0].response is not None and not self.closed:
             done = pending.popleft()
             payload = done.response
             assert payload is not None
-            self.io.write_client(_SIZE.pack(len(payload)) + payload)
+            self._write_frame(write, payload)
             latency = now - done.received_at
             self.observer.response_written(done, payload, latency)
             self._completed(done, latency)
@@ -294,6 +464,22 @@ class ConnectionCore:
     def lost(self) -> None:
         """The adapter saw a side go away: nothing more will be written."""
         self.closed = True
+
+
+class _CutThrough:
+    """A response on its way to the client as it arrives."""
+
+    __slots__ = ("exchange", "first", "head", "held", "holding", "kept", "seconds", "tap")
+
+    def __init__(self, exchange: Exchange, tap: ResponseTap | None, seconds: float, head: bytes, keep: bool) -> None:
+        self.exchange = exchange
+        self.tap = tap
+        self.seconds = seconds  #: upstream latency, to its first bytes
+        self.head = head  #: its first bytes (what `Exchange.response` holds once it is done)
+        self.first = True
+        self.holding = False
+        self.held: list[bytes] = []  #: the tail a tap holds back
+        self.kept: list[bytes] | None = [] if keep else None  #: a copy of what went out, for the observer
 
 
 async def _finish_chain(

@@ -149,6 +149,26 @@ class Exchange:
         return self.response is not None
 
 
+class ResponseTap(Protocol):
+    """Sees a response's bytes as they pass through to the client (cut-through); may rewrite its tail.
+
+    The core feeds it the payload (size prefix excluded) in order, chunk by chunk. The size prefix has
+    already gone to the client: whatever it rewrites must keep the response's length."""
+
+    def feed(self, data: memoryview) -> int:
+        """The next bytes of the response; returns how many of them may go to the client now. Once it
+        returns less than ``len(data)``, the rest of this chunk and of the response is held."""
+
+    def finish(self, held: bytes) -> Frame:
+        """The response is complete; ``held`` is what was held back (its tail, possibly empty). Returns
+        what goes to the client instead: exactly as many bytes."""
+
+
+#: What a behaviour answers to `response_stream`: False = it needs the whole response (`on_response`);
+#: True = it leaves this response as it is; a tap = it watches the bytes as they pass.
+StreamVerdict = bool | ResponseTap
+
+
 class Behaviour(Protocol):
     """What the connection core calls; each implementation registers for the keys it touches."""
 
@@ -169,6 +189,12 @@ class Behaviour(Protocol):
         """The response was written to the client (latency known), or an acks=0 request was forwarded
         (no response will come: latency None)."""
 
+    def response_stream(self, exchange: Exchange) -> StreamVerdict:
+        """May this exchange's response pass through to the client as it arrives (cut-through), before
+        it is whole? Asked only for responses of this behaviour's `response_keys`, once their size and
+        correlation id are known and they are next in the client's order. False: give me the whole
+        frame (`on_response`); True: I leave it as it is; a `ResponseTap`: I watch its bytes."""
+
 
 class BehaviourBase:
     """Defaults: touch nothing."""
@@ -185,6 +211,9 @@ class BehaviourBase:
 
     def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
         return None
+
+    def response_stream(self, exchange: Exchange) -> StreamVerdict:
+        return False
 
 
 class BehaviourRegistry:

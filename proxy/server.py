@@ -179,6 +179,7 @@ class InsyncProxy:
             upstream_ssl=self.upstream_ssl,
             bootstrap_candidates=self.bootstrap_candidates,
             on_closed=self._connection_closed,
+            observe_whole_frames=self.capture is not None or config.debug_address_leak_check,
         )
         self.admin = AdminServer(self.metrics, lambda: self.ready, config.admin_host, config.admin_port)
         self._bootstrap_cycle = itertools.count()

@@ -9,6 +9,7 @@ names no open listener unless that node is a broker too; its real address is nev
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 from insync_proxy.protocol import (
@@ -22,12 +23,15 @@ from insync_proxy.protocol import (
     rewrite_produce_node_endpoints,
     split_response,
 )
+from insync_proxy.protocol.fetch import FetchEndpointsTap
 from insync_proxy.protocol.quorum import rewrite_describe_quorum_endpoints
 from insync_proxy.protocol.share import (
     rewrite_share_acknowledge_node_endpoints,
     rewrite_share_fetch_node_endpoints,
 )
-from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame, StreamVerdict
+
+log = logging.getLogger("insync_proxy.addresses")
 
 
 class AddressRewrite(BehaviourBase):
@@ -37,6 +41,17 @@ class AddressRewrite(BehaviourBase):
         ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.PRODUCE, ApiKey.FETCH,
         ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.DESCRIBE_QUORUM,
     })
+
+    def response_stream(self, exchange: Exchange) -> StreamVerdict:
+        """Large Fetch responses pass through as they arrive: untouched before v16, through a tap that
+        rewrites the trailing node_endpoints in place from v16 on. Everything else is rewritten whole."""
+        key, version = exchange.api_key, exchange.api_version
+        if key == ApiKey.FETCH:
+            if version < 16:
+                return True
+            if version <= FETCH_STREAMED_UP_TO:
+                return _LoggingFetchTap(version, exchange.listener.addresses)
+        return False
 
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame:
         addresses = exchange.listener.addresses
@@ -71,3 +86,23 @@ class AddressRewrite(BehaviourBase):
                 replace(b, host=addresses[b.broker_id][0], port=addresses[b.broker_id][1]) for b in response.brokers
             ))
         return encode_response_with_header(key, version, correlation_id, encode_response(response, version))
+
+
+#: The highest Fetch version whose responses the tap can walk (protocol/fetch.py).
+FETCH_STREAMED_UP_TO = 18
+
+
+class _LoggingFetchTap(FetchEndpointsTap):
+    """The Fetch tap, saying once per process when rewritten endpoints did not fit (see FetchEndpointsTap)."""
+
+    __slots__ = ()
+    warned = False
+
+    def finish(self, held: bytes) -> bytes:
+        out = super().finish(held)
+        if self.dropped and not _LoggingFetchTap.warned:
+            _LoggingFetchTap.warned = True
+            log.warning("a Fetch v%d response passed through before its end had arrived named brokers whose proxy "
+                        "addresses are longer than theirs: its node_endpoints were left out (the client looks "
+                        "the new leader up with Metadata instead); said once", self.api_version)
+        return out

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Awaitable
 from typing import ClassVar
 
 from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
-from insync_proxy.proxy.core import CloseReason, ConnectionCore
+from insync_proxy.protocol.fetch import find_fetch_node_endpoints
+from insync_proxy.protocol.messages import NodeEndpoint
+from insync_proxy.proxy.behaviours.addresses import AddressRewrite
+from insync_proxy.proxy.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.exchange import (
     BehaviourBase,
     BehaviourRegistry,
@@ -15,7 +19,9 @@ from insync_proxy.proxy.exchange import (
     Frame,
     ListenerAddresses,
     ListenerSettings,
+    StreamVerdict,
 )
+from tests.protocol.frames import fetch_response_frame
 
 LISTENER = ListenerSettings(
     name="default", label="bootstrap", metadata_schema="tagged", hide_unready_partitions=False,
@@ -32,11 +38,11 @@ class RecordingIO:
         self.pending_async: list[tuple[Exchange, Awaitable[Frame | None]]] = []
         self.closed: list[CloseReason] = []
 
-    def write_client(self, data: Frame) -> None:
-        self.to_client.append(bytes(data))
+    def write_client(self, *data: Frame) -> None:
+        self.to_client.append(b"".join(bytes(d) for d in data))
 
-    def write_upstream(self, data: Frame) -> None:
-        self.to_upstream.append(bytes(data))
+    def write_upstream(self, *data: Frame) -> None:
+        self.to_upstream.append(b"".join(bytes(d) for d in data))
 
     def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         self.pending_async.append((exchange, result))
@@ -67,10 +73,13 @@ def response_ids(frames: list[bytes]) -> list[int]:
     return [struct.unpack_from(">i", f, 4)[0] for f in frames]
 
 
-def core_with(*behaviours: object) -> tuple[ConnectionCore, RecordingIO]:
+def core_with(*behaviours: object, observer: CoreObserver | None = None, observe_whole_frames: bool = False
+              ) -> tuple[ConnectionCore, RecordingIO]:
     io = RecordingIO()
     registry = BehaviourRegistry(list(behaviours))  # type: ignore[arg-type]
-    return ConnectionCore(registry, LISTENER, io, max_frame_bytes=1 << 20), io
+    core = ConnectionCore(registry, LISTENER, io, max_frame_bytes=1 << 20, observer=observer,
+                          observe_whole_frames=observe_whole_frames)
+    return core, io
 
 
 class AnswersListOffsetsLocally(BehaviourBase):
@@ -249,3 +258,245 @@ def test_drain_closes_once_every_owed_response_is_written() -> None:
     core.receive_upstream_data(response(1, b"a"))
     assert io.to_client == [response(1, b"a")]
     assert [r.kind for r in io.closed] == ["drained"]
+
+
+# ---------------------------------------------------------------------------------------------- cut-through
+BIG = CUT_THROUGH_FROM * 3  #: a response body large enough to be cut through
+
+
+def big_body(seed: int, size: int = BIG) -> bytes:
+    return bytes((seed + i) % 251 for i in range(size))
+
+
+class RecordingObserver:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, bytes, float]] = []
+
+    def request_received(self, exchange: Exchange) -> None:
+        self.events.append(("request", exchange.correlation_id, b"", 0.0))
+
+    def upstream_answered(self, exchange: Exchange, frame: memoryview, seconds: float) -> None:
+        self.events.append(("upstream", exchange.correlation_id, bytes(frame), seconds))
+
+    def response_written(self, exchange: Exchange, payload: Frame, seconds: float) -> None:
+        self.events.append(("written", exchange.correlation_id, bytes(payload), seconds))
+
+
+def test_a_large_response_goes_to_the_client_as_it_arrives() -> None:
+    # Given a forwarded request and its large response, split by the network at odd points
+    core, io = core_with()
+    core.receive_client_data(request(ApiKey.FETCH, 1))
+    data = response(1, big_body(1))
+    cuts = [0, 3, 11, 40_001, 40_002, len(data) - 1, len(data)]
+    written = 0
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        core.receive_upstream_data(data[a:b])
+        # Then every byte that arrived (once the size prefix and correlation id are known) is already
+        # with the client, and the core holds none of it
+        sent = sum(len(c) for c in io.to_client)
+        assert sent == (b if b >= 8 else 0) and sent >= written
+        written = sent
+        if b >= 8 and b < len(data):
+            assert core.upstream_frames.buffered == 0 and core.pending
+    # And the client got the response byte for byte, and nothing is owed any more
+    assert b"".join(io.to_client) == data
+    assert not core.pending and not core.awaiting_upstream and not io.closed
+
+
+def test_answers_behind_a_cut_through_response_wait_for_its_last_byte() -> None:
+    # Given a large forwarded response (1), a local answer (2) and a small forwarded one (3) behind it
+    core, io = core_with(AnswersListOffsetsLocally())
+    core.receive_client_data(
+        request(ApiKey.FETCH, 1) + request(ApiKey.LIST_OFFSETS, 2) + request(ApiKey.METADATA, 3)
+    )
+    first = response(1, big_body(2))
+    # When half of 1 arrives, only (part of) 1 reaches the client
+    core.receive_upstream_data(first[: len(first) // 2])
+    assert b"".join(io.to_client) == first[: len(first) // 2]
+    # When the rest of 1 and all of 3 arrive in one read, the client gets 1, then 2, then 3
+    core.receive_upstream_data(first[len(first) // 2:] + response(3, b"three"))
+    assert b"".join(io.to_client) == first + response(2, b"local") + response(3, b"three")
+    assert not core.pending
+
+
+def test_a_large_response_behind_an_unfinished_answer_is_assembled_and_keeps_its_place() -> None:
+    # Given request 1 answered asynchronously and request 2 with a large response
+    core, io = core_with(AnswersAsynchronously())
+    core.receive_client_data(request(ApiKey.METADATA, 1) + request(ApiKey.FETCH, 2))
+    second = response(2, big_body(3))
+    core.receive_upstream_data(response(1, b"a") + second[:1000])
+    core.receive_upstream_data(second[1000:])
+    # Then nothing is written while 1 is being worked on: 2 was not cut through ahead of it
+    assert io.to_client == []
+    exchange, awaitable = io.pending_async[0]
+    try:
+        awaitable.__await__().send(None)
+    except StopIteration as done:
+        core.async_done(exchange, done.value)
+    assert io.to_client == [response(1, b"a!"), second]
+
+
+def test_a_response_a_behaviour_needs_whole_is_not_cut_through() -> None:
+    # Given a behaviour that rewrites Metadata responses (it needs them whole)
+    core, io = core_with(AnswersAsynchronously())
+    core.receive_client_data(request(ApiKey.METADATA, 2))
+    data = response(2, big_body(4))
+    core.receive_upstream_data(data[:5000])
+    # Then nothing goes out before the whole response is there, and it goes out in one write
+    assert io.to_client == []
+    core.receive_upstream_data(data[5000:])
+    assert io.to_client == [data]
+
+
+class HoldsTheLastBytes(BehaviourBase):
+    """A tap that lets everything but the response's last 10 bytes pass, then upper-cases those."""
+
+    response_keys: ClassVar[frozenset[int]] = frozenset({ApiKey.FETCH})
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def response_stream(self, exchange: Exchange) -> StreamVerdict:
+        behaviour = self
+
+        class Tap:
+            seen = 0
+
+            def feed(self, data: memoryview) -> int:
+                free = max(0, behaviour.total - 10 - self.seen)
+                self.seen += len(data)
+                return min(free, len(data))
+
+            def finish(self, held: bytes) -> Frame:
+                return held.upper()
+
+        return Tap()
+
+
+def test_a_tap_rewrites_the_held_tail_of_a_cut_through_response() -> None:
+    body = big_body(5)[:-10] + b"abcdefghij"
+    data = response(7, body)
+    core, io = core_with(HoldsTheLastBytes(len(data) - 4))
+    core.receive_client_data(request(ApiKey.FETCH, 7))
+    core.receive_upstream_data(data[:-3])
+    # Everything before the tail went out as it came; the tail is held
+    assert b"".join(io.to_client) == data[:-10]
+    core.receive_upstream_data(data[-3:])
+    assert b"".join(io.to_client) == data[:-10] + b"ABCDEFGHIJ"
+
+
+def test_the_observer_sees_a_cut_through_response_start_and_end() -> None:
+    observer = RecordingObserver()
+    core, io = core_with(observer=observer)
+    core.receive_client_data(request(ApiKey.FETCH, 4))
+    data = response(4, big_body(6))
+    core.receive_upstream_data(data[:100])
+    # The upstream latency is taken when the response starts (its first bytes)
+    assert [(kind, cid) for kind, cid, _, _ in observer.events] == [("request", 4), ("upstream", 4)]
+    assert observer.events[1][2] == data[4:100]
+    core.receive_upstream_data(data[100:])
+    # The request latency once its last byte went out, for the right exchange (per-API metrics)
+    kind, cid, _, latency = observer.events[2]
+    assert (kind, cid) == ("written", 4) and latency >= observer.events[1][3] >= 0
+
+
+def test_an_observer_of_whole_frames_still_gets_them_whole() -> None:
+    # Given an observer that reads whole responses (capture, leak check) and a tap rewriting the tail
+    observer = RecordingObserver()
+    data = response(7, big_body(7)[:-10] + b"abcdefghij")
+    core, io = core_with(HoldsTheLastBytes(len(data) - 4), observer=observer, observe_whole_frames=True)
+    core.receive_client_data(request(ApiKey.FETCH, 7))
+    core.receive_upstream_data(data[:50_000])
+    assert io.to_client  # still cut through
+    core.receive_upstream_data(data[50_000:])
+    upstream = next(e for e in observer.events if e[0] == "upstream")
+    written = next(e for e in observer.events if e[0] == "written")
+    # The broker's response as it came, and what the client got
+    assert upstream[2] == data[4:]
+    assert written[2] == data[4:-10] + b"ABCDEFGHIJ" == b"".join(io.to_client)[4:]
+
+
+def test_a_connection_closed_mid_cut_through_writes_nothing_more() -> None:
+    core, io = core_with()
+    core.receive_client_data(request(ApiKey.FETCH, 1) + request(ApiKey.METADATA, 2))
+    data = response(1, big_body(8))
+    core.receive_upstream_data(data[:20_000])
+    sent = len(io.to_client)
+    # When the adapter sees a side go away
+    core.lost()
+    core.receive_upstream_data(data[20_000:] + response(2, b"x"))
+    assert len(io.to_client) == sent and io.closed == []
+
+
+def test_drain_waits_for_the_last_byte_of_a_cut_through_response() -> None:
+    core, io = core_with()
+    core.receive_client_data(request(ApiKey.FETCH, 1))
+    data = response(1, big_body(9))
+    core.receive_upstream_data(data[:20_000])
+    core.drain()
+    assert io.closed == []
+    core.receive_upstream_data(data[20_000:])
+    assert b"".join(io.to_client) == data
+    assert [r.kind for r in io.closed] == ["drained"]
+
+
+def test_a_wrong_correlation_id_on_a_large_response_closes_before_anything_is_written() -> None:
+    core, io = core_with()
+    core.receive_client_data(request(ApiKey.FETCH, 1))
+    core.receive_upstream_data(response(99, big_body(10))[:1000])
+    assert io.to_client == []
+    (reason,) = io.closed
+    assert reason.kind == "upstream_bad_frame" and "correlation id 99, expected 1" in reason.detail
+
+
+def test_a_large_request_nobody_reads_goes_upstream_as_it_arrives() -> None:
+    # Given a large request of an API no behaviour reads, split by the network
+    core, io = core_with(MergesProduceAnswer())
+    data = request(ApiKey.ALTER_CONFIGS, 5, big_body(11))
+    core.receive_client_data(data[:7])
+    core.receive_client_data(data[7:30_000])
+    # Then its first bytes are already with the broker
+    assert b"".join(io.to_upstream) == data[:30_000]
+    core.receive_client_data(data[30_000:] + request(ApiKey.METADATA, 6))
+    assert b"".join(io.to_upstream) == data + request(ApiKey.METADATA, 6)
+    # And the broker's answers match their requests, in order
+    core.receive_upstream_data(response(5, b"five") + response(6, b"six"))
+    assert io.to_client == [response(5, b"five"), response(6, b"six")]
+    assert core.client_id == "c"
+
+
+def test_a_large_request_a_behaviour_reads_is_assembled() -> None:
+    # Given a large Produce request, which a behaviour reads (and rewrites)
+    core, io = core_with(MergesProduceAnswer())
+    data = request(ApiKey.PRODUCE, 5, big_body(12), version=9)
+    core.receive_client_data(data[:30_000])
+    assert io.to_upstream == []
+    core.receive_client_data(data[30_000:])
+    (sent,) = io.to_upstream
+    assert sent[4:].startswith(data[4:]) and sent.endswith(b"-trimmed")
+
+
+def test_a_large_fetch_v16_response_is_cut_through_with_its_node_endpoints_rewritten() -> None:
+    # Given the address rewrite and a Fetch v17 request whose large response names broker 2's real address
+    core, io = core_with(AddressRewrite())
+    core.receive_client_data(request(ApiKey.FETCH, 3, version=17))
+    payload = fetch_response_frame(17, [(uuid.UUID(int=1), [(0, big_body(13)), (1, None)])],
+                                   [NodeEndpoint(node_id=2, host="kafka-broker-2.internal", port=9092)],
+                                   correlation_id=3)
+    data = struct.pack(">i", len(payload)) + payload
+    core.receive_upstream_data(data[:50_000])
+    # Then the records went out before the response was whole
+    assert sum(len(c) for c in io.to_client) == 50_000
+    core.receive_upstream_data(data[50_000:])
+    out = b"".join(io.to_client)
+    # And the client sees the proxy's address for broker 2, in a response of the same length
+    assert len(out) == len(data) and b"kafka-broker-2" not in out
+    assert find_fetch_node_endpoints(out[4:], 17) == (
+        NodeEndpoint(node_id=2, host="127.0.0.1", port=9102),)
+    # A small one is rewritten whole, as before
+    core.receive_client_data(request(ApiKey.FETCH, 4, version=17))
+    small = fetch_response_frame(17, [(uuid.UUID(int=1), [(0, b"r" * 10)])],
+                                 [NodeEndpoint(node_id=2, host="kafka-broker-2.internal", port=9092)], correlation_id=4)
+    core.receive_upstream_data(struct.pack(">i", len(small)) + small)
+    assert find_fetch_node_endpoints(io.to_client[-1][4:], 17) == (
+        NodeEndpoint(node_id=2, host="127.0.0.1", port=9102),)

@@ -1,0 +1,371 @@
+"""Fetch throughput through the proxy against a direct connection and a bare uvloop relay (not a test).
+
+    python benchmarks/fetch_bench.py [--mib 300] [--rounds 3] [--version 11] [--max-bytes 8388608]
+
+Starts a 1-broker Kafka (proxy.devcluster), the real proxy (tests/proxy_harness.ProxyProcess, no debug
+checks) and a bare uvloop relay (one process: bytes in, bytes out, flow control, nothing else), fills a
+one-partition topic with ~`--mib` MiB (~1 MiB batches of 1 KiB records), then reads the whole partition
+from offset 0 with raw Fetch requests (`--max-bytes` per response, one request in flight) directly, through
+the relay and through the proxy, in interleaved rounds. Reported per path: MiB/s, the median time of one
+fetch (request sent to last byte read), and for the relay and the proxy their CPU milliseconds per MiB
+(user + system, /proc/<pid>/stat). `--version 16` or higher reads by topic id (the node_endpoints path).
+A JSON summary goes to bench-results/fetch-bench-<UTC timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse  # noqa: E402
+from insync_proxy.protocol.messages import MetadataRequestTopic  # noqa: E402
+from insync_proxy.protocol.primitives import Reader  # noqa: E402
+from insync_proxy.protocol.records import encode_record_batch  # noqa: E402
+from insync_proxy.proxy.devcluster.cluster import (  # noqa: E402
+    ClusterSettings,
+    LocalKafkaCluster,
+    _die_with_parent,
+    free_port,
+)
+from tests.proxy_harness import ProxyProcess  # noqa: E402
+from tests.raw_client import RawKafkaClient  # noqa: E402
+
+TOPIC = "fetch-bench"
+MIB = 1024 * 1024
+RECORDS_PER_BATCH = 1000
+
+RELAY = r"""
+import asyncio, sys, uvloop
+
+class Up(asyncio.Protocol):
+    def __init__(self, down): self.down = down
+    def connection_made(self, t): self.t = t
+    def data_received(self, data): self.down.t.write(data)
+    def pause_writing(self): self.down.t.pause_reading()
+    def resume_writing(self): self.down.t.resume_reading()
+    def connection_lost(self, exc): self.down.t.close()
+
+class Down(asyncio.Protocol):
+    def connection_made(self, t):
+        self.t, self.up, self.early = t, None, []
+        t.pause_reading()
+        asyncio.get_running_loop().create_task(self.connect())
+    async def connect(self):
+        _, self.up = await asyncio.get_running_loop().create_connection(lambda: Up(self), HOST, PORT)
+        for data in self.early: self.up.t.write(data)
+        self.t.resume_reading()
+    def data_received(self, data):
+        if self.up is None: self.early.append(data)
+        else: self.up.t.write(data)
+    def pause_writing(self): self.up.t.pause_reading()
+    def resume_writing(self): self.up.t.resume_reading()
+    def connection_lost(self, exc):
+        if self.up is not None: self.up.t.close()
+
+HOST, PORT, LISTEN = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+async def main():
+    server = await asyncio.get_running_loop().create_server(Down, "127.0.0.1", LISTEN)
+    print("ready", flush=True)
+    await server.serve_forever()
+
+uvloop.run(main())
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- fetch client
+def _uvarint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def fetch_request(version: int, correlation_id: int, topic: str, topic_id: uuid.UUID, offset: int,
+                  max_bytes: int) -> bytes:
+    """A Fetch request frame (size prefix included) for partition 0 of one topic, from `offset`."""
+    client_id = b"fetch-bench"
+    head = struct.pack(">hhih", ApiKey.FETCH, version, correlation_id, len(client_id)) + client_id
+    if version < 12:
+        body = struct.pack(">iiiibii", -1, 500, 1, max_bytes, 0, 0, -1)
+        name = topic.encode()
+        body += struct.pack(">ih", 1, len(name)) + name
+        body += struct.pack(">iiiqqi", 1, 0, -1, offset, -1, max_bytes)
+        body += struct.pack(">ih", 0, 0)  # forgotten topics, rack id ""
+    else:
+        head += b"\x00"  # header tagged fields
+        body = struct.pack(">iiibii", 500, 1, max_bytes, 0, 0, -1) if version >= 15 else \
+            struct.pack(">iiiiibii", -1, 500, 1, max_bytes, 0, 0, -1)
+        if version >= 13:
+            body += _uvarint(2) + topic_id.bytes
+        else:
+            name = topic.encode()
+            body += _uvarint(2) + _uvarint(len(name) + 1) + name
+        body += _uvarint(2) + struct.pack(">iiqiqi", 0, -1, offset, -1, -1, max_bytes) + b"\x00"  # partition
+        body += b"\x00"  # topic tagged fields
+        body += _uvarint(1) + _uvarint(1) + b"\x00"  # forgotten topics, rack id "", tagged fields
+    payload = head + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def records_of(frame: memoryview, version: int) -> memoryview:
+    """The records of the first partition of a Fetch response (header and size prefix stripped)."""
+    r = Reader(frame)
+    r.int32()
+    if version >= 12:
+        r.tagged_fields()
+    r.int32()  # throttle
+    if version >= 7:
+        r.int16()
+        r.int32()
+    flexible = version >= 12
+    n = r.array_length(flexible)
+    if n < 1:
+        raise RuntimeError("Fetch response without topics")
+    if version >= 13:
+        r.take(16)
+    elif flexible:
+        r.compact_string()
+    else:
+        r.string()
+    r.array_length(flexible)
+    r.int32()
+    error = r.int16()
+    if error:
+        raise RuntimeError(f"Fetch error {error}")
+    r.take(24 if version >= 5 else 16 if version >= 4 else 8)
+    if version >= 4:
+        for _ in range(max(r.array_length(flexible), 0)):
+            r.take(16)
+            if flexible:
+                r.tagged_fields()
+    if version >= 11:
+        r.int32()
+    records = r.compact_nullable_bytes() if flexible else r.nullable_bytes()
+    return records if records is not None else memoryview(b"")
+
+
+def next_offset(records: memoryview, offset: int) -> int:
+    """The offset after the last complete batch in `records` (batch headers only)."""
+    pos, n = 0, len(records)
+    while n - pos >= 61:
+        base, length = struct.unpack_from(">qi", records, pos)
+        if pos + 12 + length > n:
+            break
+        (last_delta,) = struct.unpack_from(">i", records, pos + 23)
+        offset = base + last_delta + 1
+        pos += 12 + length
+    return offset
+
+
+@dataclass
+class ReadResult:
+    bytes: int = 0
+    seconds: float = 0.0
+    fetches: list[float] = field(default_factory=list)
+
+
+def read_partition(port: int, version: int, topic_id: uuid.UUID, end_offset: int, max_bytes: int) -> ReadResult:
+    """Read the partition from offset 0 to `end_offset`, one Fetch in flight."""
+    result = ReadResult()
+    buf = bytearray(max_bytes + (1 << 20))
+    view = memoryview(buf)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        offset, correlation_id = 0, 0
+        started = time.perf_counter()
+        while offset < end_offset:
+            correlation_id += 1
+            t0 = time.perf_counter()
+            sock.sendall(fetch_request(version, correlation_id, TOPIC, topic_id, offset, max_bytes))
+            got = 0
+            while got < 4:
+                got += sock.recv_into(view[got:4])
+            (size,) = struct.unpack_from(">i", buf)
+            if size > len(buf):
+                buf = bytearray(size)
+                view = memoryview(buf)
+            got = 0
+            while got < size:
+                k = sock.recv_into(view[got:size])
+                if not k:
+                    raise RuntimeError("connection closed mid-response")
+                got += k
+            result.fetches.append(time.perf_counter() - t0)
+            frame = view[:size]
+            (cid,) = struct.unpack_from(">i", frame)
+            if cid != correlation_id:
+                raise RuntimeError(f"correlation id {cid}, expected {correlation_id}")
+            new = next_offset(records_of(frame, version), offset)
+            if new == offset:
+                raise RuntimeError(f"no progress at offset {offset}")
+            offset = new
+            result.bytes += size + 4
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- setup
+def fill(cluster: LocalKafkaCluster, mib: int) -> int:
+    """Write ~mib MiB to partition 0 of TOPIC; return the log end offset."""
+    batch = encode_record_batch([os.urandom(1024) for _ in range(RECORDS_PER_BATCH)])  # under 1 MiB (the
+    end = 0                                                                                 # broker's limit)
+    with RawKafkaClient(cluster.bootstrap_servers.split(",")[0]) as client:
+        for _ in range(mib * MIB // len(batch)):
+            result = client.produce({(TOPIC, 0): batch}, acks=1)[(TOPIC, 0)]
+            if result.error_code:
+                raise RuntimeError(f"produce failed: {result.error_code}")
+            end = result.base_offset + RECORDS_PER_BATCH
+    return end
+
+
+def topic_id_of(cluster: LocalKafkaCluster) -> uuid.UUID:
+    with RawKafkaClient(cluster.bootstrap_servers.split(",")[0]) as client:
+        md = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=TOPIC),)), 12, MetadataResponse)
+    (topic,) = md.topics
+    assert topic.topic_id is not None
+    return topic.topic_id
+
+
+def start_relay(host: str, port: int) -> tuple[subprocess.Popen[bytes], int]:
+    listen = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", RELAY, host, str(port), str(listen)], stdout=subprocess.PIPE,
+                            preexec_fn=_die_with_parent)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"ready":
+        raise RuntimeError("relay did not start")
+    return proc, listen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--mib", type=int, default=300, help="MiB to write to the partition (default 300)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of direct/relay/proxy")
+    parser.add_argument("--version", type=int, action="append", help="Fetch version(s) (default 11)")
+    parser.add_argument("--max-bytes", type=int, default=8 * MIB, help="max bytes per response (default 8 MiB)")
+    parser.add_argument("--paths", default="direct,relay,proxy")
+    parser.add_argument("--output", type=Path, default=ROOT / "bench-results")
+    parser.add_argument("--py-spy", type=Path, help="profile the proxy's reads with py-spy into this directory "
+                        "(collapsed stacks, one file per run)")
+    args = parser.parse_args(argv)
+    versions = args.version or [11]
+    paths = [p for p in args.paths.split(",") if p]
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    results: dict[str, Any] = {"started_utc": stamp, "args": {k: str(v) for k, v in vars(args).items()},
+                               "loadavg_at_start": os.getloadavg(), "runs": []}
+    cluster = LocalKafkaCluster(ClusterSettings(brokers=1))
+    proxy: ProxyProcess | None = None
+    relay: subprocess.Popen[bytes] | None = None
+    try:
+        cluster.start()
+        cluster.create_topic(TOPIC, 1, 1)
+        say(f"filling {TOPIC} with {args.mib} MiB ...")
+        end_offset = fill(cluster, args.mib)
+        topic_id = topic_id_of(cluster)
+        broker_host, broker_port = cluster.broker_addresses[0]
+        proxy = ProxyProcess(cluster, extra_toml="", groups=("default",), debug_checks=False).start()
+        relay, relay_port = start_relay(broker_host, broker_port)
+        assert proxy.process is not None
+        ports = {"direct": broker_port, "relay": relay_port, "proxy": proxy.broker_port(1)}
+        pids = {"relay": relay.pid, "proxy": proxy.process.pid}
+        for version in versions:  # warm-up: one pass each
+            for path in paths:
+                read_partition(ports[path], version, topic_id, min(end_offset, 20 * 1024), args.max_bytes)
+        for rnd in range(args.rounds):
+            for version in versions:
+                order = paths[rnd % len(paths):] + paths[:rnd % len(paths)]
+                for path in order:
+                    pid = pids.get(path)
+                    spy = None
+                    if args.py_spy and path == "proxy":
+                        args.py_spy.mkdir(parents=True, exist_ok=True)
+                        spy = subprocess.Popen(["py-spy", "record", "-p", str(pid), "-f", "raw", "-r", "200", "-o",
+                                                str(args.py_spy / f"proxy-v{version}-r{rnd}.txt")],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        time.sleep(1.0)
+                    cpu0 = cpu_seconds(pid) if pid else 0.0
+                    r = read_partition(ports[path], version, topic_id, end_offset, args.max_bytes)
+                    cpu = cpu_seconds(pid) - cpu0 if pid else None
+                    if spy is not None:
+                        spy.send_signal(signal.SIGINT)
+                        spy.wait(30)
+                    mib = r.bytes / MIB
+                    run = {"round": rnd, "version": version, "path": path, "mib": mib, "seconds": r.seconds,
+                           "mib_per_s": mib / r.seconds, "fetch_p50_ms": statistics.median(r.fetches) * 1e3,
+                           "cpu_ms_per_mib": cpu * 1e3 / mib if cpu is not None else None,
+                           "loadavg": os.getloadavg()[0]}
+                    results["runs"].append(run)
+                    say(f"round {rnd} v{version} {path:6}: {run['mib_per_s']:7.1f} MiB/s, fetch p50 "
+                        f"{run['fetch_p50_ms']:.1f} ms" + (f", CPU {run['cpu_ms_per_mib']:.2f} ms/MiB" if cpu is not None else "")
+                        + f" (load {run['loadavg']:.1f})")
+        print_summary(results["runs"], versions, paths)
+    finally:
+        if relay is not None:
+            relay.kill()
+            relay.wait()
+        if proxy is not None:
+            proxy.stop()
+            shutil.rmtree(proxy.dir, ignore_errors=True)
+        cluster.stop()
+        cluster.cleanup()
+        results["loadavg_at_end"] = os.getloadavg()
+        args.output.mkdir(parents=True, exist_ok=True)
+        out = args.output / f"fetch-bench-{stamp}.json"
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        say(f"wrote {out}")
+    return 0
+
+
+def print_summary(runs: list[dict[str, Any]], versions: list[int], paths: list[str]) -> None:
+    print("| Fetch | path | MiB/s (mean) | vs direct | vs relay | fetch p50 ms | CPU ms/MiB | CPU vs relay |")
+    print("|---|---|---|---|---|---|---|---|")
+    def mean_of(version: int, path: str, key: str) -> float | None:
+        values = [r[key] for r in runs if r["version"] == version and r["path"] == path and r[key] is not None]
+        return statistics.mean(values) if values else None
+
+    for version in versions:
+        def mean(path: str, key: str, version: int = version) -> float | None:
+            return mean_of(version, path, key)
+
+        direct, relay, relay_cpu = mean("direct", "mib_per_s"), mean("relay", "mib_per_s"), mean("relay", "cpu_ms_per_mib")
+        for path in paths:
+            mbs, cpu = mean(path, "mib_per_s"), mean(path, "cpu_ms_per_mib")
+            assert mbs is not None
+            p50 = mean(path, "fetch_p50_ms")
+            print(f"| v{version} | {path} | {mbs:.0f} | {mbs / direct:.2f} |" if direct else f"| v{version} | {path} | {mbs:.0f} | |",
+                  f"{mbs / relay:.2f} |" if relay else " |", f"{p50:.1f} |",
+                  f"{cpu:.2f} |" if cpu is not None else " |",
+                  f"{cpu / relay_cpu:.2f} |" if cpu is not None and relay_cpu else " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
