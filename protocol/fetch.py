@@ -14,7 +14,7 @@ response has none and passes untouched.
 from __future__ import annotations
 
 import struct
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 
 from .api_keys import ApiKey
@@ -137,64 +137,55 @@ def rewrite_fetch_node_endpoints(
 
 
 # ---------------------------------------------------------------------------------------------- streaming
-#: A walk step: n > 0 asks for the next n bytes (sent back as bytes), n < 0 skips -n bytes.
-_Walk = Generator[int, bytes | None, None]
+class _Short(Exception):
+    """The structure being read runs past the bytes at hand."""
 
 
-def _uvarint() -> Generator[int, bytes | None, int]:
-    value = shift = 0
-    for _ in range(5):
-        data = yield 1
-        assert data is not None
-        b = data[0]
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value
+def _uv(b: Buffer, p: int) -> tuple[int, int]:
+    """An unsigned varint at ``b[p]``: (value, position after it)."""
+    x = b[p]
+    if x < 0x80:
+        return x, p + 1
+    value, shift = x & 0x7F, 7
+    for q in range(p + 1, p + 5):
+        x = b[q]
+        value |= (x & 0x7F) << shift
+        if x < 0x80:
+            return value, q + 1
         shift += 7
     raise MalformedFrame("varint longer than 5 bytes in a Fetch response")
 
 
-def _skip_tagged_fields() -> Generator[int, bytes | None, None]:
-    for _ in range((yield from _uvarint())):
-        yield from _uvarint()  # tag
-        size = yield from _uvarint()
-        if size:
-            yield -size
+def _tags_end(b: Buffer, p: int) -> int:
+    """The position after the tagged-field section at ``b[p]``."""
+    count, p = _uv(b, p)
+    for _ in range(count):
+        _, p = _uv(b, p)
+        size, p = _uv(b, p)
+        p += size
+    return p
 
 
-def _walk_to_top_level_tags() -> _Walk:
-    """A Fetch v13+ response (flexible, topic ids), up to its top-level tagged fields."""
-    yield -4  # correlation id
-    yield from _skip_tagged_fields()  # response header v1
-    yield -10  # throttle_time_ms, error_code, session_id
-    for _ in range((yield from _uvarint()) - 1):  # topics (compact array: n + 1)
-        yield -16  # topic_id
-        for _ in range((yield from _uvarint()) - 1):  # partitions
-            yield -30  # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
-            for _ in range((yield from _uvarint()) - 1):  # aborted_transactions (0: null)
-                yield -16  # producer_id, first_offset
-                yield from _skip_tagged_fields()
-            yield -4  # preferred_read_replica
-            records = yield from _uvarint()  # compact nullable bytes: 0 = null, else length + 1
-            if records > 1:
-                yield -(records - 1)  # the records: skipped by their length, never looked at
-            yield from _skip_tagged_fields()
-        yield from _skip_tagged_fields()
+# Where the walk of a Fetch v13+ response is: before the header, a topic, a partition, the tags after a
+# partition's records, a topic's closing tags; done = at the top-level tagged fields.
+_HEADER, _TOPIC, _PARTITION, _PARTITION_TAGS, _TOPIC_TAGS, _DONE = range(6)
 
 
 class FetchEndpointsTap:
     """Rewrites a Fetch v16+ response's ``node_endpoints`` while the response passes through in pieces.
 
     ``feed`` takes the payload (header + body, no size prefix) in order and answers how many of those
-    bytes may go on now: all of them until the top-level tagged fields begin, none after. ``finish``
-    gets those held bytes and returns the same number of bytes with every mapped endpoint's host and port
-    replaced. A shorter result is padded (an unknown tag of zero bytes, or for 1-4 bytes a wider encoding
-    of the tag count, which Kafka's varint readers accept); when the rewritten endpoints do not fit in
-    the broker's bytes, ``node_endpoints`` is left out (padded likewise) and `dropped` is set: a client
-    then learns the new leader from Metadata, as before KIP-951, and never sees a broker's address.
+    bytes may go on now: all of them until the top-level tagged fields begin, none after. It reads only
+    the structure around the records (a few steps per partition; a step cut by a piece boundary is
+    carried over), and skips each partition's records by their length. ``finish`` gets the held bytes
+    and returns the same number of bytes with every mapped endpoint's host and port replaced. A shorter
+    result is padded (an unknown tag of zero bytes, or for 1-4 bytes a wider encoding of the tag count,
+    which Kafka's varint readers accept); when the rewritten endpoints do not fit in the broker's bytes,
+    ``node_endpoints`` is left out (padded likewise) and `dropped` is set: a client then learns the new
+    leader from Metadata, as before KIP-951, and never sees a broker's address.
     """
 
-    __slots__ = ("_buf", "_done", "_step", "_walk", "addresses", "api_version", "dropped")
+    __slots__ = ("_carry", "_parts", "_skip", "_state", "_topics", "addresses", "api_version", "dropped")
 
     def __init__(self, api_version: int, addresses: Mapping[int, tuple[str, int]]) -> None:
         if not _FIRST_NODE_ENDPOINTS_VERSION <= api_version <= _MAX_VERSION:
@@ -203,43 +194,92 @@ class FetchEndpointsTap:
         self.api_version = api_version
         self.addresses = addresses
         self.dropped = False
-        self._walk = _walk_to_top_level_tags()
-        self._step = next(self._walk)
-        self._buf = bytearray()
-        self._done = False
+        self._state = _HEADER
+        self._topics = 0  # topics left, the current one included
+        self._parts = 0  # partitions left in the current topic, the current one included
+        self._skip = 0  # record bytes still to skip
+        self._carry = b""  # the start of a step cut by the end of the last piece
 
     def feed(self, data: memoryview) -> int:
-        if self._done:
+        if self._state == _DONE:
             return 0
-        walk, step, buf = self._walk, self._step, self._buf
-        pos, n = 0, len(data)
+        n = len(data)
+        pos = 0
         while True:
-            value: bytes | None
-            if step < 0:
-                take = min(-step, n - pos)
+            if self._skip:
+                take = min(self._skip, n - pos)
                 pos += take
-                step += take
-                if step:
-                    self._step = step
+                self._skip -= take
+                if self._skip:
                     return n
-                value = None
+            if pos >= n:
+                return n
+            if self._carry:
+                carry = self._carry
+                window = 256
+                while True:
+                    buf = carry + bytes(data[pos:pos + window])
+                    try:
+                        end = self._step(buf, 0)
+                        break
+                    except (_Short, IndexError):
+                        if pos + window >= n:
+                            self._carry = buf
+                            return n
+                        window *= 8
+                self._carry = b""
+                pos += end - len(carry)
             else:
-                take = min(step - len(buf), n - pos)
-                buf += data[pos:pos + take]
-                pos += take
-                if len(buf) < step:
-                    self._step = step
+                try:
+                    pos = self._step(data, pos)
+                except (_Short, IndexError):
+                    self._carry = bytes(data[pos:])
                     return n
-                value = bytes(buf)
-                buf.clear()
-            try:
-                step = walk.send(value)
-            except StopIteration:
-                self._done = True
+            if self._state == _DONE:
                 return pos
 
+    def _step(self, b: Buffer, p: int) -> int:
+        """Read one step at ``b[p]``; move the walk on only if the step was whole."""
+        state = self._state
+        if state == _PARTITION:
+            p += 30  # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
+            aborted, p = _uv(b, p)
+            for _ in range(aborted - 1):
+                p = _tags_end(b, p + 16)  # producer_id, first_offset, tagged fields
+            records, p = _uv(b, p + 4)  # after preferred_read_replica: compact nullable bytes
+            if p > len(b):
+                raise _Short
+            self._skip = records - 1 if records > 1 else 0
+            self._state = _PARTITION_TAGS
+            return p
+        if state == _PARTITION_TAGS:
+            p = _tags_end(b, p)
+            if p > len(b):
+                raise _Short
+            self._parts -= 1
+            self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
+            return p
+        if state == _TOPIC:
+            parts, p = _uv(b, p + 16)  # after topic_id
+            self._parts = parts - 1
+            self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
+            return p
+        if state == _TOPIC_TAGS:
+            p = _tags_end(b, p)
+            if p > len(b):
+                raise _Short
+            self._topics -= 1
+            self._state = _TOPIC if self._topics > 0 else _DONE
+            return p
+        # _HEADER: correlation id, header tags, throttle_time_ms, error_code, session_id, topic count
+        p = _tags_end(b, p + 4)
+        topics, p = _uv(b, p + 10)
+        self._topics = topics - 1
+        self._state = _TOPIC if self._topics > 0 else _DONE
+        return p
+
     def finish(self, held: bytes) -> bytes:
-        if not self._done:
+        if self._state != _DONE or self._carry or self._skip:
             raise TruncatedData("Fetch response ends before its top-level tagged fields")
         try:
             r = Reader(held)

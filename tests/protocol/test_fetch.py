@@ -140,3 +140,10 @@ def test_the_tap_takes_only_the_versions_it_knows() -> None:
     for version in (15, 19):
         with pytest.raises(ProtocolError):
             FetchEndpointsTap(version, {})
+
+
+def test_the_tap_walks_a_response_fed_one_byte_at_a_time() -> None:
+    frame = fetch_response_frame(18, _many_partitions(18), ENDPOINTS)
+    passed, tail, tap = _through_tap(frame, 18, {2: ("proxy-2", 2)}, list(range(1, len(frame))))
+    assert len(passed + tail) == len(frame)
+    assert find_fetch_node_endpoints(passed + tail, 18)[1] == NodeEndpoint(node_id=2, host="proxy-2", port=2)
