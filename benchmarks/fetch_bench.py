@@ -8,7 +8,8 @@ one-partition topic with ~`--mib` MiB (~1 MiB batches of 1 KiB records), then re
 from offset 0 with raw Fetch requests (`--max-bytes` per response, one request in flight) directly, through
 the relay and through the proxy, in interleaved rounds. Reported per path: MiB/s, the median time of one
 fetch (request sent to last byte read), and for the relay and the proxy their CPU milliseconds per MiB
-(user + system, /proc/<pid>/stat). `--version 16` or higher reads by topic id (the node_endpoints path).
+(the threads' run time from /proc/<pid>/task/*/schedstat), with the medians of the per-round ratios
+against the relay. `--version 16` or higher reads by topic id (the node_endpoints path).
 A JSON summary goes to bench-results/fetch-bench-<UTC timestamp>.json.
 """
 
@@ -91,9 +92,15 @@ uvloop.run(main())
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of a process so far: its threads' run time in ns (schedstat), else utime + stime in ticks."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def say(line: str) -> None:
@@ -346,25 +353,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_summary(runs: list[dict[str, Any]], versions: list[int], paths: list[str]) -> None:
-    print("| Fetch | path | MiB/s (mean) | vs direct | vs relay | fetch p50 ms | CPU ms/MiB | CPU vs relay |")
+    """Means per path, and the medians of the per-round ratios against the relay (steadier on a shared machine)."""
+    print("| Fetch | path | MiB/s (mean) | vs direct | vs relay (median per round) | fetch p50 ms | CPU ms/MiB | "
+          "CPU vs relay (median per round) |")
     print("|---|---|---|---|---|---|---|---|")
-    def mean_of(version: int, path: str, key: str) -> float | None:
-        values = [r[key] for r in runs if r["version"] == version and r["path"] == path and r[key] is not None]
-        return statistics.mean(values) if values else None
-
     for version in versions:
-        def mean(path: str, key: str, version: int = version) -> float | None:
-            return mean_of(version, path, key)
+        def of(path: str, version: int = version) -> dict[int, dict[str, Any]]:
+            return {r["round"]: r for r in runs if r["version"] == version and r["path"] == path}
 
-        direct, relay, relay_cpu = mean("direct", "mib_per_s"), mean("relay", "mib_per_s"), mean("relay", "cpu_ms_per_mib")
+        def ratio(path: str, key: str, base: str) -> str:
+            mine, theirs = of(path), of(base)
+            values = [mine[k][key] / theirs[k][key] for k in mine if k in theirs and mine[k][key] and theirs[k][key]]
+            return f"{statistics.median(values):.2f}" if values else ""
+
         for path in paths:
-            mbs, cpu = mean(path, "mib_per_s"), mean(path, "cpu_ms_per_mib")
-            assert mbs is not None
-            p50 = mean(path, "fetch_p50_ms")
-            print(f"| v{version} | {path} | {mbs:.0f} | {mbs / direct:.2f} |" if direct else f"| v{version} | {path} | {mbs:.0f} | |",
-                  f"{mbs / relay:.2f} |" if relay else " |", f"{p50:.1f} |",
-                  f"{cpu:.2f} |" if cpu is not None else " |",
-                  f"{cpu / relay_cpu:.2f} |" if cpu is not None and relay_cpu else " |")
+            mine = list(of(path).values())
+            mbs = statistics.mean(r["mib_per_s"] for r in mine)
+            p50 = statistics.mean(r["fetch_p50_ms"] for r in mine)
+            cpus = [r["cpu_ms_per_mib"] for r in mine if r["cpu_ms_per_mib"] is not None]
+            cpu = f"{statistics.mean(cpus):.2f}" if cpus else ""
+            print(f"| v{version} | {path} | {mbs:.0f} | {ratio(path, 'mib_per_s', 'direct')} | "
+                  f"{ratio(path, 'mib_per_s', 'relay')} | {p50:.1f} | {cpu} | {ratio(path, 'cpu_ms_per_mib', 'relay')} |")
 
 
 if __name__ == "__main__":
