@@ -182,3 +182,19 @@ def test_cpu_between_snapshots(bench: ModuleType) -> None:
     }
     assert bench.cpu_between(before, after) == pytest.approx(0.25 + 0.5 + 0.01 + 0.4 - 0.3 + 0.07)
     assert bench.cpu_between(after, after) == 0
+
+
+def test_p99_goal_needs_an_unsaturated_cluster(bench: ModuleType) -> None:
+    def perf(direct_p50: float, added: float) -> dict[str, object]:
+        def s(v: float) -> dict[str, float]:
+            return {"median": v, "min": v, "max": v, "n": 1}
+
+        return {"perf": {"fixed_rate": 2000, "targets": {
+            "direct": {"p50_ms": s(direct_p50)},
+            "insync-proxy": {"vs_direct": s(0.97), "p99_added_ms": s(added)}}}}
+
+    rows = {r[0]: r[3] for r in bench.goal_rows(perf(5.0, 0.4))}
+    assert rows == {"ProducerPerformance max throughput vs direct": "MET",
+                    "ProducerPerformance p99 added at 2,000/s": "MET"}
+    rows = {r[0]: r[3] for r in bench.goal_rows(perf(927.0, -1238.0))}
+    assert rows["ProducerPerformance p99 added at 2,000/s"] == "n/a: saturated (direct p50 927 ms)"
