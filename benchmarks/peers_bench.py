@@ -1064,7 +1064,7 @@ def _read_exact(s: socket.socket, n: int) -> bytes:
 def section_memory(targets: Sequence[Target], plan: Plan, results: dict[str, Any]) -> None:
     n = plan.connections
     out: dict[str, Any] = {}
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for target in targets:
         if not target.pids() or target.name in BROKEN:
             continue
@@ -1246,9 +1246,9 @@ def main(argv: list[str] | None = None) -> int:
         if any(s in args.sections for s in ("produce", "fetch")):
             warm_up(running, cluster, plan)
         runners: dict[str, Callable[[], None]] = {
-            "produce": lambda: section_produce(running, cluster, plan, results),  # type: ignore[arg-type]
-            "fetch": lambda: section_fetch(running, cluster, plan, results),  # type: ignore[arg-type]
-            "perf": lambda: section_perf(running, cluster, plan, work, results),  # type: ignore[arg-type]
+            "produce": lambda: section_produce(running, cluster, plan, results),
+            "fetch": lambda: section_fetch(running, cluster, plan, results),
+            "perf": lambda: section_perf(running, cluster, plan, work, results),
             "memory": lambda: section_memory(running, plan, results),
         }
         for name in args.sections:
