@@ -138,10 +138,9 @@ class ConnectionCore:
             max_frame_bytes, pass_from=None if observe_whole_frames else cut_through_from, head_size=10)
         self.upstream_frames = FrameStream(max_frame_bytes, pass_from=cut_through_from, head_size=4)
         self._headers = RequestHeaderPeeker()
-        #: The response being cut through to the client, if any.
+        #: The response being cut through to the client, if any (a request being cut through needs no
+        #: state here: its bytes follow `client_frames.passing`).
         self._through: _CutThrough | None = None
-        #: The request being cut through to the broker, if any (bytes still to come: `client_frames.passing`).
-        self._request_through = False
         self.pending: deque[Exchange] = deque()  #: every exchange that owes the client a response, in order
         self.awaiting_upstream: deque[Exchange] = deque()  #: forwarded, response not yet received
         self.client_id: str | None = None
