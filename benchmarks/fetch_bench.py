@@ -307,10 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         assert proxy.process is not None
         ports = {"direct": broker_port, "relay": relay_port, "proxy": proxy.broker_port(1)}
         pids = {"relay": relay.pid, "proxy": proxy.process.pid}
-        for name, pid in pids.items():  # what each process costs with no traffic at all
-            cpu0 = cpu_seconds(pid)
+        for name, idle_pid in pids.items():  # what each process costs with no traffic at all
+            cpu0 = cpu_seconds(idle_pid)
             time.sleep(5)
-            results[f"{name}_idle_cpu_ms_per_s"] = (cpu_seconds(pid) - cpu0) * 1e3 / 5
+            results[f"{name}_idle_cpu_ms_per_s"] = (cpu_seconds(idle_pid) - cpu0) * 1e3 / 5
             say(f"{name} idle: {results[f'{name}_idle_cpu_ms_per_s']:.2f} ms of CPU per second")
         for version in versions:  # warm-up: one pass each
             for path in paths:
