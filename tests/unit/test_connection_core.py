@@ -500,3 +500,17 @@ def test_a_large_fetch_v16_response_is_cut_through_with_its_node_endpoints_rewri
     core.receive_upstream_data(struct.pack(">i", len(small)) + small)
     assert find_fetch_node_endpoints(io.to_client[-1][4:], 17) == (
         NodeEndpoint(node_id=2, host="127.0.0.1", port=9102),)
+
+
+def test_a_tapped_response_in_many_pieces_is_rewritten_the_same() -> None:
+    # Given a tapped response arriving in pieces of every size, the tail cut in the middle of one
+    body = big_body(14)[:-10] + b"abcdefghij"
+    data = response(8, body)
+    for piece in (1, 7, 4093, 30_000):
+        core, io = core_with(HoldsTheLastBytes(len(data) - 4))
+        core.receive_client_data(request(ApiKey.FETCH, 8))
+        for i in range(0, len(data), piece):
+            core.receive_upstream_data(data[i:i + piece])
+        # Then what passed and the rewritten tail add up to the response, whatever the pieces
+        assert b"".join(io.to_client) == data[:-10] + b"ABCDEFGHIJ", piece
+        assert not core.pending and not io.closed
