@@ -13,6 +13,8 @@ summaries of one request each, so no table cares which version a line was.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -129,16 +131,25 @@ REASON_UNKNOWN_EVENT = "unknown_event"
 REASON_INVALID_VALUE = "invalid_value"
 
 
-def _kind_is(j: str, kinds: list[tuple[int, str]]) -> Column:
+#: How the parse step reaches a parsed field: ``F.col("j.<name>")`` (from_json's struct) or
+#: ``F.col(name)`` (the JSON file reader's own columns: no struct is built per line).
+Field = Callable[[str], Column]
+
+
+def _struct_fields(j: str) -> Field:
+    return lambda name: F.col(f"{j}.{name}")
+
+
+def _kind_is(col: Field, kinds: list[tuple[int, str]]) -> Column:
     """True when the event's (schema_version, event) is one of ``kinds``."""
     cond: Column = F.lit(False)
     for version, event in kinds:
-        cond = cond | ((F.col(f"{j}.schema_version") == version) & (F.col(f"{j}.event") == event))
+        cond = cond | ((col("schema_version") == version) & (col("event") == event))
     return cond
 
 
-def _known_event(j: str) -> Column:
-    return _kind_is(j, [(v, e) for v, kinds in EVENT_KINDS_BY_VERSION.items() for e in kinds])
+def _known_event(col: Field) -> Column:
+    return _kind_is(col, [(v, e) for v, kinds in EVENT_KINDS_BY_VERSION.items() for e in kinds])
 
 
 def _kinds_requiring(table: dict[tuple[int, str], tuple[str, ...]], name: str) -> list[tuple[int, str]]:
@@ -154,7 +165,7 @@ def _first_named(conditions: list[tuple[Column, str]]) -> Column:
     return expr
 
 
-def _reject_reason(j: str, value: Column | None) -> Column:
+def _reject_reason(col: Field, value: Column | None) -> Column:
     """Why a parsed line is rejected, or null for a valid event; the first failing check wins.
 
     Checks in order: empty line, not a JSON object, unknown schema_version, missing required field,
@@ -168,9 +179,6 @@ def _reject_reason(j: str, value: Column | None) -> Column:
     nullable key (``isr_size``/``min_isr``) cannot be told from a null (it is read as "unknown").
     """
 
-    def col(name: str) -> Column:
-        return F.col(f"{j}.{name}")
-
     corrupt = col(_CORRUPT).isNotNull()
     raw = value if value is not None else col(_CORRUPT)
     keys = F.json_object_keys(raw)
@@ -183,7 +191,7 @@ def _reject_reason(j: str, value: Column | None) -> Column:
             return F.lit(True) if name in nullable_names else corrupt
         return F.coalesce(F.array_contains(keys, name), F.lit(False))
 
-    summary = _kind_is(j, [(2, EVENT_PRODUCE_SUMMARY)])
+    summary = _kind_is(col, [(2, EVENT_PRODUCE_SUMMARY)])
     bucket_pairs = col("latency_buckets")
     bad_pair = F.exists(
         bucket_pairs,
@@ -191,43 +199,65 @@ def _reject_reason(j: str, value: Column | None) -> Column:
         | (x[1] <= 0),
     )
     bucket_total = F.aggregate(bucket_pairs, F.lit(0).cast("long"), lambda acc, x: acc + x[1])
-    invalid = _first_named(
-        [
-            (F.col("_ts").isNull(), "ts"),
-            (col("interval_start").isNotNull() & F.col("_interval_start").isNull(), "interval_start"),
-            (col("partition") < 0, "partition"),
-            (col("record_bytes") < 0, "record_bytes"),
-            (col("requests") < 0, "requests"),
-            (col("records") < 0, "records"),
-            (col("latency_count") < 0, "latency_count"),
-            (col("interval_seconds") < 0, "interval_seconds"),
-            (col("decision").isNotNull() & ~col("decision").isin(*DECISIONS), "decision"),
-            (summary & (col("latency_count") > col("requests")), "latency_count"),
-            (summary & bad_pair, "latency_buckets"),
-            (summary & (bucket_total != col("latency_count")), "latency_buckets"),
-        ]
-    )
-    versions = col("schema_version").isin(*SCHEMA_VERSIONS)
-    looks_valid = ~corrupt & versions & _known_event(j)
+    # Value checks every kind shares, then those of summaries only; the first failing one names the reason.
+    shared_checks = [
+        (F.col("_ts").isNull(), "ts"),
+        (col("interval_start").isNotNull() & F.col("_interval_start").isNull(), "interval_start"),
+        (col("partition") < 0, "partition"),
+        (col("record_bytes") < 0, "record_bytes"),
+        (col("requests") < 0, "requests"),
+        (col("records") < 0, "records"),
+        (col("latency_count") < 0, "latency_count"),
+        (col("interval_seconds") < 0, "interval_seconds"),
+        (col("decision").isNotNull() & ~col("decision").isin(*DECISIONS), "decision"),
+    ]
+    summary_checks = [
+        (col("latency_count") > col("requests"), "latency_count"),
+        (bad_pair, "latency_buckets"),
+        (bucket_total != col("latency_count"), "latency_buckets"),
+    ]
+    invalid = _first_named(shared_checks + [(summary & cond, name) for cond, name in summary_checks])
+
+    def passes(checks: list[tuple[Column, str]]) -> Column:
+        # A check passes unless it holds (a null, from an absent value, passes as in ``invalid``).
+        out: Column = F.lit(True)
+        for cond, _ in checks:
+            out = out & ~F.coalesce(cond, F.lit(False))
+        return out
+
+    # The cheap test that clears the common (valid) line: the checks every line shares, then a
+    # dispatch on (schema_version, event) to that kind's own required fields and checks only. It
+    # holds exactly when the reason below would be null.
+    looks_valid = ~corrupt
     for name in REQUIRED_NON_NULL:
         looks_valid = looks_valid & col(name).isNotNull()
-    for name in sorted({n for names in REQUIRED_NON_NULL_BY_KIND.values() for n in names}):
-        looks_valid = looks_valid & (col(name).isNotNull() | ~_kind_is(j, _kinds_requiring(REQUIRED_NON_NULL_BY_KIND, name)))
-    looks_valid = looks_valid & invalid.isNull()
-    for name in nullable_names:
-        # Or short-circuits: the JSON key list is only computed when the value is null.
-        needed = _kind_is(j, _kinds_requiring(REQUIRED_NULLABLE_BY_KIND, name))
-        looks_valid = looks_valid & (col(name).isNotNull() | ~needed | has_key(name))
+    looks_valid = looks_valid & passes(shared_checks)
+    kind_ok: Column | None = None
+    for version, kinds in EVENT_KINDS_BY_VERSION.items():
+        for kind in kinds:
+            ok: Column = F.lit(True)
+            for name in REQUIRED_NON_NULL_BY_KIND.get((version, kind), ()):
+                ok = ok & col(name).isNotNull()
+            for name in REQUIRED_NULLABLE_BY_KIND.get((version, kind), ()):
+                # Or short-circuits: the JSON key list is only computed when the value is null.
+                ok = ok & (col(name).isNotNull() | has_key(name))
+            if (version, kind) == (2, EVENT_PRODUCE_SUMMARY):
+                ok = ok & passes(summary_checks)
+            is_kind = (col("schema_version") == version) & (col("event") == kind)
+            kind_ok = F.when(is_kind, ok) if kind_ok is None else kind_ok.when(is_kind, ok)
+    assert kind_ok is not None
+    looks_valid = looks_valid & kind_ok.otherwise(F.lit(False))
+    versions = col("schema_version").isin(*SCHEMA_VERSIONS)
 
     missing_conditions: list[tuple[Column, str]] = [
         (col(name).isNull() & ~has_key(name), name) for name in REQUIRED_NON_NULL
     ]
     for name in nullable_names:
-        needed = _kind_is(j, _kinds_requiring(REQUIRED_NULLABLE_BY_KIND, name))
+        needed = _kind_is(col, _kinds_requiring(REQUIRED_NULLABLE_BY_KIND, name))
         missing_conditions.append((needed & col(name).isNull() & ~has_key(name), name))
     missing_conditions += [(col(name).isNull() & ~corrupt, name) for name in REQUIRED_NON_NULL]
     for name in dict.fromkeys(n for names in REQUIRED_NON_NULL_BY_KIND.values() for n in names):
-        needed = _kind_is(j, _kinds_requiring(REQUIRED_NON_NULL_BY_KIND, name))
+        needed = _kind_is(col, _kinds_requiring(REQUIRED_NON_NULL_BY_KIND, name))
         missing_conditions.append((needed & col(name).isNull() & (~corrupt | ~has_key(name)), name))
     missing = _first_named(missing_conditions)
     # With partial results (Spark's default) only the mistyped field is null; a raw probe finds it.
@@ -244,25 +274,25 @@ def _reject_reason(j: str, value: Column | None) -> Column:
         )
         .when(missing.isNotNull(), F.concat(F.lit(REASON_MISSING_FIELD + ":"), missing))
         .when(corrupt, F.concat(F.lit(REASON_WRONG_TYPE + ":"), F.coalesce(wrong_type, F.lit("?"))))
-        .when(~_known_event(j), F.lit(REASON_UNKNOWN_EVENT))
+        .when(~_known_event(col), F.lit(REASON_UNKNOWN_EVENT))
         .when(invalid.isNotNull(), F.concat(F.lit(REASON_INVALID_VALUE + ":"), invalid))
         .otherwise(F.lit(REASON_INVALID_VALUE))
     )
 
 
-def _finish(parsed: DataFrame, raw: Column, value: Column | None) -> DataFrame:
+def _finish(parsed: DataFrame, col: Field, keep: list[Column], raw: Callable[[], Column],
+            value: Column | None) -> DataFrame:
     """Typed event columns, ``date``, ``reject_reason``, and source/line kept for rejected lines only.
 
-    ``raw`` (the line's text) is only computed for rejected lines: on the file reader's path it is
-    rebuilt with ``to_json``, far too dear to run on every valid line.
+    ``col`` reaches the parsed fields, ``keep`` are the further columns ``raw()`` reads. ``raw()``
+    (the line's text) is only computed for rejected lines: on the file reader's path it is rebuilt
+    with ``to_json``, far too dear to run on every valid line.
     """
     # Timestamps are parsed once here; the reject reason reads them as _ts and _interval_start.
     for name in _TIMESTAMP_FIELDS:
-        parsed = parsed.withColumn(f"_{name}", F.try_to_timestamp(F.col(f"j.{name}")))
-    reason = _reject_reason("j", value)
-    fields = [(F.col(f"_{name}") if name in _TIMESTAMP_FIELDS else F.col(f"j.{name}")).alias(name)
-              for name, _ in AUDIT_FIELDS]
-    keep = [c for c in ("j", "_line") if c in parsed.columns]
+        parsed = parsed.withColumn(f"_{name}", F.try_to_timestamp(col(name)))
+    reason = _reject_reason(col, value)
+    fields = [(F.col(f"_{name}") if name in _TIMESTAMP_FIELDS else col(name)).alias(name) for name, _ in AUDIT_FIELDS]
     out = parsed.select(*fields, F.col("source"), *keep, reason.alias("reject_reason"))
     rejected = F.col("reject_reason").isNotNull()
     return out.select(
@@ -272,7 +302,7 @@ def _finish(parsed: DataFrame, raw: Column, value: Column | None) -> DataFrame:
         F.col("reject_reason"),
         # Source and raw text matter only for rejected lines; nulls keep a staged parse small.
         F.when(rejected, F.col("source")).alias("source"),
-        F.when(rejected, raw).alias("line"),
+        F.when(rejected, raw()).alias("line"),
     )
 
 
@@ -293,15 +323,21 @@ def parse_audit_events(lines: DataFrame, value_col: str = "value", source_col: s
         (F.col(source_col) if source_col else F.lit(None).cast("string")).alias("source"),
         F.from_json(value, RAW_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}).alias("j"),
     )
-    return _finish(parsed, F.col("_line"), F.col("_line"))
+    return _finish(parsed, _struct_fields("j"), [F.col("_line")], lambda: F.col("_line"), F.col("_line"))
 
 
 def _parse_records(records: DataFrame, source: Column) -> DataFrame:
-    parsed = records.select(source.alias("source"), F.struct(*[F.col(f.name) for f in RAW_SCHEMA.fields]).alias("j"))
-    raw = F.coalesce(
-        F.col(f"j.{_CORRUPT}"), F.to_json(F.struct(*[F.col(f"j.{name}") for name, _ in AUDIT_FIELDS]))
-    )
-    return _finish(parsed, raw, None)
+    """The file reader's rows (one column per field, no struct) through the validation."""
+    parsed = records.withColumn("source", source)
+    # The text of a rejected line is rebuilt from the parsed fields, timestamps as they were written.
+    keep = [F.col(_CORRUPT)] + [F.col(name).alias(f"_raw_{name}") for name in _TIMESTAMP_FIELDS]
+
+    def raw() -> Column:
+        fields = [(F.col(f"_raw_{name}") if name in _TIMESTAMP_FIELDS else F.col(name)).alias(name)
+                  for name, _ in AUDIT_FIELDS]
+        return F.coalesce(F.col(_CORRUPT), F.to_json(F.struct(*fields)))
+
+    return _finish(parsed, F.col, keep, raw, None)
 
 
 def read_audit_json(spark: SparkSession, paths: list[str], **options: str) -> DataFrame:
