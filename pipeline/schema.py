@@ -165,6 +165,11 @@ def _first_named(conditions: list[tuple[Column, str]]) -> Column:
     return expr
 
 
+def parsed_timestamp(col: Field, name: str) -> Column:
+    """The RFC 3339 text of field ``name`` as a timestamp (null when it does not parse)."""
+    return F.try_to_timestamp(col(name))
+
+
 def _reject_reason(col: Field, value: Column | None) -> Column:
     """Why a parsed line is rejected, or null for a valid event; the first failing check wins.
 
@@ -201,8 +206,8 @@ def _reject_reason(col: Field, value: Column | None) -> Column:
     bucket_total = F.aggregate(bucket_pairs, F.lit(0).cast("long"), lambda acc, x: acc + x[1])
     # Value checks every kind shares, then those of summaries only; the first failing one names the reason.
     shared_checks = [
-        (F.col("_ts").isNull(), "ts"),
-        (col("interval_start").isNotNull() & F.col("_interval_start").isNull(), "interval_start"),
+        (parsed_timestamp(col, "ts").isNull(), "ts"),
+        (col("interval_start").isNotNull() & parsed_timestamp(col, "interval_start").isNull(), "interval_start"),
         (col("partition") < 0, "partition"),
         (col("record_bytes") < 0, "record_bytes"),
         (col("requests") < 0, "requests"),
@@ -280,26 +285,23 @@ def _reject_reason(col: Field, value: Column | None) -> Column:
     )
 
 
-def _finish(parsed: DataFrame, col: Field, keep: list[Column], raw: Callable[[], Column],
-            value: Column | None) -> DataFrame:
+def _finish(parsed: DataFrame, col: Field, raw: Callable[[], Column], value: Column | None) -> DataFrame:
     """Typed event columns, ``date``, ``reject_reason``, and source/line kept for rejected lines only.
 
-    ``col`` reaches the parsed fields, ``keep`` are the further columns ``raw()`` reads. ``raw()``
-    (the line's text) is only computed for rejected lines: on the file reader's path it is rebuilt
-    with ``to_json``, far too dear to run on every valid line.
+    ``col`` reaches the parsed fields; ``raw()`` (the line's text) is only computed for rejected
+    lines: on the file reader's path it is rebuilt with ``to_json``, far too dear to run on every
+    valid line. One projection: the reason and the timestamps appear in several output columns but
+    are computed once per line (Spark's common subexpression elimination), and no intermediate row
+    is copied between steps.
     """
-    # Timestamps are parsed once here; the reject reason reads them as _ts and _interval_start.
-    for name in _TIMESTAMP_FIELDS:
-        parsed = parsed.withColumn(f"_{name}", F.try_to_timestamp(col(name)))
+    typed = {name: parsed_timestamp(col, name) if name in _TIMESTAMP_FIELDS else col(name) for name, _ in AUDIT_FIELDS}
     reason = _reject_reason(col, value)
-    fields = [(F.col(f"_{name}") if name in _TIMESTAMP_FIELDS else col(name)).alias(name) for name, _ in AUDIT_FIELDS]
-    out = parsed.select(*fields, F.col("source"), *keep, reason.alias("reject_reason"))
-    rejected = F.col("reject_reason").isNotNull()
-    return out.select(
-        *[F.col(name) for name, _ in AUDIT_FIELDS],
+    rejected = reason.isNotNull()
+    return parsed.select(
+        *[typed[name].alias(name) for name, _ in AUDIT_FIELDS],
         # A summary belongs to the date its interval started on; any other event to its ts's date.
-        F.to_date(F.coalesce(F.col("interval_start"), F.col("ts"))).alias("date"),
-        F.col("reject_reason"),
+        F.to_date(F.coalesce(typed["interval_start"], typed["ts"])).alias("date"),
+        reason.alias("reject_reason"),
         # Source and raw text matter only for rejected lines; nulls keep a staged parse small.
         F.when(rejected, F.col("source")).alias("source"),
         F.when(rejected, raw()).alias("line"),
@@ -323,21 +325,18 @@ def parse_audit_events(lines: DataFrame, value_col: str = "value", source_col: s
         (F.col(source_col) if source_col else F.lit(None).cast("string")).alias("source"),
         F.from_json(value, RAW_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}).alias("j"),
     )
-    return _finish(parsed, _struct_fields("j"), [F.col("_line")], lambda: F.col("_line"), F.col("_line"))
+    return _finish(parsed, _struct_fields("j"), lambda: F.col("_line"), F.col("_line"))
 
 
 def _parse_records(records: DataFrame, source: Column) -> DataFrame:
     """The file reader's rows (one column per field, no struct) through the validation."""
-    parsed = records.withColumn("source", source)
-    # The text of a rejected line is rebuilt from the parsed fields, timestamps as they were written.
-    keep = [F.col(_CORRUPT)] + [F.col(name).alias(f"_raw_{name}") for name in _TIMESTAMP_FIELDS]
 
     def raw() -> Column:
-        fields = [(F.col(f"_raw_{name}") if name in _TIMESTAMP_FIELDS else F.col(name)).alias(name)
-                  for name, _ in AUDIT_FIELDS]
+        # The text of a rejected line: the reader's own copy, or rebuilt from the parsed fields.
+        fields = [F.col(name) for name, _ in AUDIT_FIELDS]
         return F.coalesce(F.col(_CORRUPT), F.to_json(F.struct(*fields)))
 
-    return _finish(parsed, F.col, keep, raw, None)
+    return _finish(records.withColumn("source", source), F.col, raw, None)
 
 
 def read_audit_json(spark: SparkSession, paths: list[str], **options: str) -> DataFrame:

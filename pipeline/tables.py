@@ -348,17 +348,15 @@ def isr_below_min_intervals(observations: DataFrame) -> DataFrame:
     order = ("ts", "proxy_id", "event", "isr_size")
     # Ties on ts are broken deterministically so that reruns give the same intervals.
     ordered = Window.partitionBy(*PARTITION_KEYS).orderBy(*order)
-    marked = (
-        observations.withColumn("prev_below", F.lag("below").over(ordered))
-        .withColumn("next_below", F.lead("below").over(ordered))
-        .withColumn("next_ts", F.lead("ts").over(ordered))
-        .filter(F.col("below"))
-        .withColumn("starts", F.when(F.coalesce(F.col("prev_below"), F.lit(False)), 0).otherwise(1))
-    )
-    running = Window.partitionBy(*PARTITION_KEYS).orderBy(*order).rowsBetween(
-        Window.unboundedPreceding, Window.currentRow
-    )
-    islands = marked.withColumn("island", F.sum("starts").over(running))
+    running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    # One sorted pass: the below rows of one run have seen the same number of observations that
+    # were not below (a run ends at the first one), so that count names the run's island.
+    islands = observations.select(
+        *PARTITION_KEYS, "ts", "proxy_id", "isr_size", "min_isr", "below",
+        F.lead("below").over(ordered).alias("next_below"),
+        F.lead("ts").over(ordered).alias("next_ts"),
+        F.sum(F.when(F.col("below"), 0).otherwise(1)).over(running).alias("island"),
+    ).filter(F.col("below"))
     intervals = islands.groupBy(*PARTITION_KEYS, "island").agg(
         F.min("ts").alias("start"),
         F.max("ts").alias("last_below"),
