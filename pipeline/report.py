@@ -15,7 +15,6 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -359,30 +358,13 @@ def run_report(
         }
         collected: dict[str, list[dict[str, Any]]] = {}
         table_paths: dict[str, Path] = {}
-        numbers = {name: i for i, name in enumerate(frames_by_table, 1)}
-
-        def write(name: str) -> list[dict[str, Any]]:
+        for i, (name, frame) in enumerate(frames_by_table.items(), 1):
             path = out / name
-            progress.stage(f"[{numbers[name]}/{len(frames_by_table)}] computing {name}")
+            progress.stage(f"[{i}/{len(frames_by_table)}] computing {name}")
             # Read back the small written table rather than recomputing it for the report.
-            rows = _collect(_write_table(spark, frames_by_table[name], name, path))
-            progress.stage(f"  wrote {len(rows):,} rows to {path}")
-            return rows
-
-        # The tables read from the staged events directly (below-min intervals: a sort of every
-        # observation; the timeline) run beside those cut from the cached aggregates: Spark takes
-        # jobs from both threads, so one's single-task stages and driver-side steps (planning,
-        # committing, reading back) leave no core idle. Same tables, same files.
-        beside = ("isr_below_min_intervals", "decisions_timeline")
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-tables") as pool:
-            side = pool.submit(lambda: {name: write(name) for name in beside})
-            for name in frames_by_table:
-                if name not in beside:
-                    collected[name] = write(name)
-            collected.update(side.result())
-        for name in frames_by_table:
-            table_paths[name] = out / name
-        collected = {name: collected[name] for name in frames_by_table}
+            collected[name] = _collect(_write_table(spark, frame, name, path))
+            table_paths[name] = path
+            progress.stage(f"  wrote {len(collected[name]):,} rows to {path}")
 
         progress.stage("computing overall latency by acks mode")
         collected["latency_overall"] = _collect(tables.latency_overall(histograms))
