@@ -798,11 +798,32 @@ def produce_response_errors(frame: Buffer, api_version: int) -> tuple[int, list[
     if api_version < 9 or api_version > _MAX_PRODUCE_VERSION:
         codes = produce_response_error_codes(frame, api_version)
         return len(codes), [c for c in codes if c[2]]
-    errors: list[tuple[str | uuid.UUID, int, int]] = []
+    return _flexible_response_walk(frame, api_version, failed_only=True)
+
+
+def _skip_compact_nullable_string(buf: Buffer, pos: int) -> int:
+    length, pos = _uvarint(buf, pos)
+    return pos + length - 1 if length else pos
+
+
+def _flexible_response_error_codes(frame: Buffer, version: int) -> list[tuple[str | uuid.UUID, int, int]]:
+    """produce_response_error_codes for v9+ with direct reads (it runs for every audited request)."""
+    return _flexible_response_walk(frame, version, failed_only=False)[1]
+
+
+def _flexible_response_walk(frame: Buffer, version: int, failed_only: bool
+                            ) -> tuple[int, list[tuple[str | uuid.UUID, int, int]]]:
+    """(partitions answered, (topic, partition, error_code) of every partition, or of the failed ones only) of
+    a v9+ Produce response, with direct reads; with `failed_only` a topic's name is decoded only for a failure.
+
+    A partition answered without record errors, message or tags (every acknowledged one) is 33 bytes:
+    skipped in one step; anything else takes the general path.
+    """
+    out: list[tuple[str | uuid.UUID, int, int]] = []
+    append = out.append
     unpack_i32, unpack_i16 = _I32.unpack_from, _I16.unpack_from
     n = len(frame)
     answered = 0
-    ids = api_version >= 13
     try:
         pos = 5 if frame[4] == 0 else _skip_tags(frame, 4)  # correlation id, response header v1 tags
         topics = frame[pos]
@@ -812,17 +833,7 @@ def produce_response_errors(frame: Buffer, api_version: int) -> tuple[int, list[
             topics, pos = read_uvarint_at(frame, pos)
         for _ in range(topics - 1 if topics else 0):
             topic_at = pos
-            if ids:
-                pos += 16
-            else:
-                length = frame[pos]
-                if length == 0:
-                    raise MalformedFrame("null topic name in Produce response")
-                if length < 0x80:
-                    pos += length  # 1 byte of length + (length - 1) bytes of name
-                else:
-                    length, pos = read_uvarint_at(frame, pos)
-                    pos += length - 1
+            topic, pos = _skip_flexible_topic(frame, pos, version) if failed_only else _flexible_topic(frame, pos, version)
             partitions = frame[pos]
             if partitions < 0x80:
                 pos += 1
@@ -831,57 +842,10 @@ def produce_response_errors(frame: Buffer, api_version: int) -> tuple[int, list[
             for _ in range(partitions - 1 if partitions else 0):
                 answered += 1
                 code = unpack_i16(frame, pos + 4)[0]
-                if code:
-                    errors.append((_flexible_topic(frame, topic_at, api_version)[0], unpack_i32(frame, pos)[0], code))
-                pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
-                if frame[pos] == 1 and frame[pos + 1] == 0 and frame[pos + 2] == 0:
-                    pos += 3  # no record errors, null error message, no tags
-                    continue
-                record_errors, pos = _uvarint(frame, pos)
-                for _ in range(record_errors - 1 if record_errors else 0):
-                    pos = _skip_tags(frame, _skip_compact_nullable_string(frame, pos + 4))
-                pos = _skip_tags(frame, _skip_compact_nullable_string(frame, pos))
-            pos = pos + 1 if frame[pos] == 0 else _skip_tags(frame, pos)
-        if pos > n:
-            raise TruncatedData("Produce response runs past its end")
-    except ProtocolError:
-        raise
-    except (struct.error, ValueError, IndexError, UnicodeError) as e:
-        raise TruncatedData(f"Produce v{api_version} response is truncated or corrupt: {e!r}") from None
-    return answered, errors
-
-
-def _skip_compact_nullable_string(buf: Buffer, pos: int) -> int:
-    length, pos = _uvarint(buf, pos)
-    return pos + length - 1 if length else pos
-
-
-def _flexible_response_error_codes(frame: Buffer, version: int) -> list[tuple[str | uuid.UUID, int, int]]:
-    """produce_response_error_codes for v9+ with direct reads (it runs for every audited request).
-
-    A partition answered without record errors, message or tags (every acknowledged one) is 33 bytes
-    ending in three zero-ish bytes: read inline; anything else takes the general path.
-    """
-    out: list[tuple[str | uuid.UUID, int, int]] = []
-    append = out.append
-    unpack_i32, unpack_i16 = _I32.unpack_from, _I16.unpack_from
-    n = len(frame)
-    try:
-        pos = 5 if frame[4] == 0 else _skip_tags(frame, 4)  # correlation id, response header v1 tags
-        topics = frame[pos]
-        if topics < 0x80:
-            pos += 1
-        else:
-            topics, pos = read_uvarint_at(frame, pos)
-        for _ in range(topics - 1 if topics else 0):
-            topic, pos = _flexible_topic(frame, pos, version)
-            partitions = frame[pos]
-            if partitions < 0x80:
-                pos += 1
-            else:
-                partitions, pos = read_uvarint_at(frame, pos)
-            for _ in range(partitions - 1 if partitions else 0):
-                append((topic, unpack_i32(frame, pos)[0], unpack_i16(frame, pos + 4)[0]))
+                if code or not failed_only:
+                    if topic is None:
+                        topic = _flexible_topic(frame, topic_at, version)[0]
+                    append((topic, unpack_i32(frame, pos)[0], code))
                 pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
                 if frame[pos] == 1 and frame[pos + 1] == 0 and frame[pos + 2] == 0:
                     pos += 3  # no record errors, null error message, no tags
@@ -897,7 +861,20 @@ def _flexible_response_error_codes(frame: Buffer, version: int) -> list[tuple[st
         raise
     except (struct.error, ValueError, IndexError, UnicodeError) as e:
         raise TruncatedData(f"Produce v{version} response is truncated or corrupt: {e!r}") from None
-    return out
+    return answered, out
+
+
+def _skip_flexible_topic(buf: Buffer, pos: int, version: int) -> tuple[None, int]:
+    """Past a v9+ topic name or id without decoding it."""
+    if version >= 13:
+        return None, pos + 16
+    length = buf[pos]
+    if length == 0:
+        raise MalformedFrame("null topic name in Produce response")
+    if length < 0x80:
+        return None, pos + length  # 1 byte of length + (length - 1) bytes of name
+    length, pos = read_uvarint_at(buf, pos)
+    return None, pos + length - 1
 
 
 _ERROR_PARTITION_TAILS = {v: _error_partition_tail(v) for v in range(_MAX_PRODUCE_VERSION + 1)}
