@@ -134,7 +134,7 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom
         targets: Sequence[str], *, rule_files: Sequence[Path] = (), job: str = JOB, wait_up: bool = True
     ) -> str:
         config: dict[str, object] = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "global": {"scrape_interval": "250ms", "scrape_timeout": "250ms", "evaluation_interval": "250ms"},
             "rule_files": [str(Path(f).resolve()) for f in rule_files],
             "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}],
         }

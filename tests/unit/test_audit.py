@@ -32,7 +32,7 @@ def test_files_rotate_and_total_size_stays_bounded(tmp_path: Path) -> None:
         for i in range(10):
             audit.emit({"event": "produce_decision", "topic": "t", "partition": i, "n": batch})
         wait_until(lambda b=batch: _value(metrics, "insync_proxy_audit_events_written_total", sink="file")
-                   >= (b + 1) * 10, 10, what="events written")
+                   >= (b + 1) * 10, 10, interval=0.005, what="events written")
     audit.close()
     files = sorted(tmp_path.glob("audit-p-*.jsonl"))
     assert len(files) >= 3
