@@ -21,11 +21,12 @@ NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 
 @pytest.mark.parametrize("code", [NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND])
 @pytest.mark.parametrize("acks", [-1, -2])
+@pytest.mark.parametrize("audit_on", [True, False])
 def test_after_the_leaders_not_enough_replicas_the_next_acks_minus_two_is_answered_by_the_proxy(
-    code: int, acks: int
+    code: int, acks: int, audit_on: bool
 ) -> None:
-    # Given a view that still shows a full ISR (its Metadata predates the shrink)
-    proxy = Sidecar()
+    # Given a view that still shows a full ISR (its Metadata predates the shrink); the audit on or off
+    proxy = Sidecar(audit_on=audit_on)
     proxy.isr(orders=[HEALTHY], payments=[HEALTHY])
     proxy.min_insync_replicas(2)
     # When a forwarded request gets NOT_ENOUGH_REPLICAS(_AFTER_APPEND) from the leader
@@ -58,8 +59,9 @@ def test_the_leaders_word_yields_to_metadata_after_a_few_seconds(monkeypatch: py
     assert not proxy.view.readiness(ORDERS, 0, 2).below_min_isr
 
 
-def test_a_leadership_error_rereads_the_topic() -> None:
-    proxy = Sidecar()
+@pytest.mark.parametrize("audit_on", [True, False])
+def test_a_leadership_error_rereads_the_topic(audit_on: bool) -> None:
+    proxy = Sidecar(audit_on=audit_on)
     proxy.isr(orders=[HEALTHY])
     proxy.min_insync_replicas(2)
     proxy.produce(9, -1, {ORDERS: [0]}, correlation_id=1)
