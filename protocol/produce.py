@@ -533,6 +533,8 @@ def rewrite_produce_node_endpoints(
     """
     if api_version < 10:
         return frame
+    if 10 <= api_version <= _MAX_PRODUCE_VERSION and not _has_response_tags(frame, api_version):
+        return frame  # the common case: no node_endpoints (only leadership errors bring them)
     correlation_id, body = split_response(frame, ApiKey.PRODUCE, api_version)
     decoded = decode_response(ApiKey.PRODUCE, api_version, body)
     assert isinstance(decoded, ProduceResponse)
@@ -798,7 +800,19 @@ def produce_response_errors(frame: Buffer, api_version: int) -> tuple[int, list[
     if api_version < 9 or api_version > _MAX_PRODUCE_VERSION:
         codes = produce_response_error_codes(frame, api_version)
         return len(codes), [c for c in codes if c[2]]
-    return _flexible_response_walk(frame, api_version, failed_only=True)
+    answered, failed, _ = _flexible_response_walk(frame, api_version, failed_only=True)
+    return answered, failed
+
+
+def _has_response_tags(frame: Buffer, version: int) -> bool:
+    """Whether a v9+ Produce response (header + body) may carry top-level tagged fields (node_endpoints is
+    tag 0): False only when a lean walk ends on throttle_time_ms and an empty tag section at the frame's end.
+    A frame that does not read cleanly answers True (the full decode then says what is wrong)."""
+    try:
+        end = _flexible_response_walk(frame, version, failed_only=True)[2]
+    except ProtocolError:
+        return True
+    return not (end + 5 == len(frame) and frame[end + 4] == 0)
 
 
 def _skip_compact_nullable_string(buf: Buffer, pos: int) -> int:
@@ -812,9 +826,10 @@ def _flexible_response_error_codes(frame: Buffer, version: int) -> list[tuple[st
 
 
 def _flexible_response_walk(frame: Buffer, version: int, failed_only: bool
-                            ) -> tuple[int, list[tuple[str | uuid.UUID, int, int]]]:
-    """(partitions answered, (topic, partition, error_code) of every partition, or of the failed ones only) of
-    a v9+ Produce response, with direct reads; with `failed_only` a topic's name is decoded only for a failure.
+                            ) -> tuple[int, list[tuple[str | uuid.UUID, int, int]], int]:
+    """(partitions answered, (topic, partition, error_code) of every partition, or of the failed ones only,
+    where the responses end) of a v9+ Produce response, with direct reads; with `failed_only` a topic's name
+    is decoded only for a failure.
 
     A partition answered without record errors, message or tags (every acknowledged one) is 33 bytes:
     skipped in one step; anything else takes the general path.
@@ -861,7 +876,7 @@ def _flexible_response_walk(frame: Buffer, version: int, failed_only: bool
         raise
     except (struct.error, ValueError, IndexError, UnicodeError) as e:
         raise TruncatedData(f"Produce v{version} response is truncated or corrupt: {e!r}") from None
-    return answered, out
+    return answered, out, pos
 
 
 def _skip_flexible_topic(buf: Buffer, pos: int, version: int) -> tuple[None, int]:

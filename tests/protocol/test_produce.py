@@ -263,6 +263,33 @@ def test_produce_node_endpoints_rewritten_and_untouched_when_unmapped() -> None:
     assert (decoded.node_endpoints[0].host, decoded.node_endpoints[0].port) == ("proxy", 19092)
 
 
+@pytest.mark.parametrize("version", range(10, 14))
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_node_endpoint_rewrite_agrees_with_a_full_decode(version: int, data: st.DataObject) -> None:
+    """The lean check (no tagged fields at the end: answer untouched) never skips a response that carries
+    node_endpoints; with some mapped, the rewrite equals a decode with those endpoints replaced."""
+    from dataclasses import replace
+
+    from .schema_gen import message_strategy
+
+    response = data.draw(message_strategy(ProduceResponse, version))
+    frame = encode_response_with_header(ApiKey.PRODUCE, version, 42, encode_response(response, version))
+    node_ids = sorted({ep.node_id for ep in response.node_endpoints})
+    mapped = data.draw(st.lists(st.sampled_from(node_ids), unique=True)) if node_ids else []
+    addresses = {node_id: ("proxy-host", 19000 + i) for i, node_id in enumerate(mapped)}
+    out = rewrite_produce_node_endpoints(frame, version, addresses)
+    if not mapped:
+        assert out is frame
+        return
+    original = decode_response(ApiKey.PRODUCE, version, split_response(frame, ApiKey.PRODUCE, version)[1])
+    rewritten = decode_response(ApiKey.PRODUCE, version, split_response(out, ApiKey.PRODUCE, version)[1])
+    assert isinstance(original, ProduceResponse)
+    assert rewritten == replace(original, node_endpoints=tuple(
+        replace(ep, host=addresses[ep.node_id][0], port=addresses[ep.node_id][1]) if ep.node_id in addresses else ep
+        for ep in original.node_endpoints))
+
+
 @pytest.mark.parametrize("version", range(0, 14))
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
