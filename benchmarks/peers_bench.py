@@ -1190,7 +1190,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--socat-bin", help="socat binary (default: from PATH; apt-get install socat when missing)")
     parser.add_argument("--no-install", action="store_true", help="never apt-get install socat")
     parser.add_argument("--output", type=Path, default=ROOT / "bench-results", help="directory of the JSON summary")
+    parser.add_argument("--produce-version", type=int, default=pb.PRODUCE_VERSION,
+                        help=f"Produce version of the raw load (default {pb.PRODUCE_VERSION}, the Java client 4.0's)")
     args = parser.parse_args(argv)
+    pb.PRODUCE_VERSION = args.produce_version
     for option, allowed in (("sections", SECTIONS), ("targets", TARGETS)):
         chosen = [s.strip() for s in getattr(args, option).split(",") if s.strip()]
         unknown = set(chosen) - set(allowed)
@@ -1223,6 +1226,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped: dict[str, str] = {}
     results: dict[str, Any] = {
         "started_utc": stamp, "mode": "quick" if args.quick else "full", "plan": plan.__dict__,
+        "produce_version": pb.PRODUCE_VERSION,
         "sections": args.sections, "requested_targets": args.targets, "skipped": skipped, "dropped": BROKEN,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_at_start": os.getloadavg()},
