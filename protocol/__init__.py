@@ -71,6 +71,7 @@ from .metadata_splice import MIN_INSYNC_REPLICAS_TAG, enrich_metadata_response, 
 from .produce import (
     PartitionKey,
     ProduceRequestIndex,
+    ProduceResponseScan,
     build_forward_request,
     build_forward_request_chunks,
     build_produce_error_response,
@@ -83,6 +84,7 @@ from .produce import (
     produce_response_error_codes,
     read_produce_acks,
     rewrite_produce_node_endpoints,
+    scan_produce_response,
 )
 from .quorum import DescribeQuorumRequest, DescribeQuorumResponse, rewrite_describe_quorum_endpoints
 from .share import (
@@ -172,6 +174,8 @@ __all__ = [
     "rewrite_fetch_node_endpoints",
     "rewrite_describe_quorum_endpoints",
     "rewrite_produce_node_endpoints",
+    "ProduceResponseScan",
+    "scan_produce_response",
     "rewrite_share_acknowledge_node_endpoints",
     "rewrite_share_fetch_node_endpoints",
     "scan_metadata_response",

@@ -13,6 +13,7 @@ import struct
 import uuid
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from .api_keys import ApiKey
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
@@ -525,15 +526,18 @@ def merge_produce_responses(
 
 
 def rewrite_produce_node_endpoints(
-    frame: Buffer, api_version: int, addresses: Mapping[int, tuple[str, int]]
+    frame: Buffer, api_version: int, addresses: Mapping[int, tuple[str, int]], scan: ProduceResponseScan | None = None
 ) -> Buffer:
     """Replace host/port in a Produce v10+ response's ``node_endpoints`` (frame = header + body).
 
-    Returns ``frame`` itself when the version has no node endpoints or none of them is mapped.
+    Returns ``frame`` itself when the version has no node endpoints or none of them is mapped. ``scan``:
+    the frame's `scan_produce_response`, when the caller has it already.
     """
     if api_version < 10:
         return frame
-    if 10 <= api_version <= _MAX_PRODUCE_VERSION and not _has_response_tags(frame, api_version):
+    if 10 <= api_version <= _MAX_PRODUCE_VERSION and not (
+        _has_response_tags(frame, api_version) if scan is None else scan.has_tags
+    ):
         return frame  # the common case: no node_endpoints (only leadership errors bring them)
     correlation_id, body = split_response(frame, ApiKey.PRODUCE, api_version)
     decoded = decode_response(ApiKey.PRODUCE, api_version, body)
@@ -633,13 +637,17 @@ def count_records(frame: Buffer, start: int, size: int) -> int:
     return count
 
 
-def produce_partition_records(frame: Buffer) -> tuple[int, list[tuple[str | uuid.UUID, int, int, int]]]:
+def produce_partition_records(
+    frame: Buffer, acks_offset: int | None = None
+) -> tuple[int, list[tuple[str | uuid.UUID, int, int, int]]]:
     """(acks, [(topic or topic_id, partition, record bytes, record count), ...]) of a Produce request frame.
 
     The lean walk the audit summary needs for every forwarded request: no span objects, records
-    counted from batch headers. ``record bytes`` is 0 for null records.
+    counted from batch headers. ``record bytes`` is 0 for null records. ``acks_offset``: the frame's
+    `produce_acks_offset`, when the caller has it already.
     """
-    acks_offset = produce_acks_offset(frame)
+    if acks_offset is None:
+        acks_offset = produce_acks_offset(frame)
     version = _HEAD.unpack_from(frame, 0)[1]
     flexible = version >= 9
     if flexible:
@@ -790,29 +798,41 @@ def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
     return acks, out
 
 
-def produce_response_errors(frame: Buffer, api_version: int) -> tuple[int, list[tuple[str | uuid.UUID, int, int]]]:
-    """(partitions answered, [(topic or topic_id, partition, error_code) of those with an error]) of a Produce
-    response (header + body).
+class ProduceResponseScan(NamedTuple):
+    """What one lean walk of a Produce response tells: partitions answered, the failed ones, and whether it
+    may carry top-level tagged fields (node_endpoints, v10+)."""
 
-    What the audit needs of every acknowledged request: in the common case (no error) nothing is
-    decoded, not even the topic names.
-    """
+    answered: int
+    #: (topic or topic_id, partition, error_code) of every partition answered with an error.
+    failed: list[tuple[str | uuid.UUID, int, int]]
+    #: False only when the walk ended on throttle_time_ms and an empty tag section at the frame's end.
+    has_tags: bool
+
+
+def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseScan:
+    """One lean walk of a Produce response (header + body): in the common case (no error, no tags) nothing
+    is decoded, not even the topic names. Raises ProtocolError when the frame does not read cleanly."""
     if api_version < 9 or api_version > _MAX_PRODUCE_VERSION:
         codes = produce_response_error_codes(frame, api_version)
-        return len(codes), [c for c in codes if c[2]]
-    answered, failed, _ = _flexible_response_walk(frame, api_version, failed_only=True)
-    return answered, failed
+        return ProduceResponseScan(len(codes), [c for c in codes if c[2]], api_version >= 9)
+    answered, failed, end = _flexible_response_walk(frame, api_version, failed_only=True)
+    return ProduceResponseScan(answered, failed, not (end + 5 == len(frame) and frame[end + 4] == 0))
+
+
+def produce_response_errors(frame: Buffer, api_version: int) -> tuple[int, list[tuple[str | uuid.UUID, int, int]]]:
+    """(partitions answered, [(topic or topic_id, partition, error_code) of those with an error]) of a Produce
+    response (header + body): what the audit needs of every acknowledged request."""
+    scan = scan_produce_response(frame, api_version)
+    return scan.answered, scan.failed
 
 
 def _has_response_tags(frame: Buffer, version: int) -> bool:
     """Whether a v9+ Produce response (header + body) may carry top-level tagged fields (node_endpoints is
-    tag 0): False only when a lean walk ends on throttle_time_ms and an empty tag section at the frame's end.
-    A frame that does not read cleanly answers True (the full decode then says what is wrong)."""
+    tag 0). A frame that does not read cleanly answers True (the full decode then says what is wrong)."""
     try:
-        end = _flexible_response_walk(frame, version, failed_only=True)[2]
+        return scan_produce_response(frame, version).has_tags
     except ProtocolError:
         return True
-    return not (end + 5 == len(frame) and frame[end + 4] == 0)
 
 
 def _skip_compact_nullable_string(buf: Buffer, pos: int) -> int:

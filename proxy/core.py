@@ -382,9 +382,17 @@ class ConnectionCore:
         self.awaiting_upstream.popleft()
         self.observer.upstream_answered(exchange, frame, self.clock() - exchange.forwarded_at)
         behaviours = self.registry.responses.get(exchange.api_key)
-        if not behaviours and not exchange.response_hooks:
-            self._respond(exchange, frame)
-            return
+        if not exchange.response_hooks:
+            if not behaviours:
+                self._respond(exchange, frame)
+                return
+            if len(behaviours) == 1:  # the common case (Produce: the address rewrite), without building a chain
+                out = behaviours[0].on_response(exchange, frame)
+                if isinstance(out, bytes | bytearray | memoryview):
+                    self._respond(exchange, out)
+                else:
+                    self.io.run_async(exchange, _finish_chain(exchange, out, []))
+                return
         steps = [*exchange.response_hooks, *(b.on_response for b in behaviours or ())]
         result: Frame = frame
         for i, step in enumerate(steps):

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from insync_proxy.protocol import (
     ApiKey,
     ErrorCode,
+    ProduceResponseScan,
     ProtocolError,
     build_forward_request_chunks,
     build_produce_error_response,
@@ -170,7 +171,7 @@ class AcksPolicy(BehaviourBase):
             # summaries when the audit is on) and learns from the leader's answer.
             if exchange.get(_Walked) is None:
                 try:
-                    exchange.put(_Walked(*produce_partition_records(frame)))
+                    exchange.put(_Walked(*produce_partition_records(frame, offset)))
                 except ProtocolError:
                     pass  # the broker judges the request; on_complete walks it again and says why
             return
@@ -339,7 +340,9 @@ class AcksPolicy(BehaviourBase):
         all_ok = False
         if response is not None:
             try:
-                answered, failed = produce_response_errors(response, exchange.api_version)
+                scan = exchange.get(ProduceResponseScan)  # the address rewrite's walk (v10+), if it ran
+                answered, failed = (produce_response_errors(response, exchange.api_version) if scan is None
+                                    else (scan.answered, scan.failed))
             except ProtocolError:
                 answered, failed = 0, []
             all_ok = answered == len(partitions) and not failed

@@ -16,11 +16,14 @@ from insync_proxy.protocol import (
     ApiKey,
     DescribeClusterResponse,
     FindCoordinatorResponse,
+    ProduceResponseScan,
+    ProtocolError,
     decode_response,
     encode_response,
     encode_response_with_header,
     rewrite_fetch_node_endpoints,
     rewrite_produce_node_endpoints,
+    scan_produce_response,
     split_response,
 )
 from insync_proxy.protocol.fetch import FetchEndpointsTap
@@ -57,7 +60,15 @@ class AddressRewrite(BehaviourBase):
         addresses = exchange.listener.addresses
         key, version = exchange.api_key, exchange.api_version
         if key == ApiKey.PRODUCE:
-            return rewrite_produce_node_endpoints(frame, version, addresses) if version >= 10 else frame
+            if version < 10:
+                return frame
+            try:
+                scan: ProduceResponseScan | None = scan_produce_response(frame, version)
+            except ProtocolError:
+                scan = None  # the whole decode below says what is wrong
+            else:
+                exchange.put(scan)  # the acks policy's accounting reads the same walk
+            return rewrite_produce_node_endpoints(frame, version, addresses, scan)
         if key == ApiKey.FETCH:
             return rewrite_fetch_node_endpoints(frame, version, addresses) if version >= 16 else frame
         if key == ApiKey.SHARE_FETCH:
