@@ -128,9 +128,12 @@ def _peek(frame: Buffer, cache: RequestHeaderPeeker | None) -> RequestHeaderPeek
     elif n != -1:
         raise MalformedFrame(f"negative client_id length {n}")
     if hv == 2:
-        r = Reader(frame, pos)
-        r.tagged_fields()
-        pos = r.pos
+        if pos < len(frame) and frame[pos] == 0:
+            pos += 1  # no tagged fields: the common case, without a Reader
+        else:
+            r = Reader(frame, pos)
+            r.tagged_fields()
+            pos = r.pos
     return RequestHeaderPeek(api_key, api_version, correlation_id, client_id, pos)
 
 
