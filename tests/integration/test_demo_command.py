@@ -1,0 +1,99 @@
+"""The README's first command, `insync-proxy demo`: a local 3-broker Kafka and the proxy in front of it."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from insync_proxy.proxy.devcluster.cluster import free_port
+from tests.proxy_harness import free_port_base
+
+#: Generous: three brokers start from cold on two shared cores (a minute or two under load).
+START_TIMEOUT = 420.0
+STOP_TIMEOUT = 120.0
+
+
+def _console_script() -> str:
+    """The `insync-proxy` entry point `pip install` put beside this interpreter (the README runs it by name)."""
+    found = shutil.which("insync-proxy", path=str(Path(sys.executable).parent)) or shutil.which("insync-proxy")
+    if found is None:
+        pytest.fail("the insync-proxy console script is not installed (python3 -m pip install -e .)")
+    return found
+
+
+@pytest.mark.own_cluster
+@pytest.mark.slow
+def test_demo_starts_kafka_and_the_proxy_serves_producers_then_stops_both_on_ctrl_c(
+    exclusive_cluster_slot: None, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    bootstrap_port, admin_port, base = free_port(), free_port(), free_port_base()
+    command = [_console_script(), "demo", "--bootstrap-port", str(bootstrap_port), "--broker-port-base", str(base),
+               "--admin-port", str(admin_port), "--audit-directory", str(tmp_path / "audit")]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: queue.Queue[str | None] = queue.Queue()
+    seen: list[str] = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def wait_for_line(pattern: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError(f"demo exited ({process.wait()}) before {pattern!r}:\n{''.join(seen)}")
+            seen.append(line)
+            if re.search(pattern, line):
+                return line
+        raise AssertionError(f"no {pattern!r} within {timeout:.0f}s:\n{''.join(seen)}")
+
+    try:
+        # Given the README's first command
+        wait_for_line(r"and insync-proxy are up", START_TIMEOUT)
+        printed = re.search(r"bootstrap\.servers=(\S+)", wait_for_line(r"Point producers at", 10))
+        assert printed is not None and printed.group(1) == f"127.0.0.1:{bootstrap_port}"
+        bootstrap = printed.group(1)
+        # When a producer (acks=all) writes to the demo topic through the printed address
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+        delivered: list[object] = []
+        for i in range(20):
+            producer.produce("demo", f"record-{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(120) == 0
+        # Then every record is acknowledged, and the proxy's metrics counted them
+        assert delivered == [None] * 20
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+        counted = sum(float(value) for value in re.findall(
+            r'^insync_proxy_produce_records_total\{[^}]*topic="demo"[^}]*\} (\S+)$', metrics, re.M))
+        assert counted >= 20, metrics[:2000]
+        del producer  # its connections close before the proxy goes
+        # When Ctrl-C is pressed, then the proxy and Kafka stop and the command exits 0
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(STOP_TIMEOUT) == 0, "".join(seen)
+        wait_for_line(r"Stopping Kafka", 10)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
