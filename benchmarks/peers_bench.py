@@ -801,7 +801,7 @@ def section_produce(targets: Sequence[Target], cluster: LocalKafkaCluster, plan:
         out[name] = {"runs": rs, "mib_per_sec": summary(mibs), "vs_direct": summary(vs_direct),
                      "cpu_us_per_request": summary(cpu), "cpu_us_per_mib": summary(per_mib), "errors": errors}
     kib = plan.batch_records * pb.RECORD_SIZE // 1024
-    pb.table(f"1. Raw Produce v9, acks=-1, {plan.produce_connections} connections x {plan.produce_window} in flight, "
+    pb.table(f"1. Raw Produce v{pb.PRODUCE_VERSION}, acks=-1, {plan.produce_connections} connections x {plan.produce_window} in flight, "
              f"{kib} KiB batches ({plan.batch_records} x 1 KiB records) to the leader's port; median (min..max) of "
              f"{plan.rounds} round(s)",
              ("target", "MiB/s", "vs direct", "requests/s", "proxy CPU us/request", "proxy CPU us/MiB",

@@ -9,7 +9,7 @@ stops everything, also on Ctrl-C, SIGTERM or an exception. What each number mean
 
 1. ProducerPerformance (Apache Kafka's own tool), 1 KiB records, acks=all, RF 3: max throughput and a
    fixed rate's latency percentiles, direct and through the proxy, interleaved A B A B.
-2. acks=-2 vs acks=-1 through the proxy (raw pipelined Produce v9), and the round trip of a
+2. acks=-2 vs acks=-1 through the proxy (raw pipelined Produce, v12 unless --produce-version), and the round trip of a
    NOT_ENOUGH_REPLICAS the proxy answers itself.
 3. Metadata v12 round trips for one 100-partition topic, direct vs through the proxy.
 4. The cost of rendering /metrics with 1,000 topics' per-topic series.
@@ -401,7 +401,7 @@ class LoadResult:
 
 def produce_load(port: int, topic: str, partitions: Sequence[int], acks: int, seconds: float, window: int,
                  batch_records: int) -> dict[str, float]:
-    """Pipelined Produce v9: one thread and connection per partition, `window` requests in flight each."""
+    """Pipelined Produce (PRODUCE_VERSION): one thread and connection per partition, `window` requests in flight each."""
     payload = batch(*[bytes([65 + i % 26]) * RECORD_SIZE for i in range(batch_records)])
     stop_at = time.perf_counter() + seconds
     results: list[LoadResult] = []
@@ -497,7 +497,7 @@ def section_acks(cluster: LocalKafkaCluster, proxy: ProxyProcess, plan: Plan, re
                          run["proxy_cpu_percent"] if name.startswith("proxy") else float("nan"),
                          run["proxy_cpu_us_per_request"] if name.startswith("proxy") else float("nan")))
     batch_kib = plan.raw_batch_records * RECORD_SIZE // 1024
-    table(f"2a. Produce v9 through the proxy, {count} connections x {plan.raw_window} in flight, "
+    table(f"2a. Produce v{PRODUCE_VERSION} through the proxy, {count} connections x {plan.raw_window} in flight, "
           f"{batch_kib} KiB batches (every run)",
           ("variant", "#", "MB/s", "requests/s", "errors", "proxy CPU %", "proxy CPU us/req"), rows)
     ratio = mean("proxy acks=-2", "mb_per_sec") / mean("proxy acks=-1", "mb_per_sec")
