@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.deploy.sample_metrics import SampleMetricsServer
-from tests.deploy.tools import STARTING_ERRORS, find_tool, http_get_json
+from tests.deploy.tools import ALERTS, STARTING_ERRORS, find_tool, http_get_json
 from tests.helpers import wait_until
 
 JOB = "insync-proxy"
@@ -124,6 +124,23 @@ def targets_up(url: str, job: str, expected: int) -> bool:
 @pytest.fixture
 def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusFactory]:
     """Factory: prometheus_server(["127.0.0.1:9190"]) -> "http://127.0.0.1:<port>", stopped at teardown."""
+    yield from _prometheus_factory(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def sample_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Prometheus for the session, scraping a sample metrics target (below) with deploy/prometheus/alerts.yml
+    loaded: the dashboard and alert-rule checks share it (Prometheus hands its first targets to the scraper
+    about 5 s after it starts, whatever the scrape interval)."""
+    server = SampleMetricsServer().start()
+    try:
+        for start in _prometheus_factory(tmp_path_factory):
+            yield start([server.address], rule_files=[ALERTS])
+    finally:
+        server.stop()
+
+
+def _prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusFactory]:
     binary, reason = find_tool("prometheus")
     if binary is None:
         print(f"SKIP prometheus_server: {reason}")
@@ -155,13 +172,3 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom
     finally:
         for process in started:
             process.stop()
-
-
-@pytest.fixture
-def sample_metrics_target() -> Iterator[str]:
-    """host:port of a loopback HTTP server serving ProxyMetrics (proxy/metrics.py) with sample traffic."""
-    server = SampleMetricsServer().start()
-    try:
-        yield server.address
-    finally:
-        server.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.deploy.conftest import PrometheusFactory
 from tests.deploy.tools import (
     DASHBOARD,
     STARTING_ERRORS,
@@ -77,11 +76,9 @@ def test_dashboard_uses_only_exported_metrics_and_shows_every_metric() -> None:
     )
 
 
-def test_every_dashboard_expression_returns_data_from_a_real_prometheus(
-    prometheus_server: PrometheusFactory, sample_metrics_target: str
-) -> None:
+def test_every_dashboard_expression_returns_data_from_a_real_prometheus(sample_prometheus: str) -> None:
     """Given Prometheus scraping ProxyMetrics with sample traffic, every panel query succeeds with data."""
-    url = prometheus_server([sample_metrics_target])
+    url = sample_prometheus
     # rate() needs two samples in its window: wait for a few scrapes.
     wait_until(
         lambda: _scalar(prometheus_query(url, 'count_over_time(up{job="insync-proxy"}[1m])')) >= 3,

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.conftest import PrometheusFactory
 from tests.deploy.tools import (
     ALERTS,
     DEPLOY,
@@ -90,11 +89,9 @@ def test_every_alert_has_a_firing_unit_test() -> None:
     assert names - quiet == set(), f"alerts never expected to stay quiet in alerts_test.yml: {names - quiet}"
 
 
-def test_alert_rules_evaluate_healthy_in_a_real_prometheus(
-    prometheus_server: PrometheusFactory, sample_metrics_target: str
-) -> None:
+def test_alert_rules_evaluate_healthy_in_a_real_prometheus(sample_prometheus: str) -> None:
     """Given Prometheus scraping ProxyMetrics with alerts.yml loaded, every rule evaluates without error."""
-    url = prometheus_server([sample_metrics_target], rule_files=[ALERTS])
+    url = sample_prometheus
 
     def evaluated_rules() -> list[dict[str, Any]] | None:
         groups = http_get_json(f"{url}/api/v1/rules")["data"]["groups"]
