@@ -264,7 +264,7 @@ def test_produce_node_endpoints_rewritten_and_untouched_when_unmapped() -> None:
 
 
 @pytest.mark.parametrize("version", range(10, 14))
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_node_endpoint_rewrite_agrees_with_a_full_decode(version: int, data: st.DataObject) -> None:
     """The lean check (no tagged fields at the end: answer untouched) never skips a response that carries
@@ -309,7 +309,7 @@ def test_error_code_scan_agrees_with_a_full_decode(version: int, data: st.DataOb
 
 
 @pytest.mark.parametrize("version", ALL_VERSIONS)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_error_scan_counts_partitions_and_names_only_the_failed_ones(version: int, data: st.DataObject) -> None:
     from insync_proxy.protocol.messages import ProduceResponse, encode_response
