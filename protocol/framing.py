@@ -106,7 +106,7 @@ class FrameStream:
     """
 
     __slots__ = ("_head", "_missing", "_mv", "_n", "_offer", "_parts", "_pos", "_queued", "_readonly",
-                 "head_size", "max_frame_size", "pass_from", "passing", "size")
+                 "framed", "head_size", "max_frame_size", "pass_from", "passing", "size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, pass_from: int | None = None,
                  head_size: int = 4) -> None:
@@ -116,6 +116,9 @@ class FrameStream:
         self.head_size = head_size
         self.size = 0  #: payload size of the frame last offered as HEAD
         self.passing = 0  #: bytes (prefix included) of the passed-through frame still to come
+        #: The last FRAME event's frame as it came, size prefix included (a view, like the payload): a proxy
+        #: that forwards a frame unchanged writes this, without joining a new prefix to the payload.
+        self.framed = memoryview(b"")
         self._mv = memoryview(b"")
         self._pos = 0
         self._n = 0
@@ -190,9 +193,9 @@ class FrameStream:
             self._pos = pos + take
             if self._missing:
                 return None
-            joined = b"".join(self._parts)
+            framed = self.framed = memoryview(b"".join(self._parts))
             self._parts = None
-            return FRAME, memoryview(joined)[4:]
+            return FRAME, framed[4:]
         head = self._head
         if head:
             return self._continue_head(head, mv, pos, n)
@@ -206,7 +209,8 @@ class FrameStream:
         end = pos + 4 + size
         if end <= n:
             self._pos = end
-            return FRAME, mv[pos + 4:end]
+            framed = self.framed = mv[pos:end]
+            return FRAME, framed[4:]
         if self.pass_from is not None and size >= self.pass_from and n - pos >= 4 + self.head_size:
             self.size = size
             self._offer = (b"", pos)
@@ -236,10 +240,10 @@ class FrameStream:
         total = 4 + size
         rest = total - len(head)
         if rest <= n - pos:  # its end is in this chunk: one copy, and it is whole
-            frame = b"".join((head, mv[pos:pos + rest]))
+            framed = self.framed = memoryview(b"".join((head, mv[pos:pos + rest])))
             head.clear()
             self._pos = pos + rest
-            return FRAME, memoryview(frame)[4:]
+            return FRAME, framed[4:]
         if self.pass_from is None or size < self.pass_from:
             # Not to be offered: assemble the rest as any other frame.
             self._parts = [bytes(head)]

@@ -8,6 +8,11 @@ calls on a `ConnectionIO` (write to the client, write upstream, run this awaitab
 reason). The asyncio protocols in proxy/connection.py are thin adapters around it; unit tests drive
 it with plain bytes.
 
+Writes are gathered while one chunk of bytes is handled and go out as one write per side when it is
+done: pipelined frames that arrived together leave together (one writev), as a byte relay sends a chunk
+as it came, instead of a syscall per frame. A frame forwarded unchanged goes out as it came, size prefix
+included (a view of the bytes read: no copy).
+
 Cut-through: a large response whose end has not arrived yet goes to the client as it arrives, when it
 is next in the client's order and no behaviour needs it whole (`Behaviour.response_stream`): no
 reassembly, no copy. Everything behind it waits its turn as for any other response. Likewise a large
@@ -150,6 +155,9 @@ class ConnectionCore:
         #: requests wait in `_held`, so the broker sees them in the client's order.
         self._deferred: tuple[Exchange, int] | None = None
         self._held: deque[memoryview] = deque()
+        #: Writes gathered while a chunk is handled (None: write at once), sent by `_send_gathered`.
+        self._to_client: list[Frame] | None = None
+        self._to_upstream: list[Frame] | None = None
 
     # ------------------------------------------------------------------ client side
     def receive_client_data(self, data: Frame) -> None:
@@ -157,14 +165,15 @@ class ConnectionCore:
         if self.closed:
             return
         stream = self.client_frames
+        self._to_client, self._to_upstream = [], []
         try:
             stream.feed(data)
             while (event := stream.next()) is not None:
                 kind, value = event
                 if kind == FRAME:
-                    self._on_request(value)
+                    self._on_request(value, stream.framed)
                 elif kind == PART:
-                    self.io.write_upstream(value)
+                    self._to_upstream.append(value)
                 else:
                     self._offer_request(value)
                 if self.closed:
@@ -173,12 +182,39 @@ class ConnectionCore:
             self._close(CloseReason("client_bad_frame", str(exc), frame_error_kind(exc)))
         except Exception as exc:  # a bug must cost one connection, never the process
             self._close(CloseReason("internal", f"request handling failed: {exc!r}", error=exc))
+        finally:
+            self._send_gathered()
 
-    def _on_request(self, frame: memoryview) -> None:
+    def _send_gathered(self) -> None:
+        """What was gathered while a chunk was handled: one write per side (before a close, too)."""
+        to_client, to_upstream = self._to_client, self._to_upstream
+        self._to_client = self._to_upstream = None
+        if to_upstream:
+            self.io.write_upstream(*to_upstream)
+        if to_client:
+            self.io.write_client(*to_client)
+
+    def _send_upstream(self, *data: Frame) -> None:
+        gathered = self._to_upstream
+        if gathered is None:
+            self.io.write_upstream(*data)
+        else:
+            gathered.extend(data)
+
+    def _send_client(self, *data: Frame) -> None:
+        gathered = self._to_client
+        if gathered is None:
+            self.io.write_client(*data)
+        else:
+            gathered.extend(data)
+
+    def _on_request(self, frame: memoryview, framed: memoryview | None = None) -> None:
+        """A whole request; `framed`: the same bytes with their size prefix, as they came."""
         if self._deferred is not None:
             self._held.append(frame)
             return
         exchange = self._exchange(frame)
+        exchange.request_framed = framed
         self.observer.request_received(exchange)
         self._run_request_behaviours(exchange, 0)
 
@@ -244,11 +280,13 @@ class ConnectionCore:
         if isinstance(frame, list):
             size = sum(len(c) for c in frame)
             if size < _JOIN_BELOW:
-                self.io.write_upstream(b"".join([_SIZE.pack(size), *frame]))
+                self._send_upstream(b"".join([_SIZE.pack(size), *frame]))
             else:
-                self.io.write_upstream(_SIZE.pack(size), *frame)
+                self._send_upstream(_SIZE.pack(size), *frame)
+        elif frame is exchange.request_frame and exchange.request_framed is not None:
+            self._send_upstream(exchange.request_framed)  # unchanged: as it came, no copy
         else:
-            self._write_frame(self.io.write_upstream, frame)
+            self._write_frame(self._send_upstream, frame)
 
     @staticmethod
     def _write_frame(write: Callable[..., None], payload: Frame) -> None:
@@ -271,6 +309,7 @@ class ConnectionCore:
             stream.passing -= len(data)
             self.io.write_client(data)
             return
+        self._to_client, self._to_upstream = [], []
         try:
             if through is not None and len(data) < stream.passing:
                 # The middle of a response a tap watches: no frame events either.
@@ -283,7 +322,7 @@ class ConnectionCore:
                 if kind == PART:
                     self._pass_response_part(value)
                 elif kind == FRAME:
-                    self._on_response(value)
+                    self._on_response(value, stream.framed)
                 else:
                     self._offer_response(value)
                 if self.closed:
@@ -292,6 +331,8 @@ class ConnectionCore:
             self._close(CloseReason("upstream_bad_frame", str(exc), frame_error_kind(exc)))
         except Exception as exc:  # a bug must cost one connection, never the process
             self._close(CloseReason("internal", f"response handling failed: {exc!r}", error=exc))
+        finally:
+            self._send_gathered()
 
     def _next_awaited(self, frame: memoryview) -> Exchange:
         """The exchange this response answers (the oldest forwarded one), checked by correlation id."""
@@ -347,7 +388,7 @@ class ConnectionCore:
         through.first = False
         through.plain = through.tap is None and through.kept is None
         if send:
-            self.io.write_client(send)
+            self._send_client(send)
             if through.kept is not None:
                 through.kept.append(bytes(send))
         if not self.upstream_frames.passing:
@@ -363,7 +404,7 @@ class ConnectionCore:
             if len(tail) != len(held):
                 raise RuntimeError(f"a response tap turned a {len(held)}-byte tail into {len(tail)} bytes")
         if tail:
-            self.io.write_client(tail)
+            self._send_client(tail)
         popped = self.pending.popleft()
         assert popped is exchange
         exchange.response = through.head
@@ -377,19 +418,20 @@ class ConnectionCore:
         self._completed(exchange, latency)
         self._flush()
 
-    def _on_response(self, frame: memoryview) -> None:
+    def _on_response(self, frame: memoryview, framed: memoryview | None = None) -> None:
+        """A whole response; `framed`: the same bytes with their size prefix, as they came."""
         exchange = self._next_awaited(frame)
         self.awaiting_upstream.popleft()
         self.observer.upstream_answered(exchange, frame, self.clock() - exchange.forwarded_at)
         behaviours = self.registry.responses.get(exchange.api_key)
         if not exchange.response_hooks:
             if not behaviours:
-                self._respond(exchange, frame)
+                self._respond(exchange, frame, framed)
                 return
             if len(behaviours) == 1:  # the common case (Produce: the address rewrite), without building a chain
                 out = behaviours[0].on_response(exchange, frame)
                 if isinstance(out, bytes | bytearray | memoryview):
-                    self._respond(exchange, out)
+                    self._respond(exchange, out, framed if out is frame else None)
                 else:
                     self.io.run_async(exchange, _finish_chain(exchange, out, []))
                 return
@@ -401,7 +443,7 @@ class ConnectionCore:
                 self.io.run_async(exchange, _finish_chain(exchange, out, steps[i + 1:]))
                 return
             result = out
-        self._respond(exchange, result)
+        self._respond(exchange, result, framed if result is frame else None)
 
     def async_done(self, exchange: Exchange, response: Frame | None, error: BaseException | None = None) -> None:
         """The adapter reports that asynchronous work (`run_async`) finished."""
@@ -431,8 +473,10 @@ class ConnectionCore:
             self._close(CloseReason("internal", f"request handling failed: {exc!r}", error=exc))
 
     # ------------------------------------------------------------------ answers, in request order
-    def _respond(self, exchange: Exchange, response: Frame) -> None:
+    def _respond(self, exchange: Exchange, response: Frame, framed: memoryview | None = None) -> None:
+        """`response` is ready for the client (`framed`: the broker's frame as it came, when unchanged)."""
         exchange.response = response
+        exchange.response_framed = framed
         if self.closed:
             return
         pending = self.pending
@@ -443,13 +487,16 @@ class ConnectionCore:
     def _flush(self) -> None:
         """Write every answer that is next in order and ready (a cut-through one is ready only once whole)."""
         pending = self.pending
-        write = self.io.write_client
         now = self.clock()
         while pending and pending[0].response is not None and not self.closed:
             done = pending.popleft()
             payload = done.response
             assert payload is not None
-            self._write_frame(write, payload)
+            framed = done.response_framed
+            if framed is not None:
+                self._send_client(framed)  # the broker's frame unchanged: as it came, no copy
+            else:
+                self._write_frame(self._send_client, payload)
             latency = now - done.received_at
             self.observer.response_written(done, payload, latency)
             self._completed(done, latency)
@@ -477,6 +524,7 @@ class ConnectionCore:
     def _close(self, reason: CloseReason) -> None:
         if self.closed:
             return
+        self._send_gathered()  # what was answered before the fault still goes out
         self.closed = True
         self.io.close(reason)
 

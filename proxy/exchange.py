@@ -89,7 +89,9 @@ class Exchange:
         "local_response",
         "received_at",
         "request_frame",
+        "request_framed",
         "response",
+        "response_framed",
         "response_hooks",
         "states",
         "upstream_frame",
@@ -116,6 +118,10 @@ class Exchange:
         self.expects_response = True
         self.response_hooks: list[ResponseHook] = []
         self.response: Frame | None = None
+        #: The connection core's: the request / the broker's response as they came, size prefix included,
+        #: so that a frame forwarded unchanged is written without a copy (None: not known or not kept).
+        self.request_framed: memoryview | None = None
+        self.response_framed: memoryview | None = None
         self.received_at = time.perf_counter() if received_at is None else received_at
         self.forwarded_at = 0.0
         self.states: dict[type, object] | None = None

@@ -30,25 +30,49 @@ LISTENER = ListenerSettings(
 
 
 class RecordingIO:
-    """Records every action the core asks for."""
+    """Records every action the core asks for.
+
+    `to_client` / `to_upstream`: what was written, one entry per whole frame (a write of several frames
+    is split back into them) or per piece of a frame written in parts (cut-through); `client_writes` /
+    `upstream_writes`: how many writes (syscalls, in the real adapter) the core asked for."""
 
     def __init__(self) -> None:
         self.to_client: list[bytes] = []
         self.to_upstream: list[bytes] = []
+        self.client_writes = 0
+        self.upstream_writes = 0
+        self.upstream_buffers: list[tuple[Frame, ...]] = []  #: each write's buffers, as the core passed them
+        self.client_buffers: list[tuple[Frame, ...]] = []
         self.pending_async: list[tuple[Exchange, Awaitable[Frame | None]]] = []
         self.closed: list[CloseReason] = []
 
     def write_client(self, *data: Frame) -> None:
-        self.to_client.append(b"".join(bytes(d) for d in data))
+        self.client_writes += 1
+        self.client_buffers.append(data)
+        self.to_client.extend(_frames_or_piece(b"".join(bytes(d) for d in data)))
 
     def write_upstream(self, *data: Frame) -> None:
-        self.to_upstream.append(b"".join(bytes(d) for d in data))
+        self.upstream_writes += 1
+        self.upstream_buffers.append(data)
+        self.to_upstream.extend(_frames_or_piece(b"".join(bytes(d) for d in data)))
 
     def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         self.pending_async.append((exchange, result))
 
     def close(self, reason: CloseReason) -> None:
         self.closed.append(reason)
+
+
+def _frames_or_piece(data: bytes) -> list[bytes]:
+    """`data` split into its size-prefixed frames when it is exactly whole frames, else `[data]`."""
+    frames, pos = [], 0
+    while pos + 4 <= len(data):
+        end = pos + 4 + struct.unpack_from(">i", data, pos)[0]
+        if end <= pos + 4 or end > len(data):
+            break
+        frames.append(data[pos:end])
+        pos = end
+    return frames if pos == len(data) and frames else [data]
 
 
 def request(api_key: int, correlation_id: int, body: bytes = b"", version: int = 1) -> bytes:
@@ -117,6 +141,37 @@ def test_pipelined_requests_are_answered_in_request_order() -> None:
     # Then the client gets both, in order, byte for byte
     assert io.to_client == [response(1, b"one"), response(2, b"two")]
     assert not core.pending and not io.closed
+
+
+def test_frames_that_arrive_together_leave_together_as_they_came() -> None:
+    # Given three pipelined requests in one chunk, one of them answered by the proxy itself
+    core, io = core_with(AnswersListOffsetsLocally())
+    chunk = request(ApiKey.METADATA, 1) + request(ApiKey.LIST_OFFSETS, 2) + request(ApiKey.METADATA, 3)
+    core.receive_client_data(chunk)
+    # Then the two forwarded ones go upstream in one write, each the client's own bytes (views of the
+    # chunk, size prefix included: no copy, no new prefix)
+    assert io.upstream_writes == 1 and request_ids(io.to_upstream) == [1, 3]
+    (buffers,) = io.upstream_buffers
+    assert all(isinstance(b, memoryview) and b.obj is chunk for b in buffers)
+    # When the broker answers both in one chunk
+    answers = response(1, b"one") + response(3, b"three")
+    core.receive_upstream_data(answers)
+    # Then the client gets all three in order, in one write, the broker's frames as they came
+    assert io.client_writes == 1
+    assert io.to_client == [response(1, b"one"), response(2, b"local"), response(3, b"three")]
+    (buffers,) = io.client_buffers
+    assert buffers[0].obj is answers and buffers[2].obj is answers  # type: ignore[union-attr]
+    assert not core.pending and not io.closed
+
+
+def test_what_was_answered_before_a_bad_frame_still_goes_out() -> None:
+    # Given a good response followed by garbage in the same chunk
+    core, io = core_with()
+    core.receive_client_data(request(ApiKey.METADATA, 1) + request(ApiKey.METADATA, 2))
+    core.receive_upstream_data(response(1, b"one") + response(99, b"wrong"))
+    # Then the good one reached the client before the connection was closed
+    assert io.to_client == [response(1, b"one")]
+    assert [r.kind for r in io.closed] == ["upstream_bad_frame"]
 
 
 def test_a_local_answer_waits_for_the_forwarded_request_before_it() -> None:
