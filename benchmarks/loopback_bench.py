@@ -2,13 +2,16 @@
 
     python benchmarks/loopback_bench.py [--rounds 3] [--seconds 5] [--produce-version 12]
                                         [--connections 4] [--in-flight 4] [--proxy-arg=--no-audit ...]
+                                        [--baseline /path/to/another/checkout]
 
 A fake broker (this script, `--fake-broker PORT`: asyncio + uvloop, one node, one topic `orders`) answers
 ApiVersions, Metadata and DescribeConfigs like a one-broker cluster and every Produce at once with a
 canned success. In front of it: insync-proxy as shipped (its own process, audit on unless told otherwise)
 and the bare uvloop byte relay (benchmarks/byte_relay.py, the floor of a Python proxy). A load generator
 (this script, `--load`: one process, N connections x W requests in flight, 16 KiB batches of 16 x 1 KiB
-records, acks=-1) drives each target in turn, interleaved over rounds (the order alternates).
+records, acks=-1) drives each target in turn, interleaved over rounds (the order alternates). With
+`--baseline DIR`, the insync-proxy of another checkout (e.g. `git worktree add /tmp/before HEAD~3`) runs as
+a third target: before/after in one run, under the same load.
 
 The JVM-backed benchmarks (proxy_bench.py, peers_bench.py) measure what users see; on two cores the brokers
 take most of the CPU there, and a proxy's cost moves with them. Here the broker costs almost nothing, so
@@ -285,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--produce-version", type=int, default=12, help="Produce version sent (default 12)")
     parser.add_argument("--proxy-arg", action="append", default=[],
                         help="extra `insync-proxy run` argument, e.g. --proxy-arg=--no-audit (repeatable)")
+    parser.add_argument("--baseline", type=Path, help="another checkout whose insync-proxy runs as a third target")
     parser.add_argument("--fake-broker", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--load", nargs=5, type=float, metavar="X", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -298,9 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     py = sys.executable
     me = str(Path(__file__).resolve())
-    broker_port, bootstrap_port, admin_port, relay_port, base = free_ports(5)
-    broker_port_base = base - 1  # the proxy's listener for node 1 is base_port + 1
+    broker_port, relay_port = free_ports(2)
     processes: list[subprocess.Popen[Any]] = []
+    targets: dict[str, tuple[int, int]] = {}
 
     def load(port: int, seconds: float) -> int:
         out = subprocess.run([py, me, "--load", str(port), str(seconds), str(args.connections), str(args.in_flight),
@@ -313,27 +317,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             processes.append(broker)
             assert broker.stdout is not None
             broker.stdout.readline()
-            proxy = subprocess.Popen(
-                [py, "-m", "insync_proxy", "run", "--bootstrap-servers", f"127.0.0.1:{broker_port}",
-                 "--bootstrap-port", str(bootstrap_port), "--broker-port-base", str(broker_port_base),
-                 "--admin-port", str(admin_port), "--audit-directory", str(Path(work) / "audit"),
-                 "--log-level", "WARNING", *args.proxy_arg],
-                cwd=work, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-            processes.append(proxy)
+            checkouts = {"insync-proxy": ROOT}
+            if args.baseline:
+                checkouts["baseline"] = args.baseline.resolve()
+            for name, checkout in checkouts.items():
+                bootstrap_port, admin_port, base = free_ports(3)
+                broker_port_base = base - 1  # the proxy's listener for node 1 is base_port + 1
+                directory = Path(work) / name
+                directory.mkdir()
+                proxy = subprocess.Popen(
+                    [py, "-m", "insync_proxy", "run", "--bootstrap-servers", f"127.0.0.1:{broker_port}",
+                     "--bootstrap-port", str(bootstrap_port), "--broker-port-base", str(broker_port_base),
+                     "--admin-port", str(admin_port), "--audit-directory", str(directory / "audit"),
+                     "--log-level", "WARNING", *args.proxy_arg],
+                    cwd=directory, env=dict(os.environ, PYTHONPATH=str(checkout)))
+                processes.append(proxy)
+                wait_until(lambda p=admin_port: _ready(f"http://127.0.0.1:{p}/readyz"), 60, f"{name}'s /readyz")
+                load(bootstrap_port, 0.5)  # the first Metadata opens the listener of node 1
+                wait_until(lambda p=broker_port_base + 1: _listening(p), 30, f"{name}'s listener of node 1")
+                targets[name] = (proxy.pid, broker_port_base + 1)
             relay = subprocess.Popen([py, str(ROOT / "benchmarks" / "byte_relay.py"),
                                       f"{relay_port}:127.0.0.1:{broker_port}"], stdout=subprocess.PIPE, text=True)
             processes.append(relay)
             assert relay.stdout is not None
             relay.stdout.readline()
-            wait_until(lambda: _ready(f"http://127.0.0.1:{admin_port}/readyz"), 60, "the proxy's /readyz")
-            load(bootstrap_port, 0.5)  # the first Metadata opens the listener of node 1
-            wait_until(lambda: _listening(broker_port_base + 1), 30, "the proxy's listener of node 1")
-            targets = {"insync-proxy": (proxy.pid, broker_port_base + 1), "relay": (relay.pid, relay_port)}
+            targets["relay"] = (relay.pid, relay_port)
             for _pid, port in targets.values():
                 load(port, min(2.0, args.seconds))  # warm up
             rows: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
             for r in range(args.rounds):
-                order = list(targets) if r % 2 == 0 else list(reversed(targets))
+                order = list(targets)[r % len(targets):] + list(targets)[:r % len(targets)]
                 for name in order:
                     pid, port = targets[name]
                     cpu0, (u0, s0), (r0, w0) = run_time_seconds(pid), user_system_seconds(pid), syscalls(pid)
