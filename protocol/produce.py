@@ -13,7 +13,7 @@ import struct
 import uuid
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from .api_keys import ApiKey
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
@@ -144,11 +144,16 @@ class TopicSpan:
     tagged_end: int
 
 
+#: ``memoryview`` by another name: a dataclass compiled with mypyc resolves its field types among the
+#: module's globals, where the builtin's own name is missing (scripts/compile).
+View: TypeAlias = memoryview
+
+
 @dataclass(frozen=True, slots=True)
 class ProduceRequestIndex:
     """A Produce request located byte by byte, without copying any record."""
 
-    frame: memoryview
+    frame: View
     api_version: int
     correlation_id: int
     client_id: str | None

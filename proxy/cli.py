@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from insync_proxy.proxy import __version__
+from insync_proxy.proxy.compiled import compiled_modules, describe
 from insync_proxy.proxy.config import ConfigError, ProxyConfig, load_config
 
 log = logging.getLogger("insync_proxy")
@@ -157,6 +158,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _setup_logging(config.log_level)
     loop_name = _install_loop(config.use_uvloop)
     log.info("starting on the %s event loop; upstream %s", loop_name, ",".join(config.bootstrap_servers))
+    build = compiled_modules()
+    (log.warning if any(m.stale for m in build) else log.info)("data path: %s", describe(build))
     try:
         asyncio.run(serve(config))
     except OSError as exc:

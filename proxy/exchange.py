@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from insync_proxy.protocol import ApiKey
 
 Frame = bytes | bytearray | memoryview
@@ -202,6 +204,7 @@ class Behaviour(Protocol):
         frame (`on_response`); True: I leave it as it is; a `ResponseTap`: I watch its bytes."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # behaviours outside the compiled set (scripts/compile)
 class BehaviourBase:
     """Defaults: touch nothing."""
 

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.utils import floatToGoString
 
 from insync_proxy.proxy import __version__
+from insync_proxy.proxy.compiled import compiled_modules
 
 OVERFLOW_TOPIC = "__overflow__"
 
@@ -222,8 +223,10 @@ class ProxyMetrics:
         r = self.scrape_registry
         p = "insync_proxy_"
 
-        self.build_info = Info(p + "build", "Build of the running proxy", registry=r)
-        self.build_info.info({"version": __version__, "python": platform.python_version()})
+        self.build_info = Info(p + "build", "Build of the running proxy (compiled: the data path runs compiled, scripts/compile)",
+                               registry=r)
+        self.build_info.info({"version": __version__, "python": platform.python_version(),
+                              "compiled": "true" if compiled_modules() else "false"})
 
         # Connections
         self.client_connections_active = Gauge(

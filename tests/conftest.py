@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from insync_proxy.proxy.compiled import compiled_modules, describe
 from insync_proxy.proxy.devcluster.cluster import (
     ClusterSettings,
     LocalKafkaCluster,
@@ -126,6 +127,18 @@ EVERY_KAFKA_VERSION = (None, KAFKA_39_VERSION, KAFKA_3X_VERSION, KAFKA_28_VERSIO
 
 def _version_id(version: str | None) -> str:
     return f"kafka-{version or selected_version()}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which build the suite tests: the interpreted source or the compiled data path (scripts/compile)."""
+    return f"insync-proxy data path: {describe(compiled_modules())}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    stale = [m.name for m in compiled_modules() if m.stale]
+    if stale:
+        pytest.exit(f"compiled modules older than their source would be tested instead of it: {', '.join(stale)}; "
+                    "run ./scripts/compile again, or ./scripts/compile --clean", returncode=4)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

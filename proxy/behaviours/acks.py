@@ -18,7 +18,7 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -115,8 +115,11 @@ class AcksPolicy(BehaviourBase):
         policies: Sequence[AcksPolicyConfig],
         summaries: ProduceSummaries | None = None,
         every_request: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.context = context
+        #: When a failed precheck last re-read a topic's ISR (a parameter: tests step it by hand).
+        self._clock = clock
         self.policies = list(policies)
         self.has_floor = any(p.acks_floor is not None for p in self.policies)
         self.has_fast_fail = any(p.fast_fail for p in self.policies)
@@ -260,7 +263,7 @@ class AcksPolicy(BehaviourBase):
 
     def _refresh_isr_soon(self, topic: str) -> None:
         """A failed precheck re-reads the topic's ISR (at most once a second) so a retry sees recovery."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last_isr_refresh.get(topic, 0.0) < 1.0:
             return
         self._last_isr_refresh[topic] = now

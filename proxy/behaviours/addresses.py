@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import ClassVar
 
 from insync_proxy.protocol import (
     ApiKey,
@@ -106,8 +107,7 @@ FETCH_STREAMED_UP_TO = 18
 class _LoggingFetchTap(FetchEndpointsTap):
     """The Fetch tap, saying once per process when rewritten endpoints did not fit (see FetchEndpointsTap)."""
 
-    __slots__ = ()
-    warned = False
+    warned: ClassVar[bool] = False
 
     def finish(self, held: bytes) -> bytes:
         out = super().finish(held)

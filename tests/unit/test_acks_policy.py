@@ -10,9 +10,8 @@ are decoded with it.
 from __future__ import annotations
 
 import time
-import types
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import pytest
 
@@ -23,7 +22,6 @@ from insync_proxy.protocol.messages import (
     MetadataResponseTopic,
 )
 from insync_proxy.proxy.audit.summary import ProduceSummaries
-from insync_proxy.proxy.behaviours import acks as acks_module
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.config import AcksPolicyConfig
@@ -93,7 +91,9 @@ def metadata_response(isr: Mapping[str, Sequence[Sequence[int]]]) -> MetadataRes
 class Sidecar:
     """One client connection through an AcksPolicy, with the proxy's view of the cluster under the test's control."""
 
-    def __init__(self, *policies: AcksPolicyConfig, audit_on: bool = True) -> None:
+    def __init__(
+        self, *policies: AcksPolicyConfig, audit_on: bool = True, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.metrics = ProxyMetrics()
         self.view = ClusterView()
         self.min_insync = MinInsyncCache(ControlNeverUsed(), self.metrics)  # type: ignore[arg-type]
@@ -113,7 +113,7 @@ class Sidecar:
         )
         # audit on: plainly forwarded requests are accounted too (audit v2 summaries)
         self.summaries = ProduceSummaries(10.0) if audit_on else None
-        self.policy = AcksPolicy(context, list(policies), self.summaries)
+        self.policy = AcksPolicy(context, list(policies), self.summaries, clock=clock)
         self.io = RecordingIO()
         self.core = ConnectionCore(BehaviourRegistry([self.policy]), LISTENER, self.io, max_frame_bytes=1 << 20)
 
@@ -725,12 +725,10 @@ def run_to_completion(awaitable: Awaitable[object]) -> object:
 # ====================================================================== ISR re-reads and ordering
 
 
-def test_failed_precheck_rereads_the_topic_at_most_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_precheck_rereads_the_topic_at_most_once_a_second() -> None:
     # Given orders below min ISR, and the policy's clock under the test's control
     now = [time.monotonic()]
-    clock = types.SimpleNamespace(monotonic=lambda: now[0], time=time.time, perf_counter=time.perf_counter)
-    monkeypatch.setattr(acks_module, "time", clock)
-    proxy = Sidecar()
+    proxy = Sidecar(clock=lambda: now[0])
     proxy.isr(orders=[BELOW_MIN, BELOW_MIN])
     proxy.min_insync_replicas(2)
     # When three acks=-2 requests fail their precheck within the same second

@@ -1,0 +1,73 @@
+"""Whether the data path runs compiled (mypyc: setup.py, scripts/compile), and whether that is stale.
+
+Python imports a module's C extension in preference to its source, so a compiled module left behind
+after its source changed runs the old code. Startup logs it and the test suite refuses to run on it.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    name: str
+    extension: Path
+    source: Path
+
+    @property
+    def stale(self) -> bool:
+        """Its source changed after it was compiled (or is gone)."""
+        return not self.source.exists() or self.source.stat().st_mtime > self.extension.stat().st_mtime
+
+
+def compiled_modules(package: Path | None = None) -> list[CompiledModule]:
+    """The package's modules that have a C extension beside their source, by module name."""
+    root = package if package is not None else _installed_package()
+    found: list[CompiledModule] = []
+    # os.walk, not rglob: a source checkout links protocol/, proxy/ and pipeline/ into the package
+    for directory, _dirs, files in os.walk(root, followlinks=True):
+        relative = Path(directory).relative_to(root).parts
+        for file in files:
+            suffix = next((s for s in importlib.machinery.EXTENSION_SUFFIXES if file.endswith(s)), None)
+            if suffix is None:
+                continue
+            stem = file[: -len(suffix)]
+            if stem.endswith("__mypyc"):  # the runtime library the compiled modules share: no source
+                continue
+            extension = Path(directory) / file
+            found.append(CompiledModule(".".join(("insync_proxy", *relative, stem)), extension,
+                                        extension.with_name(stem + ".py")))
+    return sorted(found, key=lambda m: m.name)
+
+
+def _installed_package() -> Path:
+    import insync_proxy
+
+    return Path(str(insync_proxy.__file__)).parent
+
+
+def describe(modules: list[CompiledModule]) -> str:
+    """One line for the log and for scripts/compile."""
+    if not modules:
+        return "interpreted (scripts/compile builds the compiled data path)"
+    stale = [m.name for m in modules if m.stale]
+    line = f"compiled with mypyc: {len(modules)} modules"
+    if stale:
+        line += (f"; {len(stale)} older than their source, so not the code on disk: {', '.join(stale)} "
+                 "(run scripts/compile again, or scripts/compile --clean)")
+    return line
+
+
+def main() -> int:
+    modules = compiled_modules()
+    print(describe(modules))
+    return 1 if any(m.stale for m in modules) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
