@@ -23,6 +23,8 @@ COMPILED_MODULES = [
     "insync_proxy/proxy/exchange.py",
     "insync_proxy/proxy/core.py",
     "insync_proxy/proxy/observer.py",
+    "insync_proxy/proxy/metrics.py",
+    "insync_proxy/proxy/connection.py",
     "insync_proxy/proxy/behaviours/acks.py",
     "insync_proxy/proxy/behaviours/addresses.py",
     "insync_proxy/proxy/behaviours/api_versions.py",

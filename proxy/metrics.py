@@ -369,7 +369,8 @@ def reference_table() -> str:
     rows = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
     metrics = ProxyMetrics()
     label_names = {
-        getattr(v, "_name", ""): tuple(getattr(v, "_labelnames", ())) for v in vars(metrics).values()
+        getattr(v, "_name", ""): tuple(getattr(v, "_labelnames", ()))
+        for v in (getattr(metrics, a) for a in dir(metrics) if not a.startswith("__"))  # compiled: no __dict__
     }
     for family in metrics.registry.collect():
         name = family.name
