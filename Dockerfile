@@ -6,20 +6,31 @@
 #
 # Stage 1 builds the project's wheel plus wheels of its runtime dependencies (uvloop, prometheus-client);
 # stage 2 installs only those wheels, offline, into a slim image that runs as a non-root user.
+# The project's wheel is the compiled build (mypyc, setup.py: about a third less CPU per request);
+# `--build-arg COMPILE=0` builds the interpreted one.
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS builder
+ARG COMPILE=1
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# A C compiler for mypyc; only in this stage. Debian's current gcc for the base image (no pin: the
+# builder's toolchain is not part of the image).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+# The build tools, pinned: --no-build-isolation below builds with these.
+RUN pip install mypy==2.4.1 setuptools==84.2.1 wheel==0.48.0
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY protocol ./protocol
 COPY proxy ./proxy
 COPY pipeline ./pipeline
 COPY insync_proxy ./insync_proxy
 # One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels).
-RUN pip wheel --wheel-dir /wheels .
+RUN INSYNC_PROXY_COMPILE=${COMPILE} pip wheel --no-build-isolation --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG VERSION=0.1.0
@@ -43,7 +54,8 @@ RUN groupadd --system --gid 10001 insync \
 # wheels never land in a layer of their own. The import check fails the build if uvloop is missing.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl \
-    && python -c "import uvloop, prometheus_client, insync_proxy.proxy as p; print('insync-proxy', p.__version__)"
+    && python -c "import uvloop, prometheus_client, insync_proxy.proxy as p; print('insync-proxy', p.__version__)" \
+    && python -m insync_proxy.proxy.compiled
 
 # Default configuration: binds 0.0.0.0, advertises 127.0.0.1 (sidecar), audit under /var/lib.
 # Mount your own at /etc/insync-proxy/config.toml (Kubernetes: a ConfigMap), or override with

@@ -17,17 +17,22 @@ from pathlib import Path
 class CompiledModule:
     name: str
     extension: Path
-    source: Path
+    #: The source it was built from in place (scripts/compile); None in an installed wheel, whose files
+    #: all carry the time they were unpacked.
+    source: Path | None
 
     @property
     def stale(self) -> bool:
-        """Its source changed after it was compiled (or is gone)."""
+        """Its source changed after it was compiled in place (or is gone)."""
+        if self.source is None:
+            return False
         return not self.source.exists() or self.source.stat().st_mtime > self.extension.stat().st_mtime
 
 
 def compiled_modules(package: Path | None = None) -> list[CompiledModule]:
     """The package's modules that have a C extension beside their source, by module name."""
     root = package if package is not None else _installed_package()
+    in_place = (root.parent / "setup.py").is_file()  # a source checkout, not site-packages
     found: list[CompiledModule] = []
     # os.walk, not rglob: a source checkout links protocol/, proxy/ and pipeline/ into the package
     for directory, _dirs, files in os.walk(root, followlinks=True):
@@ -41,7 +46,7 @@ def compiled_modules(package: Path | None = None) -> list[CompiledModule]:
                 continue
             extension = Path(directory) / file
             found.append(CompiledModule(".".join(("insync_proxy", *relative, stem)), extension,
-                                        extension.with_name(stem + ".py")))
+                                        extension.with_name(stem + ".py") if in_place else None))
     return sorted(found, key=lambda m: m.name)
 
 
