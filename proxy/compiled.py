@@ -6,6 +6,7 @@ after its source changed runs the old code. Startup logs it and the test suite r
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import os
 import sys
@@ -31,7 +32,13 @@ class CompiledModule:
 
 def compiled_modules(package: Path | None = None) -> list[CompiledModule]:
     """The package's modules that have a C extension beside their source, by module name."""
-    root = package if package is not None else _installed_package()
+    return list(_find(package if package is not None else _installed_package()))
+
+
+@functools.cache
+def _find(root: Path) -> tuple[CompiledModule, ...]:
+    """Walked once per process and package (startup log, build_info, every ProxyMetrics); `stale` is
+    read from the files each time it is asked."""
     in_place = (root.parent / "setup.py").is_file()  # a source checkout, not site-packages
     found: list[CompiledModule] = []
     # os.walk, not rglob: a source checkout links protocol/, proxy/ and pipeline/ into the package
@@ -47,7 +54,7 @@ def compiled_modules(package: Path | None = None) -> list[CompiledModule]:
             extension = Path(directory) / file
             found.append(CompiledModule(".".join(("insync_proxy", *relative, stem)), extension,
                                         extension.with_name(stem + ".py") if in_place else None))
-    return sorted(found, key=lambda m: m.name)
+    return tuple(sorted(found, key=lambda m: m.name))
 
 
 def _installed_package() -> Path:
