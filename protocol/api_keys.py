@@ -7,6 +7,7 @@ removed (LeaderAndIsr, ...): a proxy may still see them and must be able to peek
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Final
 
 __all__ = ["FIRST_FLEXIBLE_VERSION", "ApiKey", "is_flexible"]
 
@@ -110,7 +111,7 @@ class ApiKey(IntEnum):
     DELETE_SHARE_GROUP_OFFSETS = 92
 
 #: First flexible version per API key (None: never flexible). From flexibleVersions in the specs.
-FIRST_FLEXIBLE_VERSION: dict[int, int | None] = {
+FIRST_FLEXIBLE_VERSION: Final[dict[int, int | None]] = {
     0: 9,
     1: 12,
     2: 6,
@@ -207,7 +208,7 @@ FIRST_FLEXIBLE_VERSION: dict[int, int | None] = {
 }
 
 #: Keys added after this one are assumed flexible from v0 (every API added since KIP-482 is).
-_LAST_KNOWN_API_KEY = max(FIRST_FLEXIBLE_VERSION)
+_LAST_KNOWN_API_KEY: Final = max(FIRST_FLEXIBLE_VERSION)
 
 
 def is_flexible(api_key: int, api_version: int) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Final
 
 from .api_keys import ApiKey
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
@@ -32,13 +33,13 @@ __all__ = [
     "rewrite_fetch_node_endpoints",
 ]
 
-FETCH_NODE_ENDPOINTS_TAG = 0
-_FIRST_NODE_ENDPOINTS_VERSION = 16
-_MAX_VERSION = 18
-_NODE_ENDPOINTS = ArrayOf(NodeEndpoint)
+FETCH_NODE_ENDPOINTS_TAG: Final = 0
+_FIRST_NODE_ENDPOINTS_VERSION: Final = 16
+_MAX_VERSION: Final = 18
+_NODE_ENDPOINTS: Final = ArrayOf(NodeEndpoint)
 #: An unknown top-level tag (clients skip unknown tags) whose zero bytes keep a rewritten response's
 #: length when the proxy's addresses are shorter than the brokers'.
-FETCH_PADDING_TAG = 10_000
+FETCH_PADDING_TAG: Final = 10_000
 
 
 def _top_level_tags_offset(mv: memoryview, v: int) -> int:

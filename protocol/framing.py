@@ -6,6 +6,7 @@ Sans-IO: feed it whatever the socket produced, get whole frames back.
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from .errors import FrameTooLarge
 from .primitives import Buffer
@@ -22,9 +23,9 @@ __all__ = [
 ]
 
 #: Kafka's default ``socket.request.max.bytes``.
-DEFAULT_MAX_FRAME_SIZE = 104857600
+DEFAULT_MAX_FRAME_SIZE: Final = 104857600
 
-_SIZE = struct.Struct(">i")
+_SIZE: Final = struct.Struct(">i")
 
 
 def encode_frame_prefix(size: int) -> bytes:
@@ -74,9 +75,9 @@ class FrameSplitter:
 
 
 #: `FrameStream.next` event kinds.
-FRAME = 0  #: a whole frame's payload (size prefix stripped)
-HEAD = 1  #: the first bytes of a frame whose end has not arrived yet: pass it through, or let it be assembled
-PART = 2  #: raw bytes of a frame being passed through (the first part starts with its size prefix)
+FRAME: Final = 0  #: a whole frame's payload (size prefix stripped)
+HEAD: Final = 1  #: the first bytes of a frame whose end has not arrived yet: pass it through, or let it be assembled
+PART: Final = 2  #: raw bytes of a frame being passed through (the first part starts with its size prefix)
 
 
 def _frame_too_large(size: int, limit: int) -> FrameTooLarge:
@@ -203,7 +204,7 @@ class FrameStream:
             head += mv[pos:n]
             self._pos = n
             return None
-        (size,) = _SIZE.unpack_from(mv, pos)
+        size: int = _SIZE.unpack_from(mv, pos)[0]
         if size < 0 or size > self.max_frame_size:
             raise _frame_too_large(size, self.max_frame_size)
         end = pos + 4 + size
@@ -234,7 +235,7 @@ class FrameStream:
             self._pos = pos
             if len(head) < 4:
                 return None
-        (size,) = _SIZE.unpack_from(head, 0)
+        size: int = _SIZE.unpack_from(head, 0)[0]
         if size < 0 or size > self.max_frame_size:
             raise _frame_too_large(size, self.max_frame_size)
         total = 4 + size

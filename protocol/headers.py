@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final
 
 from .api_keys import ApiKey, is_flexible
 from .errors import InvalidValue, MalformedFrame, ProtocolError, TruncatedData
@@ -32,8 +32,8 @@ __all__ = [
     "split_response",
 ]
 
-_HEAD_V0 = struct.Struct(">hhi")
-_I16 = struct.Struct(">h")
+_HEAD_V0: Final = struct.Struct(">hhi")
+_I16: Final = struct.Struct(">h")
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -69,14 +69,35 @@ class ResponseHeader:
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
-class RequestHeaderPeek(NamedTuple):
-    """What a proxy needs to route a request; ``header_size`` is the offset of the body."""
+class RequestHeaderPeek:
+    """What a proxy needs to route a request; ``header_size`` is the offset of the body.
 
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    header_size: int
+    A plain class, not a NamedTuple: one is built per request, and the compiled build constructs a plain
+    class natively but a NamedTuple through its interpreted ``__new__``."""
+
+    __slots__ = ("api_key", "api_version", "client_id", "correlation_id", "header_size")
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                 header_size: int) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.header_size = header_size
+
+    def _fields(self) -> tuple[int, int, int, str | None, int]:
+        return self.api_key, self.api_version, self.correlation_id, self.client_id, self.header_size
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RequestHeaderPeek) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (f"RequestHeaderPeek(api_key={self.api_key}, api_version={self.api_version}, "
+                f"correlation_id={self.correlation_id}, client_id={self.client_id!r}, "
+                f"header_size={self.header_size})")
 
 
 def peek_request_header(frame: Buffer) -> RequestHeaderPeek:
@@ -99,6 +120,11 @@ class RequestHeaderPeeker:
 
 
 def _peek(frame: Buffer, cache: RequestHeaderPeeker | None) -> RequestHeaderPeek:
+    # Typed locals: the compiled build then compares native ints (struct's results are Any).
+    api_key: int
+    api_version: int
+    correlation_id: int
+    n: int
     try:
         api_key, api_version, correlation_id = _HEAD_V0.unpack_from(frame, 0)
         hv = request_header_version(api_key, api_version)

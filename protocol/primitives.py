@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Final
 
 from .errors import InvalidValue, MalformedFrame, TruncatedData
 
@@ -27,16 +28,16 @@ __all__ = [
 #: Anything the decoders accept as input.
 Buffer = bytes | bytearray | memoryview
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_F64 = struct.Struct(">d")
-_UUID = struct.Struct(">16s")
+_I8: Final = struct.Struct(">b")
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_F64: Final = struct.Struct(">d")
+_UUID: Final = struct.Struct(">16s")
 
-_NULL_UUID = uuid.UUID(int=0)
+_NULL_UUID: Final = uuid.UUID(int=0)
 
 
 def zigzag_encode(value: int, bits: int = 64) -> int:

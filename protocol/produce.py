@@ -13,7 +13,7 @@ import struct
 import uuid
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import NamedTuple, TypeAlias
+from typing import Final, TypeAlias
 
 from .api_keys import ApiKey
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
@@ -49,10 +49,10 @@ __all__ = [
 #: A partition as the request names it: (topic name, or topic_id for v13+, partition index).
 PartitionKey = tuple[str | uuid.UUID, int]
 
-_MAX_PRODUCE_VERSION = 13
-_HEAD = struct.Struct(">hhih")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
+_MAX_PRODUCE_VERSION: Final = 13
+_HEAD: Final = struct.Struct(">hhih")
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
 
 
 def produce_acks_offset(frame: Buffer) -> int:
@@ -61,6 +61,10 @@ def produce_acks_offset(frame: Buffer) -> int:
     v0-v2: the body starts with acks; v3+: after ``transactional_id`` (int16-length nullable
     string, compact for the flexible v9+).
     """
+    # Typed locals: the compiled build then compares and adds native ints (struct's results are Any).
+    api_key: int
+    version: int
+    n: int
     try:
         api_key, version, _, n = _HEAD.unpack_from(frame, 0)
         if api_key != ApiKey.PRODUCE:
@@ -86,7 +90,7 @@ def produce_acks_offset(frame: Buffer) -> int:
                 length, pos = read_uvarint_at(frame, pos)
                 pos += length - 1 if length else 0
         elif version >= 3:
-            tl = _I16.unpack_from(frame, pos)[0]
+            tl: int = _I16.unpack_from(frame, pos)[0]
             if tl < -1:
                 raise MalformedFrame(f"negative transactional_id length {tl}")
             pos += 2 + tl if tl > 0 else 2
@@ -343,7 +347,7 @@ def _index_flexible_produce_request(mv: memoryview, peek: RequestHeaderPeek) -> 
     )
 
 
-_ACKS_TIMEOUT = struct.Struct(">hi")
+_ACKS_TIMEOUT: Final = struct.Struct(">hi")
 
 
 def _count(n: int, flexible: bool) -> bytes:
@@ -456,7 +460,7 @@ def build_produce_error_response(
     return bytes(out)
 
 
-_PARTITION_ERROR = struct.Struct(">ih")
+_PARTITION_ERROR: Final = struct.Struct(">ih")
 
 
 def _error_partition_tail(version: int) -> bytes:
@@ -608,11 +612,11 @@ def produce_response_error_codes(frame: Buffer, api_version: int) -> list[tuple[
 
 
 #: Offsets inside a record batch (magic 2): batchLength, magic, recordsCount.
-_BATCH_LENGTH_AT = 8
-_MAGIC_AT = 16
-_RECORDS_COUNT_AT = 57
-_BATCH_HEADER = 61
-_LOG_OVERHEAD = 12  # baseOffset + batchLength (or offset + size in message sets v0/v1)
+_BATCH_LENGTH_AT: Final = 8
+_MAGIC_AT: Final = 16
+_RECORDS_COUNT_AT: Final = 57
+_BATCH_HEADER: Final = 61
+_LOG_OVERHEAD: Final = 12  # baseOffset + batchLength (or offset + size in message sets v0/v1)
 
 
 def count_records(frame: Buffer, start: int, size: int) -> int:
@@ -711,7 +715,7 @@ def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
 
 
 #: Topic ids seen on the wire, by their 16 bytes (uuid.UUID() costs a microsecond; ids repeat).
-_TOPIC_IDS: dict[bytes, uuid.UUID] = {}
+_TOPIC_IDS: Final[dict[bytes, uuid.UUID]] = {}
 
 
 def _topic_id(raw: bytes) -> uuid.UUID:
@@ -758,7 +762,7 @@ def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
     append = out.append
     n = len(frame)
     try:
-        acks = _I16.unpack_from(frame, acks_offset)[0]
+        acks: int = _I16.unpack_from(frame, acks_offset)[0]
         pos = acks_offset + 6
         count = frame[pos]
         if count < 0x80:
@@ -773,7 +777,7 @@ def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
             else:
                 partitions, pos = read_uvarint_at(frame, pos)
             for _ in range(partitions - 1 if partitions else 0):
-                partition = unpack_i32(frame, pos)[0]
+                partition: int = unpack_i32(frame, pos)[0]
                 size = frame[pos + 4]
                 if size < 0x80:
                     pos += 5
@@ -783,9 +787,11 @@ def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
                 if size > 0:
                     if pos + size > n:
                         raise TruncatedData("Produce request records run past the frame end")
+                    batch_length: int = unpack_i32(frame, pos + _BATCH_LENGTH_AT)[0] if size >= _BATCH_HEADER else 0
                     if (size >= _BATCH_HEADER and frame[pos + _MAGIC_AT] >= 2
-                            and unpack_i32(frame, pos + _BATCH_LENGTH_AT)[0] + _LOG_OVERHEAD == size):
-                        append((topic, partition, size, unpack_i32(frame, pos + _RECORDS_COUNT_AT)[0]))
+                            and batch_length + _LOG_OVERHEAD == size):
+                        records: int = unpack_i32(frame, pos + _RECORDS_COUNT_AT)[0]
+                        append((topic, partition, size, records))
                     else:
                         append((topic, partition, size, count_records(frame, pos, size)))
                     pos += size
@@ -803,15 +809,22 @@ def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
     return acks, out
 
 
-class ProduceResponseScan(NamedTuple):
+class ProduceResponseScan:
     """What one lean walk of a Produce response tells: partitions answered, the failed ones, and whether it
-    may carry top-level tagged fields (node_endpoints, v10+)."""
+    may carry top-level tagged fields (node_endpoints, v10+). A plain class (built per response; see
+    `RequestHeaderPeek`)."""
 
-    answered: int
-    #: (topic or topic_id, partition, error_code) of every partition answered with an error.
-    failed: list[tuple[str | uuid.UUID, int, int]]
-    #: False only when the walk ended on throttle_time_ms and an empty tag section at the frame's end.
-    has_tags: bool
+    __slots__ = ("answered", "failed", "has_tags")
+
+    def __init__(self, answered: int, failed: list[tuple[str | uuid.UUID, int, int]], has_tags: bool) -> None:
+        self.answered = answered
+        #: (topic or topic_id, partition, error_code) of every partition answered with an error.
+        self.failed = failed
+        #: False only when the walk ended on throttle_time_ms and an empty tag section at the frame's end.
+        self.has_tags = has_tags
+
+    def __repr__(self) -> str:
+        return f"ProduceResponseScan(answered={self.answered}, failed={self.failed!r}, has_tags={self.has_tags})"
 
 
 def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseScan:
@@ -881,11 +894,12 @@ def _flexible_response_walk(frame: Buffer, version: int, failed_only: bool
                 partitions, pos = read_uvarint_at(frame, pos)
             for _ in range(partitions - 1 if partitions else 0):
                 answered += 1
-                code = unpack_i16(frame, pos + 4)[0]
+                code: int = unpack_i16(frame, pos + 4)[0]
                 if code or not failed_only:
                     if topic is None:
                         topic = _flexible_topic(frame, topic_at, version)[0]
-                    append((topic, unpack_i32(frame, pos)[0], code))
+                    partition: int = unpack_i32(frame, pos)[0]
+                    append((topic, partition, code))
                 pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
                 if frame[pos] == 1 and frame[pos + 1] == 0 and frame[pos + 2] == 0:
                     pos += 3  # no record errors, null error message, no tags
@@ -917,4 +931,4 @@ def _skip_flexible_topic(buf: Buffer, pos: int, version: int) -> tuple[None, int
     return None, pos + length - 1
 
 
-_ERROR_PARTITION_TAILS = {v: _error_partition_tail(v) for v in range(_MAX_PRODUCE_VERSION + 1)}
+_ERROR_PARTITION_TAILS: Final = {v: _error_partition_tail(v) for v in range(_MAX_PRODUCE_VERSION + 1)}

@@ -14,16 +14,16 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from insync_proxy.proxy.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry, Exchange, Frame, ListenerSettings
 from insync_proxy.proxy.metrics import ProxyMetrics
 
-log = logging.getLogger("insync_proxy.connection")
+log: Final = logging.getLogger("insync_proxy.connection")
 
-_WRITE_HIGH_WATER = 4 * 1024 * 1024
-_WRITE_LOW_WATER = 1 * 1024 * 1024
+_WRITE_HIGH_WATER: Final = 4 * 1024 * 1024
+_WRITE_LOW_WATER: Final = 1 * 1024 * 1024
 
 
 @dataclass

@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.protocol.errors import FrameTooLarge
@@ -41,14 +41,14 @@ from insync_proxy.proxy.exchange import (
     ResponseTap,
 )
 
-_SIZE = struct.Struct(">i")
-_KNOWN_KEYS = frozenset(int(k) for k in ApiKey)
+_SIZE: Final = struct.Struct(">i")
+_KNOWN_KEYS: Final = frozenset(int(k) for k in ApiKey)
 
 #: Frames of at least this many bytes whose end has not arrived may be cut through.
-CUT_THROUGH_FROM = 32 * 1024
+CUT_THROUGH_FROM: Final = 32 * 1024
 #: A frame written whole below this size is joined to its size prefix (one small copy, one buffer);
 #: above it the two go out as two buffers of one write (no copy).
-_JOIN_BELOW = 64 * 1024
+_JOIN_BELOW: Final = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +339,7 @@ class ConnectionCore:
         if not self.awaiting_upstream:
             raise ProtocolError("broker sent a response nobody asked for")
         exchange = self.awaiting_upstream[0]
-        (correlation_id,) = _SIZE.unpack_from(frame, 0)
+        correlation_id: int = _SIZE.unpack_from(frame, 0)[0]
         if correlation_id != exchange.correlation_id:
             raise ProtocolError(f"broker answered correlation id {correlation_id}, expected {exchange.correlation_id}")
         return exchange

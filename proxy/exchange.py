@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Container, Iterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TypeVar
+from typing import ClassVar, Final, Protocol, TypeVar
 
 from mypy_extensions import mypyc_attr
 
@@ -31,7 +31,7 @@ def api_name(api_key: int) -> str:
         return f"Unknown{api_key}"
 
 
-_API_NAMES = {int(k): "".join(part.capitalize() for part in k.name.split("_")) for k in ApiKey}
+_API_NAMES: Final = {int(k): "".join(part.capitalize() for part in k.name.split("_")) for k in ApiKey}
 
 
 class ListenerAddresses(Mapping[int, tuple[str, int]]):
@@ -233,10 +233,12 @@ class BehaviourRegistry:
         self.requests: dict[int, list[Behaviour]] = {}
         self.responses: dict[int, list[Behaviour]] = {}
         self.completions: dict[int, list[Behaviour]] = {}
+        # Keyed by plain ints: behaviours name their keys as ApiKey members, whose hash is the int's but whose
+        # identity is not, so every lookup by a request's int key would end in a rich comparison.
         for b in behaviours:
             for key in b.request_keys:
-                self.requests.setdefault(key, []).append(b)
+                self.requests.setdefault(int(key), []).append(b)
             for key in b.response_keys:
-                self.responses.setdefault(key, []).append(b)
+                self.responses.setdefault(int(key), []).append(b)
             for key in b.complete_keys:
-                self.completions.setdefault(key, []).append(b)
+                self.completions.setdefault(int(key), []).append(b)

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Final
 
 from insync_proxy.protocol import (
     ApiKey,
@@ -46,24 +46,28 @@ from insync_proxy.proxy.audit.summary import ProduceSummaries, latency_bucket
 from insync_proxy.proxy.config import AcksPolicyConfig
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.metrics import TopicCounterChild
 
-log = logging.getLogger("insync_proxy.acks")
+log: Final = logging.getLogger("insync_proxy.acks")
 
-ACKS_MIN_INSYNC = -2
-_BELOW_MIN_ISR_ERRORS = frozenset({ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
-_STALE_LEADER_ERRORS = frozenset({
+ACKS_MIN_INSYNC: Final = -2
+_BELOW_MIN_ISR_ERRORS: Final = frozenset({ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
+_STALE_LEADER_ERRORS: Final = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 })
 #: The name metrics and audit use for a topic id the proxy could not name (never the id itself).
-UNKNOWN_TOPIC_ID = "__unknown_topic_id__"
-VALID_ACKS = frozenset({-2, -1, 0, 1})
-_I16 = struct.Struct(">h")
+UNKNOWN_TOPIC_ID: Final = "__unknown_topic_id__"
+VALID_ACKS: Final = frozenset({-2, -1, 0, 1})
+_I16: Final = struct.Struct(">h")
 
-FORWARDED = "forwarded"
-RAISED_BY_FLOOR = "raised_by_floor"
-ANSWERED_NOT_ENOUGH_REPLICAS = "answered_not_enough_replicas"
-ANSWERED_INVALID_REQUIRED_ACKS = "answered_invalid_required_acks"
+FORWARDED: Final = "forwarded"
+RAISED_BY_FLOOR: Final = "raised_by_floor"
+ANSWERED_NOT_ENOUGH_REPLICAS: Final = "answered_not_enough_replicas"
+ANSWERED_INVALID_REQUIRED_ACKS: Final = "answered_invalid_required_acks"
+
+#: The produce_partitions, produce_records and produce_record_bytes children of one combination.
+_Counters = tuple[TopicCounterChild, TopicCounterChild, TopicCounterChild]
 
 
 class _Decision:
@@ -85,11 +89,14 @@ class _Decision:
         self.error_code = error_code
 
 
-class _Walked(NamedTuple):
-    """A Produce request's (acks, partitions) from `produce_partition_records`, kept for the audit."""
+class _Walked:
+    """A Produce request's (acks, partitions) from `produce_partition_records`, kept for the audit (a plain
+    class: built per request, see `RequestHeaderPeek`)."""
 
-    acks: int
-    partitions: list[tuple[str | uuid.UUID, int, int, int]]
+    __slots__ = ("acks", "partitions")
+
+    def __init__(self, walk: tuple[int, list[tuple[str | uuid.UUID, int, int, int]]]) -> None:
+        self.acks, self.partitions = walk
 
 
 @dataclass(slots=True)
@@ -129,7 +136,7 @@ class AcksPolicy(BehaviourBase):
         self.every_request = every_request and context.audit is not None
         self._policy_cache: dict[str, AcksPolicyConfig | None] = {}
         self._last_isr_refresh: dict[str, float] = {}
-        self._decision_counters: dict[tuple[str, int, int | None, str], Any] = {}
+        self._decision_counters: dict[tuple[str, int, int | None, str], _Counters] = {}
 
     # ------------------------------------------------------------------ request path
     def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
@@ -144,7 +151,7 @@ class AcksPolicy(BehaviourBase):
     def _unknown_topic_ids(self, exchange: Exchange) -> list[uuid.UUID]:
         known = self.context.cluster_view.topic_ids
         try:
-            walked = _Walked(*produce_partition_records(exchange.request_frame))
+            walked = _Walked(produce_partition_records(exchange.request_frame))
         except ProtocolError:
             return []  # the broker judges the request; on_complete walks it again and says why
         exchange.put(walked)  # the accounting reuses this walk when the response is written
@@ -158,28 +165,29 @@ class AcksPolicy(BehaviourBase):
     def _on_request(self, exchange: Exchange) -> None:
         frame = exchange.request_frame
         offset = produce_acks_offset(frame)
-        (acks,) = _I16.unpack_from(frame, offset)
+        acks: int = _I16.unpack_from(frame, offset)[0]
         if acks == 0:
             exchange.expects_response = False
+        valid = -2 <= acks <= 1  # VALID_ACKS, without a set lookup (hash(-1) == hash(-2): a collision)
         special = (
             acks == ACKS_MIN_INSYNC
-            or acks not in VALID_ACKS
+            or not valid
             or (self.has_floor and acks == 1)
             or (self.has_fast_fail and acks == -1)
         )
-        if not special or (acks not in VALID_ACKS and exchange.api_version == 0):
+        if not special or (not valid and exchange.api_version == 0):
             # The hot path (and Produce v0's old behaviour for any acks): forwarded as is. Its partitions are
             # read now, while the frame is fresh in the CPU's caches (measured: a fifth of the cost of the
             # same walk when the response comes back); on_complete counts them (metrics, and the audit's
             # summaries when the audit is on) and learns from the leader's answer.
             if exchange.get(_Walked) is None:
                 try:
-                    exchange.put(_Walked(*produce_partition_records(frame, offset)))
+                    exchange.put(_Walked(produce_partition_records(frame, offset)))
                 except ProtocolError:
                     pass  # the broker judges the request; on_complete walks it again and says why
             return
         index = index_produce_request(frame)
-        if acks not in VALID_ACKS:
+        if not valid:
             self._reject_invalid_acks(exchange, index, acks)
             return
         self._decide(exchange, index, acks)
@@ -312,7 +320,7 @@ class AcksPolicy(BehaviourBase):
                 continue
             acc = summaries.add((listener, exchange.client_id, d.topic, d.partition, acks, d.acks_sent, d.decision,
                                  error_code), d.records, d.record_bytes, latency_ms, bucket)
-            counters = acc.counters
+            counters: _Counters | None = acc.counters
             if counters is None:
                 counters = acc.counters = self._counters(d.topic, acks, d.acks_sent, d.decision)
             counters[0].value += 1
@@ -362,7 +370,8 @@ class AcksPolicy(BehaviourBase):
             return
         latency_ms, bucket = latency_bucket(latency_seconds)
         for topic, partition, record_bytes, records in partitions:
-            name = view.topic_name(topic) or UNKNOWN_TOPIC_ID
+            # ClusterView.topic_name inlined: a plain name is itself (one call per partition saved).
+            name = topic if isinstance(topic, str) else (view.topic_ids.get(topic) or UNKNOWN_TOPIC_ID)
             if all_ok:
                 error_code: int | None = 0
             elif codes is None:
@@ -373,7 +382,7 @@ class AcksPolicy(BehaviourBase):
                     self._learn_from_answer((((name, partition), error_code),))
             acc = summaries.add((listener, client_id, name, partition, acks, acks, FORWARDED, error_code),
                                 records, record_bytes, latency_ms, bucket)
-            counters = acc.counters
+            counters: _Counters | None = acc.counters
             if counters is None:
                 counters = acc.counters = self._counters(name, acks, acks, FORWARDED)
             counters[0].value += 1
@@ -392,7 +401,8 @@ class AcksPolicy(BehaviourBase):
         """The audit off: a forwarded request's partitions in the metrics, and the leader's errors learnt."""
         view = self.context.cluster_view
         for topic, partition, record_bytes, records in partitions:
-            name = view.topic_name(topic) or UNKNOWN_TOPIC_ID
+            # ClusterView.topic_name inlined: a plain name is itself (one call per partition saved).
+            name = topic if isinstance(topic, str) else (view.topic_ids.get(topic) or UNKNOWN_TOPIC_ID)
             if not all_ok and codes:
                 error_code = codes.get((topic, partition))
                 if error_code:
@@ -420,7 +430,7 @@ class AcksPolicy(BehaviourBase):
         records_total.value += records
         bytes_total.value += record_bytes
 
-    def _counters(self, topic: str, acks: int, acks_sent: int | None, decision: str) -> tuple[Any, Any, Any]:
+    def _counters(self, topic: str, acks: int, acks_sent: int | None, decision: str) -> _Counters:
         """The produce_partitions, produce_records and produce_record_bytes children of one combination."""
         key = (topic, acks, acks_sent, decision)
         children = self._decision_counters.get(key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from insync_proxy.protocol import (
     ApiKey,
@@ -35,7 +35,7 @@ from insync_proxy.protocol.share import (
 )
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame, StreamVerdict
 
-log = logging.getLogger("insync_proxy.addresses")
+log: Final = logging.getLogger("insync_proxy.addresses")
 
 
 class AddressRewrite(BehaviourBase):
@@ -101,7 +101,7 @@ class AddressRewrite(BehaviourBase):
 
 
 #: The highest Fetch version whose responses the tap can walk (protocol/fetch.py).
-FETCH_STREAMED_UP_TO = 18
+FETCH_STREAMED_UP_TO: Final = 18
 
 
 class _LoggingFetchTap(FetchEndpointsTap):

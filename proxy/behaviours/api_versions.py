@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
+from typing import Final
 
 from insync_proxy.protocol import (
     ApiKey,
@@ -23,7 +24,7 @@ from insync_proxy.protocol.messages import ApiVersion
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
 #: Highest version of each API whose requests or responses the proxy reads or rewrites.
-VERSION_CAPS: dict[int, int] = {
+VERSION_CAPS: Final[dict[int, int]] = {
     ApiKey.PRODUCE: 13,
     ApiKey.FETCH: 18,
     ApiKey.METADATA: 13,
@@ -36,14 +37,14 @@ VERSION_CAPS: dict[int, int] = {
 }
 #: Lowest version of an API the proxy rewrites, where it is above what a broker may advertise:
 #: ShareFetch/ShareAcknowledge v0 (Kafka 4.0's early access) were never a stable layout.
-VERSION_FLOORS: dict[int, int] = {
+VERSION_FLOORS: Final[dict[int, int]] = {
     ApiKey.SHARE_FETCH: 1,
     ApiKey.SHARE_ACKNOWLEDGE: 1,
 }
 #: Metadata max version a `metadata_schema = "kip637"` listener advertises (KIP-637's literal "v10").
-KIP637_METADATA_VERSION = 10
+KIP637_METADATA_VERSION: Final = 10
 
-_KNOWN = frozenset(int(k) for k in ApiKey)
+_KNOWN: Final = frozenset(int(k) for k in ApiKey)
 
 
 class ApiVersionsNegotiation(BehaviourBase):

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import time
+from typing import Final
 
 from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.protocol.topic_names import (
@@ -21,12 +22,12 @@ from insync_proxy.protocol.topic_names import (
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
-log = logging.getLogger("insync_proxy.config_changes")
+log: Final = logging.getLogger("insync_proxy.config_changes")
 
 #: How long a topic-changing response may wait for the cache to re-read the topics.
-REFRESH_WAIT_SECONDS = 5.0
+REFRESH_WAIT_SECONDS: Final = 5.0
 #: Pause between re-reads of a topic whose new min.insync.replicas the brokers do not show yet.
-RETRY_SECONDS = 0.1
+RETRY_SECONDS: Final = 0.1
 
 
 class TopicConfigWatcher(BehaviourBase):

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import Final
 
 from insync_proxy.protocol import (
     ApiKey,
@@ -33,13 +34,13 @@ from insync_proxy.proxy.behaviours.api_versions import KIP637_METADATA_VERSION
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
-log = logging.getLogger("insync_proxy.metadata")
+log: Final = logging.getLogger("insync_proxy.metadata")
 
 #: Clients' Metadata answers update the ISR view at most this often.
-LEARN_INTERVAL_SECONDS = 1.0
+LEARN_INTERVAL_SECONDS: Final = 1.0
 
 #: The real Metadata version a KIP-637 "v10" request is sent upstream as.
-KIP637_UPSTREAM_VERSION = 9
+KIP637_UPSTREAM_VERSION: Final = 9
 
 
 @dataclass(frozen=True, slots=True)

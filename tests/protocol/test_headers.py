@@ -10,6 +10,7 @@ from insync_proxy.protocol.api_keys import FIRST_FLEXIBLE_VERSION, ApiKey, is_fl
 from insync_proxy.protocol.errors import ErrorCode, MalformedFrame, TruncatedData
 from insync_proxy.protocol.headers import (
     RequestHeader,
+    RequestHeaderPeek,
     ResponseHeader,
     decode_request_header,
     decode_response_header,
@@ -53,7 +54,9 @@ def test_header_versions_follow_flexibility(key: int, version: int, req: int, re
 def test_peek_v1_header_reads_client_id_without_the_body() -> None:
     frame = struct.pack(">hhih", 0, 7, 42, 3) + b"cli" + b"BODY"
     peek = peek_request_header(frame)
-    assert peek == (0, 7, 42, "cli", 13)
+    assert (peek.api_key, peek.api_version, peek.correlation_id, peek.client_id, peek.header_size) == (
+        0, 7, 42, "cli", 13)
+    assert peek == RequestHeaderPeek(0, 7, 42, "cli", 13)
     assert frame[peek.header_size:] == b"BODY"
 
 
