@@ -25,6 +25,8 @@ COMPILED_MODULES = [
     "insync_proxy/proxy/observer.py",
     "insync_proxy/proxy/metrics.py",
     "insync_proxy/proxy/connection.py",
+    "insync_proxy/proxy/cluster_view.py",
+    "insync_proxy/proxy/min_insync.py",
     "insync_proxy/proxy/behaviours/acks.py",
     "insync_proxy/proxy/behaviours/addresses.py",
     "insync_proxy/proxy/behaviours/api_versions.py",

@@ -33,7 +33,7 @@ from insync_proxy.proxy.core import CloseReason, ConnectionCore  # noqa: E402
 from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry, Exchange  # noqa: E402
 from insync_proxy.proxy.observer import ExchangeObserver  # noqa: E402
 from tests.unit.produce_frames import SentProduce, broker_response  # noqa: E402
-from tests.unit.test_acks_policy import HEALTHY, ORDERS, TOPIC_IDS, Sidecar  # noqa: E402
+from tests.unit.test_acks_policy import BELOW_MIN, HEALTHY, ORDERS, TOPIC_IDS, Sidecar  # noqa: E402
 from tests.unit.test_connection_core import LISTENER  # noqa: E402
 
 RECORDS, RECORD_SIZE = 16, 1000
@@ -55,12 +55,12 @@ class _NullIO:
         raise AssertionError(f"the core closed the connection: {reason}")
 
 
-def _request(version: int, correlation_id: int) -> bytes:
+def _request(version: int, correlation_id: int, acks: int = -1) -> bytes:
     batch = encode_record_batch([bytes(RECORD_SIZE)] * RECORDS)
     data = (PartitionProduceData(index=0, records=batch),)
     topic = (TopicProduceData(topic_id=TOPIC_IDS[ORDERS], partition_data=data) if version >= 13
              else TopicProduceData(name=ORDERS, partition_data=data))
-    body = encode_request(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1500, topic_data=(topic,)), version)
+    body = encode_request(ProduceRequest(transactional_id=None, acks=acks, timeout_ms=1500, topic_data=(topic,)), version)
     header = encode_request_header(RequestHeader(
         request_api_key=ApiKey.PRODUCE, request_api_version=version, correlation_id=correlation_id,
         client_id="producer-1"))
@@ -70,8 +70,9 @@ def _request(version: int, correlation_id: int) -> bytes:
 
 def measure(version: int, variant: str, exchanges: int) -> float:
     """Microseconds of this thread's CPU per exchange (the minimum of five runs)."""
-    side = Sidecar(audit_on=variant == "every behaviour, audit on")
-    side.isr(orders=[HEALTHY])
+    answered = variant == ANSWERED
+    side = Sidecar(audit_on=variant in ("every behaviour, audit on", ANSWERED))
+    side.isr(orders=[BELOW_MIN if answered else HEALTHY])
     side.min_insync_replicas(2)
     context = side.policy.context
     behaviours: list[Behaviour]
@@ -86,22 +87,27 @@ def measure(version: int, variant: str, exchanges: int) -> float:
                       TopicConfigWatcher(context), side.policy]
     core = ConnectionCore(BehaviourRegistry(behaviours), LISTENER, _NullIO(), max_frame_bytes=1 << 24,
                           observer=ExchangeObserver(side.metrics))
-    requests = [_request(version, i) for i in range(64)]
+    requests = [_request(version, i, -2 if answered else -1) for i in range(64)]
     responses = [broker_response(SentProduce(version, i, -1, [(ORDERS, 0)]), TOPIC_IDS) for i in range(64)]
 
     def run(n: int) -> float:
         started = time.thread_time_ns()
-        for i in range(n):
-            core.receive_client_data(requests[i & 63])
-            core.receive_upstream_data(responses[i & 63])
+        if answered:  # nothing goes upstream: the proxy answers NOT_ENOUGH_REPLICAS itself
+            for i in range(n):
+                core.receive_client_data(requests[i & 63])
+        else:
+            for i in range(n):
+                core.receive_client_data(requests[i & 63])
+                core.receive_upstream_data(responses[i & 63])
         return (time.thread_time_ns() - started) / n / 1000
 
     run(min(exchanges, 2000))
     return min(run(exchanges) for _ in range(5))
 
 
+ANSWERED = "acks=-2 answered NOT_ENOUGH_REPLICAS, audit on"
 VARIANTS = ("core only", "+ address rewrite", "+ acks policy (audit off)", "every behaviour, audit off",
-            "every behaviour, audit on")
+            "every behaviour, audit on", ANSWERED)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Container, Iterator, Mapping
-from dataclasses import dataclass, replace
-from typing import Final, TypeAlias
+from dataclasses import replace
+from typing import ClassVar, Final
 
 from .api_keys import ApiKey
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
@@ -115,18 +115,45 @@ def patch_produce_acks(buf: bytearray | memoryview, offset: int, acks: int) -> N
         raise ProtocolError(f"cannot patch acks at offset {offset}: {e}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionSpan:
-    """One partition of a Produce request: where its entry and its record set are in the frame."""
+class _Record:
+    """Equality and repr from ``__slots__``, for the plain classes below (built per request; see
+    `RequestHeaderPeek` for why they are not dataclasses). Not to be mutated after construction."""
 
-    topic: str | uuid.UUID
-    partition: int
-    #: The whole partition entry (index, records, tagged fields): what a forward request copies.
-    start: int
-    end: int
-    #: The record set bytes; ``records_size`` is -1 for null records.
-    records_start: int
-    records_size: int
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Record) and type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({fields})"
+
+
+class PartitionSpan(_Record):
+    """One partition of a Produce request: where its entry and its record set are in the frame.
+
+    ``start``/``end``: the whole partition entry (index, records, tagged fields), what a forward request
+    copies. ``records_start``/``records_size``: the record set bytes; ``records_size`` is -1 for null records.
+    """
+
+    __slots__ = ("topic", "partition", "start", "end", "records_start", "records_size")
+    _fields: ClassVar[tuple[str, ...]] = ("topic", "partition", "start", "end", "records_start", "records_size")
+
+    def __init__(self, topic: str | uuid.UUID, partition: int, start: int, end: int, records_start: int,
+                 records_size: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.records_start = records_start
+        self.records_size = records_size
 
     @property
     def key(self) -> PartitionKey:
@@ -134,42 +161,47 @@ class PartitionSpan:
         return (self.topic, self.partition)
 
 
-@dataclass(frozen=True, slots=True)
-class TopicSpan:
-    """One topic entry of a Produce request."""
+class TopicSpan(_Record):
+    """One topic entry of a Produce request: its name (or topic_id) bytes as encoded (``key_start``,
+    ``key_end``), its partitions, and its tagged-field section (empty span in non-flexible versions)."""
 
-    topic: str | uuid.UUID
-    #: The topic's name (or topic_id) bytes as encoded.
-    key_start: int
-    key_end: int
-    partitions: tuple[PartitionSpan, ...]
-    #: The topic's tagged-field section (empty span in non-flexible versions).
-    tagged_start: int
-    tagged_end: int
+    __slots__ = ("topic", "key_start", "key_end", "partitions", "tagged_start", "tagged_end")
+    _fields: ClassVar[tuple[str, ...]] = ("topic", "key_start", "key_end", "partitions", "tagged_start", "tagged_end")
 
-
-#: ``memoryview`` by another name: a dataclass compiled with mypyc resolves its field types among the
-#: module's globals, where the builtin's own name is missing (scripts/compile).
-View: TypeAlias = memoryview
+    def __init__(self, topic: str | uuid.UUID, key_start: int, key_end: int, partitions: tuple[PartitionSpan, ...],
+                 tagged_start: int, tagged_end: int) -> None:
+        self.topic = topic
+        self.key_start = key_start
+        self.key_end = key_end
+        self.partitions = partitions
+        self.tagged_start = tagged_start
+        self.tagged_end = tagged_end
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceRequestIndex:
-    """A Produce request located byte by byte, without copying any record."""
+class ProduceRequestIndex(_Record):
+    """A Produce request located byte by byte, without copying any record. ``tagged_start``/``tagged_end``:
+    the top-level tagged-field section (empty span in non-flexible versions)."""
 
-    frame: View
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    header_size: int
-    transactional_id: str | None
-    acks_offset: int
-    acks: int
-    timeout_ms: int
-    topics: tuple[TopicSpan, ...]
-    #: Top-level tagged-field section (empty span in non-flexible versions).
-    tagged_start: int
-    tagged_end: int
+    __slots__ = ("frame", "api_version", "correlation_id", "client_id", "header_size", "transactional_id",
+                 "acks_offset", "acks", "timeout_ms", "topics", "tagged_start", "tagged_end")
+    _fields: ClassVar[tuple[str, ...]] = ("frame", "api_version", "correlation_id", "client_id", "header_size", "transactional_id",
+                 "acks_offset", "acks", "timeout_ms", "topics", "tagged_start", "tagged_end")
+
+    def __init__(self, *, frame: memoryview, api_version: int, correlation_id: int, client_id: str | None,
+                 header_size: int, transactional_id: str | None, acks_offset: int, acks: int, timeout_ms: int,
+                 topics: tuple[TopicSpan, ...], tagged_start: int, tagged_end: int) -> None:
+        self.frame = frame
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.header_size = header_size
+        self.transactional_id = transactional_id
+        self.acks_offset = acks_offset
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.topics = topics
+        self.tagged_start = tagged_start
+        self.tagged_end = tagged_end
 
     @property
     def flexible(self) -> bool:

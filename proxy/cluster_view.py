@@ -10,13 +10,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from insync_proxy.protocol import MetadataResponse, MetadataScan
 
-NULL_TOPIC_ID = uuid.UUID(int=0)
+NULL_TOPIC_ID: Final = uuid.UUID(int=0)
 #: How long a leader's NOT_ENOUGH_REPLICAS answer outweighs Metadata that still shows a full ISR: long
 #: enough for the re-read it triggers to see the shrink.
-BROKER_SAID_SECONDS = 3.0
+BROKER_SAID_SECONDS: Final = 3.0
 #: partition index, leader id, leader epoch, replicas, ISR
 _PartitionFields = tuple[int, int, int, tuple[int, ...], tuple[int, ...]]
 
@@ -28,20 +29,33 @@ def effective_min_isr(min_insync_replicas: int | None, replica_count: int) -> in
     return min(min_insync_replicas, replica_count)
 
 
-@dataclass(frozen=True, slots=True)
 class Readiness:
-    """A partition's ISR size against its effective min ISR, as the proxy sees it (None: unknown)."""
+    """A partition's ISR size against its effective min ISR, as the proxy sees it (None: unknown).
 
-    isr_size: int | None
-    min_isr: int | None
+    A plain class: asked per partition of every checked Produce request (see `RequestHeaderPeek`)."""
+
+    __slots__ = ("isr_size", "min_isr")
+
+    def __init__(self, isr_size: int | None, min_isr: int | None) -> None:
+        self.isr_size = isr_size
+        self.min_isr = min_isr
 
     @property
     def below_min_isr(self) -> bool:
         """True only when both are known and the ISR is too small; unknown is never "below"."""
         return self.isr_size is not None and self.min_isr is not None and self.isr_size < self.min_isr
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Readiness) and (self.isr_size, self.min_isr) == (other.isr_size, other.min_isr)
 
-UNKNOWN_READINESS = Readiness(None, None)
+    def __hash__(self) -> int:
+        return hash((self.isr_size, self.min_isr))
+
+    def __repr__(self) -> str:
+        return f"Readiness(isr_size={self.isr_size}, min_isr={self.min_isr})"
+
+
+UNKNOWN_READINESS: Final = Readiness(None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +70,9 @@ class PartitionState:
 class ClusterView:
     """Brokers and partition states, last writer wins (Metadata answers are point-in-time snapshots)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        #: Monotonic seconds (a parameter, so a test can step it: a compiled module's globals cannot be patched).
+        self.clock = clock
         self.brokers: dict[int, tuple[str, int]] = {}
         self.known_brokers: dict[int, tuple[str, int]] = {}  # every broker ever seen, for late connections
         self.partitions: dict[tuple[str, int], PartitionState] = {}
@@ -94,7 +110,7 @@ class ClusterView:
         topics: Iterable[tuple[str | None, uuid.UUID | None, int, list[_PartitionFields]]],
         all_topics: bool,
     ) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if brokers and brokers != self.brokers:
             self.brokers = brokers
             self.known_brokers.update(brokers)
@@ -152,14 +168,14 @@ class ClusterView:
         if self._broker_said_below and min_isr is not None and isr_size >= min_isr:
             said_at = self._broker_said_below.get((topic, partition))
             if said_at is not None:
-                if time.monotonic() - said_at < BROKER_SAID_SECONDS:
+                if self.clock() - said_at < BROKER_SAID_SECONDS:
                     return Readiness(min_isr - 1, min_isr)
                 del self._broker_said_below[(topic, partition)]
         return Readiness(isr_size, min_isr)
 
     def broker_said_below_min_isr(self, topic: str, partition: int) -> None:
         """The partition's leader answered NOT_ENOUGH_REPLICAS(_AFTER_APPEND) to a forwarded Produce."""
-        self._broker_said_below[(topic, partition)] = time.monotonic()
+        self._broker_said_below[(topic, partition)] = self.clock()
 
     def topic_name(self, topic: str | uuid.UUID) -> str | None:
         if isinstance(topic, uuid.UUID):

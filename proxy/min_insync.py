@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from insync_proxy.protocol import ErrorCode
 from insync_proxy.proxy.background import report_failure
@@ -24,10 +24,10 @@ if TYPE_CHECKING:
     from insync_proxy.proxy.control import ControlConnection
     from insync_proxy.proxy.metrics import ProxyMetrics
 
-log = logging.getLogger("insync_proxy.min_insync")
+log: Final = logging.getLogger("insync_proxy.min_insync")
 
-CONFIG_KEY = "min.insync.replicas"
-MAX_TOPICS_PER_REQUEST = 500
+CONFIG_KEY: Final = "min.insync.replicas"
+MAX_TOPICS_PER_REQUEST: Final = 500
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from insync_proxy.protocol import (
@@ -99,15 +98,18 @@ class _Walked:
         self.acks, self.partitions = walk
 
 
-@dataclass(slots=True)
 class ProduceDecisions:
-    """AcksPolicy's state of one Produce exchange: what it decided, until the response is written."""
+    """AcksPolicy's state of one Produce exchange: what it decided, until the response is written (a plain
+    class: built per decided request, see `RequestHeaderPeek`)."""
 
-    acks: int
-    decisions: list[_Decision]
-    index: ProduceRequestIndex
-    #: Partitions the proxy answered itself when the rest was forwarded (merged into the answer).
-    proxy_errors: dict[PartitionKey, int] | None = None
+    __slots__ = ("acks", "decisions", "index", "proxy_errors")
+
+    def __init__(self, acks: int, decisions: list[_Decision], index: ProduceRequestIndex) -> None:
+        self.acks = acks
+        self.decisions = decisions
+        self.index = index
+        #: Partitions the proxy answered itself when the rest was forwarded (merged into the answer).
+        self.proxy_errors: dict[PartitionKey, int] | None = None
 
 
 class AcksPolicy(BehaviourBase):

@@ -45,7 +45,7 @@ def test_after_the_leaders_not_enough_replicas_the_next_acks_minus_two_is_answer
     assert len(proxy.upstream()) == 2
 
 
-def test_the_leaders_word_yields_to_metadata_after_a_few_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_leaders_word_yields_to_metadata_after_a_few_seconds() -> None:
     # Given the leader said NOT_ENOUGH_REPLICAS, and the view's Metadata still shows a full ISR
     proxy = Sidecar()
     proxy.isr(orders=[HEALTHY])
@@ -54,7 +54,7 @@ def test_the_leaders_word_yields_to_metadata_after_a_few_seconds(monkeypatch: py
     assert proxy.view.readiness(ORDERS, 0, 2).below_min_isr
     # When BROKER_SAID_SECONDS have passed (the re-read it triggered saw the ISR recover)
     later = time.monotonic() + cluster_view_module.BROKER_SAID_SECONDS + 0.1
-    monkeypatch.setattr(cluster_view_module, "time", type("Clock", (), {"monotonic": staticmethod(lambda: later)}))
+    proxy.view.clock = lambda: later
     # Then Metadata decides again
     assert not proxy.view.readiness(ORDERS, 0, 2).below_min_isr
 
