@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from .api_keys import ApiKey, is_flexible
 from .errors import InvalidValue, MalformedFrame, ProtocolError, TruncatedData
-from .primitives import Buffer, Reader, Writer
+from .primitives import Buffer, Reader, SlottedRecord, Writer
 
 __all__ = [
     "RequestHeader",
@@ -69,13 +69,12 @@ class ResponseHeader:
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
-class RequestHeaderPeek:
-    """What a proxy needs to route a request; ``header_size`` is the offset of the body.
+class RequestHeaderPeek(SlottedRecord):
+    """What a proxy needs to route a request; ``header_size`` is the offset of the body (one per request: a
+    `SlottedRecord`, not a NamedTuple)."""
 
-    A plain class, not a NamedTuple: one is built per request, and the compiled build constructs a plain
-    class natively but a NamedTuple through its interpreted ``__new__``."""
-
-    __slots__ = ("api_key", "api_version", "client_id", "correlation_id", "header_size")
+    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "header_size")
+    _fields: ClassVar[tuple[str, ...]] = ("api_key", "api_version", "correlation_id", "client_id", "header_size")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int, client_id: str | None,
                  header_size: int) -> None:
@@ -84,20 +83,6 @@ class RequestHeaderPeek:
         self.correlation_id = correlation_id
         self.client_id = client_id
         self.header_size = header_size
-
-    def _fields(self) -> tuple[int, int, int, str | None, int]:
-        return self.api_key, self.api_version, self.correlation_id, self.client_id, self.header_size
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RequestHeaderPeek) and self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        return (f"RequestHeaderPeek(api_key={self.api_key}, api_version={self.api_version}, "
-                f"correlation_id={self.correlation_id}, client_id={self.client_id!r}, "
-                f"header_size={self.header_size})")
 
 
 def peek_request_header(frame: Buffer) -> RequestHeaderPeek:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Final
+from typing import ClassVar, Final
 
 from .errors import InvalidValue, MalformedFrame, TruncatedData
 
 __all__ = [
     "Buffer",
     "Reader",
+    "SlottedRecord",
     "Writer",
     "encode_uvarint",
     "encode_varint",
@@ -98,6 +99,29 @@ def read_uvarint_at(buf: Buffer, pos: int, max_bytes: int = 5) -> tuple[int, int
             return result, pos
         shift += 7
     raise MalformedFrame(f"varint longer than {max_bytes} bytes at offset {pos - max_bytes}")
+
+
+class SlottedRecord:
+    """Value equality, hash and repr from ``_fields``, for the plain classes the data path builds per
+    request (`RequestHeaderPeek`, `PartitionSpan`, ...). Not dataclasses or NamedTuples: compiled with mypyc
+    a plain class is filled in place, while those run an interpreted ``__init__``/``__new__``. Subclasses
+    list their attributes in ``__slots__`` and ``_fields`` and never change them after construction."""
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SlottedRecord) and type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({fields})"
 
 
 class Reader:

@@ -25,7 +25,7 @@ from .messages import (
     decode_response,
     encode_response,
 )
-from .primitives import Buffer, Reader, encode_uvarint, read_uvarint_at
+from .primitives import Buffer, Reader, SlottedRecord, encode_uvarint, read_uvarint_at
 
 __all__ = [
     "produce_response_error_codes",
@@ -115,28 +115,7 @@ def patch_produce_acks(buf: bytearray | memoryview, offset: int, acks: int) -> N
         raise ProtocolError(f"cannot patch acks at offset {offset}: {e}") from None
 
 
-class _Record:
-    """Equality and repr from ``__slots__``, for the plain classes below (built per request; see
-    `RequestHeaderPeek` for why they are not dataclasses). Not to be mutated after construction."""
-
-    __slots__ = ()
-    _fields: ClassVar[tuple[str, ...]] = ()
-
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._fields)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Record) and type(other) is type(self) and self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
-        return f"{type(self).__name__}({fields})"
-
-
-class PartitionSpan(_Record):
+class PartitionSpan(SlottedRecord):
     """One partition of a Produce request: where its entry and its record set are in the frame.
 
     ``start``/``end``: the whole partition entry (index, records, tagged fields), what a forward request
@@ -161,7 +140,7 @@ class PartitionSpan(_Record):
         return (self.topic, self.partition)
 
 
-class TopicSpan(_Record):
+class TopicSpan(SlottedRecord):
     """One topic entry of a Produce request: its name (or topic_id) bytes as encoded (``key_start``,
     ``key_end``), its partitions, and its tagged-field section (empty span in non-flexible versions)."""
 
@@ -178,7 +157,7 @@ class TopicSpan(_Record):
         self.tagged_end = tagged_end
 
 
-class ProduceRequestIndex(_Record):
+class ProduceRequestIndex(SlottedRecord):
     """A Produce request located byte by byte, without copying any record. ``tagged_start``/``tagged_end``:
     the top-level tagged-field section (empty span in non-flexible versions)."""
 
@@ -841,12 +820,12 @@ def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
     return acks, out
 
 
-class ProduceResponseScan:
+class ProduceResponseScan(SlottedRecord):
     """What one lean walk of a Produce response tells: partitions answered, the failed ones, and whether it
-    may carry top-level tagged fields (node_endpoints, v10+). A plain class (built per response; see
-    `RequestHeaderPeek`)."""
+    may carry top-level tagged fields (node_endpoints, v10+)."""
 
     __slots__ = ("answered", "failed", "has_tags")
+    _fields: ClassVar[tuple[str, ...]] = ("answered", "failed", "has_tags")
 
     def __init__(self, answered: int, failed: list[tuple[str | uuid.UUID, int, int]], has_tags: bool) -> None:
         self.answered = answered
@@ -854,9 +833,6 @@ class ProduceResponseScan:
         self.failed = failed
         #: False only when the walk ended on throttle_time_ms and an empty tag section at the frame's end.
         self.has_tags = has_tags
-
-    def __repr__(self) -> str:
-        return f"ProduceResponseScan(answered={self.answered}, failed={self.failed!r}, has_tags={self.has_tags})"
 
 
 def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseScan:

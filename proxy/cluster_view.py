@@ -10,9 +10,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from insync_proxy.protocol import MetadataResponse, MetadataScan
+from insync_proxy.protocol.primitives import SlottedRecord
 
 NULL_TOPIC_ID: Final = uuid.UUID(int=0)
 #: How long a leader's NOT_ENOUGH_REPLICAS answer outweighs Metadata that still shows a full ISR: long
@@ -29,12 +30,12 @@ def effective_min_isr(min_insync_replicas: int | None, replica_count: int) -> in
     return min(min_insync_replicas, replica_count)
 
 
-class Readiness:
-    """A partition's ISR size against its effective min ISR, as the proxy sees it (None: unknown).
-
-    A plain class: asked per partition of every checked Produce request (see `RequestHeaderPeek`)."""
+class Readiness(SlottedRecord):
+    """A partition's ISR size against its effective min ISR, as the proxy sees it (None: unknown). Asked per
+    partition of every checked Produce request: a `SlottedRecord`."""
 
     __slots__ = ("isr_size", "min_isr")
+    _fields: ClassVar[tuple[str, ...]] = ("isr_size", "min_isr")
 
     def __init__(self, isr_size: int | None, min_isr: int | None) -> None:
         self.isr_size = isr_size
@@ -44,15 +45,6 @@ class Readiness:
     def below_min_isr(self) -> bool:
         """True only when both are known and the ISR is too small; unknown is never "below"."""
         return self.isr_size is not None and self.min_isr is not None and self.isr_size < self.min_isr
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Readiness) and (self.isr_size, self.min_isr) == (other.isr_size, other.min_isr)
-
-    def __hash__(self) -> int:
-        return hash((self.isr_size, self.min_isr))
-
-    def __repr__(self) -> str:
-        return f"Readiness(isr_size={self.isr_size}, min_isr={self.min_isr})"
 
 
 UNKNOWN_READINESS: Final = Readiness(None, None)

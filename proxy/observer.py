@@ -8,7 +8,12 @@ from typing import Final
 
 from insync_proxy.proxy.capture import FrameCapture
 from insync_proxy.proxy.exchange import Exchange, Frame, api_name
-from insync_proxy.proxy.metrics import LockFreeCounterChild, LockFreeHistogramChild, ProxyMetrics
+from insync_proxy.proxy.metrics import (
+    LockFreeCounterChild,
+    LockFreeHistogram,
+    LockFreeHistogramChild,
+    ProxyMetrics,
+)
 
 log: Final = logging.getLogger("insync_proxy")
 
@@ -40,20 +45,12 @@ class ExchangeObserver:
         child.value += 1.0
 
     def upstream_answered(self, exchange: Exchange, frame: memoryview, seconds: float) -> None:
-        key = exchange.api_key
-        child = self._upstream_latency.get(key)
-        if child is None:
-            child = self._upstream_latency[key] = self.metrics.upstream_latency_seconds.labels(api_name(key))
-        child.observe(seconds)
+        _latency_child(self._upstream_latency, self.metrics.upstream_latency_seconds, exchange.api_key).observe(seconds)
         if self.capture is not None:
             self.capture.record(exchange, frame)
 
     def response_written(self, exchange: Exchange, payload: Frame, seconds: float) -> None:
-        key = exchange.api_key
-        child = self._request_latency.get(key)
-        if child is None:
-            child = self._request_latency[key] = self.metrics.request_latency_seconds.labels(api_name(key))
-        child.observe(seconds)
+        _latency_child(self._request_latency, self.metrics.request_latency_seconds, exchange.api_key).observe(seconds)
         if self.leak_check_brokers is not None:
             self._check_address_leak(exchange, payload)
 
@@ -68,3 +65,12 @@ class ExchangeObserver:
                 self.metrics.address_leaks_total.labels(api_name(exchange.api_key)).inc()
                 log.error("ADDRESS LEAK: %s v%d response on listener %s carries broker address %s:%d",
                           api_name(exchange.api_key), exchange.api_version, exchange.listener.label, host, port)
+
+
+def _latency_child(cache: dict[int, LockFreeHistogramChild], family: LockFreeHistogram,
+                   api_key: int) -> LockFreeHistogramChild:
+    """The family's child for this API, looked up once per API (labels() costs microseconds)."""
+    child = cache.get(api_key)
+    if child is None:
+        child = cache[api_key] = family.labels(api_name(api_key))
+    return child

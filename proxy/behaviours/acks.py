@@ -90,7 +90,7 @@ class _Decision:
 
 class _Walked:
     """A Produce request's (acks, partitions) from `produce_partition_records`, kept for the audit (a plain
-    class: built per request, see `RequestHeaderPeek`)."""
+    class: built per request, see `SlottedRecord`)."""
 
     __slots__ = ("acks", "partitions")
 
@@ -100,7 +100,7 @@ class _Walked:
 
 class ProduceDecisions:
     """AcksPolicy's state of one Produce exchange: what it decided, until the response is written (a plain
-    class: built per decided request, see `RequestHeaderPeek`)."""
+    class: built per decided request, see `SlottedRecord`)."""
 
     __slots__ = ("acks", "decisions", "index", "proxy_errors")
 
@@ -372,8 +372,7 @@ class AcksPolicy(BehaviourBase):
             return
         latency_ms, bucket = latency_bucket(latency_seconds)
         for topic, partition, record_bytes, records in partitions:
-            # ClusterView.topic_name inlined: a plain name is itself (one call per partition saved).
-            name = topic if isinstance(topic, str) else (view.topic_ids.get(topic) or UNKNOWN_TOPIC_ID)
+            name = view.topic_name(topic) or UNKNOWN_TOPIC_ID
             if all_ok:
                 error_code: int | None = 0
             elif codes is None:
@@ -403,8 +402,7 @@ class AcksPolicy(BehaviourBase):
         """The audit off: a forwarded request's partitions in the metrics, and the leader's errors learnt."""
         view = self.context.cluster_view
         for topic, partition, record_bytes, records in partitions:
-            # ClusterView.topic_name inlined: a plain name is itself (one call per partition saved).
-            name = topic if isinstance(topic, str) else (view.topic_ids.get(topic) or UNKNOWN_TOPIC_ID)
+            name = view.topic_name(topic) or UNKNOWN_TOPIC_ID
             if not all_ok and codes:
                 error_code = codes.get((topic, partition))
                 if error_code:
