@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -26,16 +26,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DEFAULT_SHUFFLE_PARTITIONS = 8
-
-#: Columns of the parsed events the report reads (what is staged between its jobs): all but the
-#: request ids and leader (api_version, correlation_id, leader_id) and interval_seconds.
-STAGED_COLUMNS = (
-    "schema_version", "event", "ts", "interval_start", "date", "proxy_id", "listener", "client_id", "topic",
-    "partition", "acks_requested", "acks_sent", "decision", "error_code", "isr_size", "min_isr", "ready",
-    "latency_ms", "record_bytes", "requests", "records", "latency_count", "latency_sum_ms", "latency_min_ms",
-    "latency_max_ms", "latency_buckets", "reject_reason", "source", "line",
-)
-
 
 @dataclass(frozen=True)
 class KafkaInput:
@@ -171,27 +161,6 @@ _KIND_COUNTERS = {"produce_decision": "produce_decisions", "produce_summary": "p
                   "isr_change": "isr_changes", "partition_readiness": "partition_readiness"}
 
 
-def _accounting_metrics() -> list[Any]:
-    """One row of aggregates over the parsed lines: every line, the valid ones per (version, event)
-    and their time span (as epoch microseconds), computable while the lines are staged
-    (``DataFrame.observe``) or as a query of its own."""
-    from pyspark.sql import functions as F
-
-    from insync_proxy.pipeline.schema import EVENT_KINDS_BY_VERSION
-
-    valid = F.col("reject_reason").isNull()
-    metrics = [F.count(F.lit(1)).alias("lines")]
-    for version, kinds in EVENT_KINDS_BY_VERSION.items():
-        for kind in kinds:
-            is_kind = valid & (F.col("schema_version") == version) & (F.col("event") == kind)
-            metrics.append(F.count_if(is_kind).alias(f"v{version}_{kind}"))
-    metrics += [
-        F.min(F.when(valid, F.unix_micros(F.coalesce("interval_start", "ts")))).alias("first_ts"),
-        F.max(F.when(valid, F.unix_micros(F.col("ts")))).alias("last_ts"),
-    ]
-    return metrics
-
-
 def _from_micros(micros: int | None) -> datetime | None:
     if micros is None:
         return None
@@ -199,22 +168,49 @@ def _from_micros(micros: int | None) -> datetime | None:
 
 
 def _accounting(
-    row: dict[str, Any],
+    line_counts: list[dict[str, Any]],
 ) -> tuple[dict[str, int], dict[str, int], datetime | None, datetime | None]:
-    """Counts, an empty rejects-by-reason map (filled by the caller when lines were rejected) and the
-    valid events' first and last time from :func:`_accounting_metrics`' row."""
+    """Counts, rejected lines by reason and the valid events' first and last time, from
+    :func:`pipeline.single_pass.line_counts` (lines per valid (schema_version, event) and per reject
+    reason, with the valid lines' time span)."""
     from insync_proxy.pipeline.schema import EVENT_KINDS_BY_VERSION
 
-    counts = {"lines": int(row["lines"] or 0), "valid": 0, "rejected": 0, "v1_events": 0, "v2_events": 0,
+    counts = {"lines": 0, "valid": 0, "rejected": 0, "v1_events": 0, "v2_events": 0,
               "produce_decisions": 0, "produce_summaries": 0, "isr_changes": 0, "partition_readiness": 0}
-    for version, kinds in EVENT_KINDS_BY_VERSION.items():
-        for kind in kinds:
-            n = int(row[f"v{version}_{kind}"] or 0)
-            counts["valid"] += n
-            counts[f"v{version}_events"] += n
-            counts[_KIND_COUNTERS[kind]] += n
+    rejected_by_reason: dict[str, int] = defaultdict(int)
+    first: int | None = None
+    last: int | None = None
+    for row in line_counts:
+        n = int(row["lines"] or 0)
+        counts["lines"] += n
+        if row["reason"] is not None:
+            rejected_by_reason[row["reason"]] += n
+            continue
+        version, kind = row["schema_version"], row["event"]
+        assert kind in EVENT_KINDS_BY_VERSION.get(version, ()), (version, kind)  # validation let it through
+        counts["valid"] += n
+        counts[f"v{version}_events"] += n
+        counts[_KIND_COUNTERS[kind]] += n
+        if row["first_us"] is not None:
+            first = row["first_us"] if first is None else min(first, row["first_us"])
+        if row["last_us"] is not None:
+            last = row["last_us"] if last is None else max(last, row["last_us"])
     counts["rejected"] = counts["lines"] - counts["valid"]
-    return counts, defaultdict(int), _from_micros(row["first_ts"]), _from_micros(row["last_ts"])
+    return counts, rejected_by_reason, _from_micros(first), _from_micros(last)
+
+
+#: Spark jobs the report runs side by side once the one pass is done (all read the small aggregate).
+CONCURRENT_JOBS = 4
+
+
+def _run_concurrently(jobs: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Run ``jobs`` (each submits Spark jobs) from :data:`CONCURRENT_JOBS` threads; their results by name.
+    The first failure is raised once all have ended."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=CONCURRENT_JOBS, thread_name_prefix="report-job") as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+    return {name: future.result() for name, future in futures.items()}
 
 
 def _write_table(spark: SparkSession, frame: DataFrame, name: str, path: Path) -> DataFrame:
@@ -250,15 +246,16 @@ def run_report(
     directories of already parsed events written by :mod:`pipeline.compact` (Parquet). Each table directory
     under ``output_dir`` is replaced as a whole. Raises :class:`PipelineError` for a missing input.
 
-    The parsed lines are staged once (``staging="parquet"``: written under ``output_dir/parsed-staging``
-    and deleted at the end; ``"memory"``: Spark's cache) so the JSON is parsed only once.
+    The input is read once (:mod:`pipeline.single_pass`): parsed, validated and aggregated in one
+    scan into a small aggregate every table is cut from, kept as Parquet under
+    ``output_dir/aggregate-staging`` (``staging="parquet"``, deleted at the end) or in Spark's cache
+    (``"memory"``). A second scan runs only for ISR observations that interleave within a minute
+    (their intervals need them one by one) or when the timeline granule does not fit the data's span.
     """
     from pyspark import StorageLevel
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
 
-    from insync_proxy.pipeline import html_report, schema, sources, tables
-    from insync_proxy.pipeline.spark_env import configure_session, whole_stage_codegen_off
+    from insync_proxy.pipeline import html_report, schema, single_pass, sources, tables
+    from insync_proxy.pipeline.spark_env import configure_session
 
     started = time.monotonic()
     progress = progress or Progress()
@@ -279,46 +276,46 @@ def run_report(
         lines = sources.read_audit_kafka(spark, kafka.bootstrap, kafka.topic, kafka.starting_offsets,
                                          kafka.ending_offsets)
         frames.append(schema.parse_audit_events(lines, source_col="source"))
-    to_stage = len(frames) > 0
     if staged:
         progress.stage(f"reading staged (already parsed) events from {', '.join(staged)}")
         frames.append(spark.read.schema(schema.PARSED_SCHEMA).parquet(*staged))
     parsed = frames[0]
     for frame in frames[1:]:
         parsed = parsed.unionByName(frame)
-    if not to_stage:
-        staging = "none"  # only staged input: already Parquet, nothing to parse
-
-    # Not "_staging": Spark skips paths starting with "_" or "." as hidden.
-    staging_dir = out / "parsed-staging"
-    metrics = _accounting_metrics()
-    accounting: dict[str, Any] | None = None
-    if staging == "parquet":
-        # Parsed once, written as Parquet: every table reads the columns it needs from it instead of
-        # re-parsing JSON (cheaper than the in-memory cache at 10M lines). The accounting (lines,
-        # valid events by kind, time span) is observed while the copy is written: no pass of its own.
-        progress.stage("parsing and validating (audit schema v1 and v2) into a Parquet staging copy")
-        # Only the columns the report reads, uncompressed: a temporary copy, and snappy-compressing
-        # it cost more than parsing the JSON (10M v1 lines: 22 s vs 13.5 s for a 1.25M-line slice).
-        observation = Observation("accounting")
-        with whole_stage_codegen_off(spark):
-            (parsed.select(*STAGED_COLUMNS).observe(observation, *metrics)
-             .write.option("compression", "none").mode("overwrite").parquet(str(staging_dir)))
-        accounting = dict(observation.get)
-        parsed = spark.read.parquet(str(staging_dir))
-    elif staging == "memory":
-        parsed = parsed.select(*STAGED_COLUMNS).persist(StorageLevel.MEMORY_AND_DISK)
-    elif staging != "none":
+    if staging not in ("parquet", "memory"):
         raise ValueError(f"staging must be 'parquet' or 'memory', not {staging!r}")
+
+    # One scan: the JSON is parsed and validated once, and every table's input is aggregated from it
+    # in the same job (pipeline.single_pass), the accounting (lines by kind and reason, time span)
+    # included. Only the small aggregate is kept for the tables: as Parquet under
+    # OUTPUT/aggregate-staging (not "_...": Spark skips such paths as hidden), or in Spark's cache.
+    staging_dir = out / "aggregate-staging"
+    granule = single_pass.timeline_granule(sources.span_lower_bound(files) if inputs else None)
+    aggregate = single_pass.aggregate(parsed, timeline_seconds=granule)
     cached: list[DataFrame] = []
     try:
-        progress.stage("counting valid and rejected lines")
-        if accounting is None:
-            accounting = parsed.agg(*metrics).collect()[0].asDict()
-        counts, rejected_by_reason, first_ts, last_ts = _accounting(accounting)
-        if counts["rejected"]:
-            for r in parsed.filter(F.col("reject_reason").isNotNull()).groupBy("reject_reason").count().collect():
-                rejected_by_reason[r["reject_reason"]] = r["count"]
+        progress.stage("parsing, validating (audit schema v1 and v2) and aggregating in one pass")
+        if staging == "parquet":
+            aggregate.write.mode("overwrite").parquet(str(staging_dir))
+            agg = spark.read.parquet(str(staging_dir))
+        else:
+            agg = aggregate.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(agg)
+            agg.count()
+        # From here on every job reads the small aggregate: they run side by side (Spark schedules
+        # concurrent jobs; each is mostly fixed overhead, which a sequence would pay one by one).
+        cube = single_pass.cube(agg).persist(StorageLevel.MEMORY_AND_DISK)
+        histograms = single_pass.histograms(agg).persist(StorageLevel.MEMORY_AND_DISK)
+        granules = single_pass.granule_summaries(agg).persist(StorageLevel.MEMORY_AND_DISK)
+        cached += [cube, histograms, granules]
+        interleaved = granules.filter(single_pass.interleaved())
+        first = _run_concurrently({
+            "line_counts": lambda: single_pass.line_counts(agg),
+            "cube": cube.count,
+            "histograms": histograms.count,
+            "interleaved": interleaved.count,
+        })
+        counts, rejected_by_reason, first_ts, last_ts = _accounting(first["line_counts"])
         progress.stage(
             f"  {counts['lines']:,} lines: {counts['valid']:,} valid ({counts['v1_events']:,} v1, "
             f"{counts['v2_events']:,} v2; {counts['produce_summaries']:,} produce summaries, "
@@ -327,54 +324,65 @@ def run_report(
             + (f" {dict(rejected_by_reason)}" if rejected_by_reason else "")
         )
 
-        rejected_dir = out / "rejected"
-        progress.stage(f"writing rejected lines to {rejected_dir}")
-        # JSON Lines so an operator can read the offending lines and reasons without Spark.
-        if counts["rejected"]:
-            schema.rejected_events(parsed).coalesce(1).write.mode("overwrite").json(str(rejected_dir))
-        else:  # known from the counts: no Spark job, an empty JSON Lines file as Spark would leave it
-            shutil.rmtree(rejected_dir, ignore_errors=True)
-            rejected_dir.mkdir(parents=True)
-            (rejected_dir / "part-00000.json").touch()
-            (rejected_dir / "_SUCCESS").touch()
-
-        events = schema.valid_events(parsed)
-        summaries = schema.summaries(events)
         span = (last_ts - first_ts).total_seconds() if first_ts and last_ts else 0.0
         bucket = tables.timeline_bucket_seconds(span)
-        # The two small intermediates every traffic and latency table is cut from, computed once.
-        cube = tables.traffic_cube(summaries).persist(StorageLevel.MEMORY_AND_DISK)
-        histograms = tables.latency_histograms(summaries).persist(StorageLevel.MEMORY_AND_DISK)
-        cached += [cube, histograms]
+        runs = single_pass.below_min_runs(granules)
+        if first["interleaved"]:
+            # Below and not-below observations interleave within these granules: their observations
+            # are read again, one by one (a second scan of the input, only for them).
+            progress.stage(f"  {first['interleaved']:,} time granule(s) with interleaved ISR observations: "
+                           "reading their observations again")
+            detail = single_pass.observations_in(schema.observations(schema.valid_events(parsed)), interleaved)
+            runs = runs.unionByName(single_pass.observation_runs(detail))
+        if bucket % granule == 0:
+            timeline = single_pass.timeline_summaries(agg)
+        else:  # the span estimate was wrong (cannot happen with valid first/last lines): per event
+            progress.stage(f"  timeline: {granule} s granules do not divide {bucket} s buckets; reading the events again")
+            timeline = schema.summaries(schema.valid_events(parsed))
         frames_by_table: dict[str, DataFrame] = {
             "partition_traffic": tables.partition_traffic(cube),
             "decisions_by_kind": tables.decisions_by_kind(cube),
             "decisions_by_acks": tables.decisions_by_acks(cube),
-            "isr_below_min_intervals": tables.isr_below_min_intervals(schema.observations(events)),
+            "isr_below_min_intervals": tables.isr_below_min_intervals_from_runs(runs),
             "latency_by_acks": tables.latency_by_acks(histograms),
             "durability_exposure": tables.durability_exposure(cube),
-            "top_clients": tables.top_clients(cube),
-            "decisions_timeline": tables.decisions_timeline(summaries, bucket),
+            "top_clients": tables.top_clients(single_pass.clients(agg)),
+            "decisions_timeline": tables.decisions_timeline(timeline, bucket),
         }
-        collected: dict[str, list[dict[str, Any]]] = {}
-        table_paths: dict[str, Path] = {}
-        for i, (name, frame) in enumerate(frames_by_table.items(), 1):
-            path = out / name
-            progress.stage(f"[{i}/{len(frames_by_table)}] computing {name}")
-            # Read back the small written table rather than recomputing it for the report.
-            collected[name] = _collect(_write_table(spark, frame, name, path))
-            table_paths[name] = path
-            progress.stage(f"  wrote {len(collected[name]):,} rows to {path}")
+        table_paths = {name: out / name for name in frames_by_table}
+        rejected_dir = out / "rejected"
 
-        progress.stage("computing overall latency by acks mode")
-        collected["latency_overall"] = _collect(tables.latency_overall(histograms))
+        def write_rejected() -> None:
+            # JSON Lines so an operator can read the offending lines and reasons without Spark.
+            if counts["rejected"]:
+                single_pass.rejected_lines(agg).coalesce(1).write.mode("overwrite").json(str(rejected_dir))
+            else:  # known from the counts: no Spark job, an empty JSON Lines file as Spark would leave it
+                shutil.rmtree(rejected_dir, ignore_errors=True)
+                rejected_dir.mkdir(parents=True)
+                (rejected_dir / "part-00000.json").touch()
+                (rejected_dir / "_SUCCESS").touch()
+            progress.stage(f"  wrote {counts['rejected']:,} rejected lines to {rejected_dir}")
+
+        def write(name: str, frame: DataFrame) -> list[dict[str, Any]]:
+            # Read back the small written table rather than recomputing it for the report.
+            rows = _collect(_write_table(spark, frame, name, table_paths[name]))
+            progress.stage(f"  wrote {len(rows):,} rows to {table_paths[name]}")
+            return rows
+
+        progress.stage(f"computing and writing {len(frames_by_table)} tables, rejected lines and overall latency")
+        jobs: dict[str, Callable[[], Any]] = {
+            name: (lambda n=name, f=frame: write(n, f)) for name, frame in frames_by_table.items()  # type: ignore[misc]
+        }
+        jobs["rejected"] = write_rejected
+        jobs["latency_overall"] = lambda: _collect(tables.latency_overall(histograms))
+        done = _run_concurrently(jobs)
+        collected: dict[str, list[dict[str, Any]]] = {
+            name: done[name] for name in (*frames_by_table, "latency_overall")
+        }
     finally:
         for frame in cached:
             frame.unpersist()
-        if staging == "parquet":
-            shutil.rmtree(staging_dir, ignore_errors=True)
-        elif staging == "memory":
-            parsed.unpersist()
+        shutil.rmtree(staging_dir, ignore_errors=True)
 
     for name, keys in {
         "partition_traffic": ("date", "topic", "partition"),
@@ -506,7 +514,8 @@ def build_parser(prog: str = "python -m insync_proxy.pipeline.report") -> argpar
                         help=f"spark.sql.shuffle.partitions (default {DEFAULT_SHUFFLE_PARTITIONS}; raise it on a cluster)")
     parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory when started from Python (default 2g)")
     parser.add_argument("--staging", choices=("parquet", "memory"), default="parquet",
-                        help="where the parsed lines are kept between the table jobs (default parquet, under OUTPUT/parsed-staging)")
+                        help="where the one pass's aggregate is kept for the table jobs (default parquet, under "
+                             "OUTPUT/aggregate-staging, deleted at the end; memory: Spark's cache)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines, only the summary")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="show Spark's own log (WARN and up) and full traces on failure (like INSYNC_DEBUG=1)")

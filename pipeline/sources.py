@@ -7,9 +7,11 @@ from), so :func:`pipeline.schema.parse_audit_events` is the single parse/validat
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 from collections.abc import Sequence
+from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -73,6 +75,50 @@ def spark_path(path: str) -> str:
     """A resolved local file as Spark must be given it: Spark reads every path as a Hadoop glob, so
     glob characters in a real file name (``[``, ``{``, ``*``, ...) are escaped."""
     return _HADOOP_GLOB_CHARS.sub(r"\\\1", path) if _is_local(path) else path
+
+
+#: How far from a file's end :func:`span_lower_bound` looks for its last line.
+_TAIL_BYTES = 64 * 1024
+
+
+def _line_time(line: bytes) -> float | None:
+    """The epoch seconds of an audit line's ``ts`` (None if it is no JSON object with an RFC 3339 ts)."""
+    try:
+        event = json.loads(line)
+        ts = event["ts"] if isinstance(event, dict) else None
+        return datetime.fromisoformat(ts).timestamp() if isinstance(ts, str) else None
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return None
+
+
+def _first_and_last_times(path: str) -> list[float]:
+    """The times of a plain local file's first and last lines that carry one (compressed files: none)."""
+    times: list[float] = []
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_TAIL_BYTES)
+            if head[:2] == b"\x1f\x8b":  # gzip: Spark reads it, this quick look does not
+                return times
+            lines = head.split(b"\n")
+            first = _line_time(lines[0]) if len(lines) > 1 or len(head) < _TAIL_BYTES else None
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - _TAIL_BYTES))
+            tail = [line for line in f.read().split(b"\n") if line.strip()]
+    except OSError:
+        return times
+    last = _line_time(tail[-1]) if tail else None
+    return [t for t in (first, last) if t is not None]
+
+
+def span_lower_bound(files: Sequence[str]) -> float | None:
+    """A lower bound of the input's time span in seconds, from its local files' first and last lines
+    (the latest minus the earliest of those times), or None when no such time could be read.
+
+    Any two events' times bound the span from below; the report picks its timeline granule from it
+    (:func:`pipeline.single_pass.timeline_granule`) and checks it against the real span afterwards.
+    """
+    times = [t for f in files if _is_local(f) for t in _first_and_last_times(_local(f))]
+    return max(times) - min(times) if len(times) >= 2 else None
 
 
 def check_inputs(inputs: Sequence[str]) -> list[str]:

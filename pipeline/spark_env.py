@@ -12,8 +12,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -23,6 +21,12 @@ if TYPE_CHECKING:
 
 #: Spark's log configuration without --verbose.
 QUIET_LOG_CONFIG = Path(__file__).with_name("log4j2-quiet.properties")
+
+#: Let the JIT compile methods above 8 KB of bytecode. Whole-stage code generation fuses the JSON
+#: reader's row conversion, the validation and the aggregation of the report's one pass into one
+#: generated method far above that size, which the JVM would otherwise run interpreted for every
+#: line (10M v1 lines: the parse and validation alone ~20% faster with it).
+JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 
 #: Spark 4 needs Java 17 or newer.
 MIN_JAVA_MAJOR = 17
@@ -107,28 +111,6 @@ def configure_session(spark: SparkSession) -> None:
     spark.conf.set("spark.sql.session.timeZone", "UTC")
 
 
-@contextmanager
-def whole_stage_codegen_off(spark: SparkSession) -> Iterator[None]:
-    """Plan the queries run inside without whole-stage code generation (the session's setting is restored).
-
-    For the JSON parse and validation: whole-stage codegen fuses the reader's row conversion and
-    the validation's large expression into one Java method of ~22 KB of bytecode, above the 8 KB the
-    JVM's JIT compiles (``-XX:-DontCompileHugeMethods``), so every line ran interpreted. Without it,
-    each projection is generated on its own and split into small methods the JIT compiles (10M v1
-    lines: about 15% less CPU for the parse + validate + stage step).
-    """
-    key = "spark.sql.codegen.wholeStage"
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, "false")
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
-
-
 def build_session(
     master: str | None,
     app_name: str,
@@ -167,10 +149,11 @@ def build_session(
     if jars:
         existing = [j for j in conf.get("spark.jars", "").split(",") if j]
         conf.set("spark.jars", ",".join(existing + [str(j) for j in jars]))
+    java_options = [JIT_HUGE_METHODS]
     if not verbose:
-        quiet = f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG.as_uri()}"
-        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-            conf.set(key, " ".join(filter(None, [conf.get(key, ""), quiet])))
+        java_options.append(f"-Dlog4j2.configurationFile={QUIET_LOG_CONFIG.as_uri()}")
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        conf.set(key, " ".join(filter(None, [conf.get(key, ""), *java_options])))
     for key, value in (extra_conf or {}).items():
         conf.set(key, value)
     try:

@@ -345,27 +345,41 @@ def isr_below_min_intervals(observations: DataFrame) -> DataFrame:
     last observation ends there and is flagged ``open``. ``min_isr`` is the highest effective min ISR
     seen in the run, ``lowest_isr`` the smallest ISR. ``date`` is the start's date.
     """
+    from insync_proxy.pipeline.single_pass import observation_runs
+
+    return isr_below_min_intervals_from_runs(observation_runs(observations))
+
+
+def isr_below_min_intervals_from_runs(runs: DataFrame) -> DataFrame:
+    """:func:`isr_below_min_intervals` from *runs*: time-ordered items that are either a run of below-min
+    observations (``below``; first and last time ``ts``/``last_ts``, count ``n``, highest ``min_isr``,
+    ``lowest_isr``, ``proxies``) or a separator (not below: only its first time ``ts`` matters).
+
+    A single observation is a run of one (:func:`pipeline.single_pass.observation_runs`); the report's
+    one pass gives one run or separator per time granule (:func:`pipeline.single_pass.below_min_runs`).
+    Items are ordered by (ts, proxy_id, event, isr_size); ties are broken deterministically so that
+    reruns give the same intervals.
+    """
     order = ("ts", "proxy_id", "event", "isr_size")
-    # Ties on ts are broken deterministically so that reruns give the same intervals.
     ordered = Window.partitionBy(*PARTITION_KEYS).orderBy(*order)
     running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    # One sorted pass: the below rows of one run have seen the same number of observations that
-    # were not below (a run ends at the first one), so that count names the run's island.
-    islands = observations.select(
-        *PARTITION_KEYS, "ts", "proxy_id", "isr_size", "min_isr", "below",
+    # One sorted pass: the below items of one run have seen the same number of items that were not
+    # below (an interval ends at the first one), so that count names the interval's island.
+    islands = runs.select(
+        *PARTITION_KEYS, "ts", "last_ts", "n", "min_isr", "lowest_isr", "proxies", "below",
         F.lead("below").over(ordered).alias("next_below"),
         F.lead("ts").over(ordered).alias("next_ts"),
         F.sum(F.when(F.col("below"), 0).otherwise(1)).over(running).alias("island"),
     ).filter(F.col("below"))
     intervals = islands.groupBy(*PARTITION_KEYS, "island").agg(
         F.min("ts").alias("start"),
-        F.max("ts").alias("last_below"),
-        # Exactly one row per island is followed by a non-below observation (or by none: open).
+        F.max("last_ts").alias("last_below"),
+        # Exactly one item per island is followed by a separator (or by none: open).
         F.max(F.when(F.col("next_below") == F.lit(False), F.col("next_ts"))).alias("recovered_at"),
         F.max("min_isr").alias("min_isr"),
-        F.min("isr_size").alias("lowest_isr"),
-        F.count(F.lit(1)).alias("observations"),
-        F.array_sort(F.collect_set("proxy_id")).alias("proxies"),
+        F.min("lowest_isr").alias("lowest_isr"),
+        F.sum("n").alias("observations"),
+        F.array_sort(F.array_distinct(F.flatten(F.collect_list("proxies")))).alias("proxies"),
     )
     end = F.coalesce(F.col("recovered_at"), F.col("last_below"))
     return conform(
