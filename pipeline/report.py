@@ -200,7 +200,7 @@ def _accounting(
 
 
 #: Spark jobs the report runs side by side once the one pass is done (all read the small aggregate).
-CONCURRENT_JOBS = 4
+CONCURRENT_JOBS = 8
 
 
 def _run_concurrently(jobs: dict[str, Callable[[], Any]]) -> dict[str, Any]:
@@ -302,20 +302,43 @@ def run_report(
             agg = aggregate.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(agg)
             agg.count()
+        progress.stage("  one pass done; cutting the tables from its aggregate")
         # From here on every job reads the small aggregate: they run side by side (Spark schedules
         # concurrent jobs; each is mostly fixed overhead, which a sequence would pay one by one).
-        cube = single_pass.cube(agg).persist(StorageLevel.MEMORY_AND_DISK)
-        histograms = single_pass.histograms(agg).persist(StorageLevel.MEMORY_AND_DISK)
+        # First the accounting, the interleaved-granule count and every table that needs neither.
+        cube = single_pass.cube(agg)
+        histograms = single_pass.histograms(agg)
         granules = single_pass.granule_summaries(agg).persist(StorageLevel.MEMORY_AND_DISK)
-        cached += [cube, histograms, granules]
+        cached.append(granules)
         interleaved = granules.filter(single_pass.interleaved())
-        first = _run_concurrently({
+        table_frames: dict[str, DataFrame] = {
+            "partition_traffic": tables.partition_traffic(cube),
+            "decisions_by_kind": tables.decisions_by_kind(cube),
+            "decisions_by_acks": tables.decisions_by_acks(cube),
+            "latency_by_acks": tables.latency_by_acks(histograms),
+            "durability_exposure": tables.durability_exposure(cube),
+            "top_clients": tables.top_clients(single_pass.clients(agg)),
+        }
+        table_paths = {name: out / name for name in (*table_frames, "isr_below_min_intervals", "decisions_timeline")}
+
+        def write(name: str, frame: DataFrame) -> list[dict[str, Any]]:
+            # Read back the small written table rather than recomputing it for the report.
+            rows = _collect(_write_table(spark, frame, name, table_paths[name]))
+            progress.stage(f"  wrote {len(rows):,} rows to {table_paths[name]}")
+            return rows
+
+        def writer(name: str, frame: DataFrame) -> Callable[[], list[dict[str, Any]]]:
+            return lambda: write(name, frame)
+
+        progress.stage(f"computing and writing {len(table_paths)} tables, rejected lines and overall latency")
+        first_jobs: dict[str, Callable[[], Any]] = {
             "line_counts": lambda: single_pass.line_counts(agg),
-            "cube": cube.count,
-            "histograms": histograms.count,
             "interleaved": interleaved.count,
-        })
-        counts, rejected_by_reason, first_ts, last_ts = _accounting(first["line_counts"])
+            "latency_overall": lambda: _collect(tables.latency_overall(histograms)),
+            **{name: writer(name, frame) for name, frame in table_frames.items()},
+        }
+        done = _run_concurrently(first_jobs)
+        counts, rejected_by_reason, first_ts, last_ts = _accounting(done["line_counts"])
         progress.stage(
             f"  {counts['lines']:,} lines: {counts['valid']:,} valid ({counts['v1_events']:,} v1, "
             f"{counts['v2_events']:,} v2; {counts['produce_summaries']:,} produce summaries, "
@@ -324,13 +347,15 @@ def run_report(
             + (f" {dict(rejected_by_reason)}" if rejected_by_reason else "")
         )
 
+        # Then what needs them: the intervals, the timeline (its bucket follows the span) and the
+        # rejected lines.
         span = (last_ts - first_ts).total_seconds() if first_ts and last_ts else 0.0
         bucket = tables.timeline_bucket_seconds(span)
         runs = single_pass.below_min_runs(granules)
-        if first["interleaved"]:
+        if done["interleaved"]:
             # Below and not-below observations interleave within these granules: their observations
             # are read again, one by one (a second scan of the input, only for them).
-            progress.stage(f"  {first['interleaved']:,} time granule(s) with interleaved ISR observations: "
+            progress.stage(f"  {done['interleaved']:,} time granule(s) with interleaved ISR observations: "
                            "reading their observations again")
             detail = single_pass.observations_in(schema.observations(schema.valid_events(parsed)), interleaved)
             runs = runs.unionByName(single_pass.observation_runs(detail))
@@ -339,17 +364,6 @@ def run_report(
         else:  # the span estimate was wrong (cannot happen with valid first/last lines): per event
             progress.stage(f"  timeline: {granule} s granules do not divide {bucket} s buckets; reading the events again")
             timeline = schema.summaries(schema.valid_events(parsed))
-        frames_by_table: dict[str, DataFrame] = {
-            "partition_traffic": tables.partition_traffic(cube),
-            "decisions_by_kind": tables.decisions_by_kind(cube),
-            "decisions_by_acks": tables.decisions_by_acks(cube),
-            "isr_below_min_intervals": tables.isr_below_min_intervals_from_runs(runs),
-            "latency_by_acks": tables.latency_by_acks(histograms),
-            "durability_exposure": tables.durability_exposure(cube),
-            "top_clients": tables.top_clients(single_pass.clients(agg)),
-            "decisions_timeline": tables.decisions_timeline(timeline, bucket),
-        }
-        table_paths = {name: out / name for name in frames_by_table}
         rejected_dir = out / "rejected"
 
         def write_rejected() -> None:
@@ -363,21 +377,14 @@ def run_report(
                 (rejected_dir / "_SUCCESS").touch()
             progress.stage(f"  wrote {counts['rejected']:,} rejected lines to {rejected_dir}")
 
-        def write(name: str, frame: DataFrame) -> list[dict[str, Any]]:
-            # Read back the small written table rather than recomputing it for the report.
-            rows = _collect(_write_table(spark, frame, name, table_paths[name]))
-            progress.stage(f"  wrote {len(rows):,} rows to {table_paths[name]}")
-            return rows
-
-        progress.stage(f"computing and writing {len(frames_by_table)} tables, rejected lines and overall latency")
-        jobs: dict[str, Callable[[], Any]] = {
-            name: (lambda n=name, f=frame: write(n, f)) for name, frame in frames_by_table.items()  # type: ignore[misc]
-        }
-        jobs["rejected"] = write_rejected
-        jobs["latency_overall"] = lambda: _collect(tables.latency_overall(histograms))
-        done = _run_concurrently(jobs)
+        done |= _run_concurrently({
+            "isr_below_min_intervals": writer("isr_below_min_intervals",
+                                              tables.isr_below_min_intervals_from_runs(runs)),
+            "decisions_timeline": writer("decisions_timeline", tables.decisions_timeline(timeline, bucket)),
+            "rejected": write_rejected,
+        })
         collected: dict[str, list[dict[str, Any]]] = {
-            name: done[name] for name in (*frames_by_table, "latency_overall")
+            name: done[name] for name in (*table_paths, "latency_overall")
         }
     finally:
         for frame in cached:

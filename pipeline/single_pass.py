@@ -1,40 +1,37 @@
 """The report's one pass over the parsed events: every table's input aggregated in a single scan.
 
 Parsing and validating JSON is most of a report's cost, and every table needs a different grouping of
-the same events. Instead of keeping a parsed copy of every line for the tables to read again, one
-hash aggregation with grouping sets (Spark's ``Expand``: each line is counted once per set, with the
-keys of the other sets nulled) sums the lines into every intermediate the tables are cut from, in
-the same scan that parses them. Partial aggregation runs before the shuffle, so the shuffle carries
-aggregates, not lines, and the result is bounded by keys, not by lines:
+the same events. Instead of keeping a parsed copy of every line for the tables to read again, the
+scan that parses the lines also adds them into one hash aggregation whose result every table is cut
+from. Each line gives one or a few *aggregate rows*, and the aggregation sums them per row kind and
+key (Spark aggregates partially before the shuffle, so the shuffle carries sums, not lines; the
+result is bounded by keys, not by lines):
 
-=============  ====================================================================  ==================
-set (flag)      key                                                                   values
-=============  ====================================================================  ==================
-``in_cube``     date, topic, partition, acks_requested, acks_sent, decision,          requests, records,
-                error_code                                                            record bytes,
-                                                                                      first/last time
-``in_clients``  date, topic, partition, client_id, decision (proxy-answered only)     requests, times
-``in_histogram`` date, topic, partition, acks_requested, acks_sent, latency bucket     bucket count,
-                                                                                      latency sum/min/max
-``in_timeline`` start of the interval's timeline granule, decision                    requests
-``in_observation`` topic, partition, time granule, below min ISR or not, proxy_id      count, times,
-                                                                                      lowest ISR,
-                                                                                      highest min ISR
-``in_lines``    schema_version and event (valid lines); reason, source and raw line   lines, time span
-                (rejected lines)
-=============  ====================================================================  ==================
+===============  ==================================================  ===================================
+row kind          key (the other key columns are null)                values
+===============  ==================================================  ===================================
+TRAFFIC (every    date, topic, partition, acks_requested, acks_sent,  requests, lines, records, record
+line)             decision, error_code, latency bucket, timeline      bytes, first/last time, bucket
+                  granule, event kind; for a rejected line only its   count, latency sum/min/max
+                  reason, source and raw text
+OBSERVATION       topic, partition, minute, below min ISR or not,     lines, first/last time, lowest
+                  proxy_id (below only)                               ISR, highest min ISR
+CLIENT (proxy-    date, topic, partition, client_id, decision         requests, first/last time
+answered)
+===============  ==================================================  ===================================
 
-A line belongs to a set when that set's flag (itself a key of the set) is true; Expand nulls the
-flags of the other sets, so ``filter(in_cube)`` is the cube. Every table is then cut from this
-aggregate exactly as from the events: sums add, histograms add bucket by bucket (fixed bounds), min
-and max merge. A v2 summary's latency buckets are exploded first (one line per bucket); only its
-first bucket's line counts in the sets other than the histogram.
+The traffic cube, latency histograms, timeline and accounting are all cut from the TRAFFIC rows:
+one row carries a request's bytes, its latency bucket and its timeline granule at once, so a line
+costs one hash update there, not one per table. Everything is exact as from the events one by one:
+sums add, histograms add bucket by bucket (fixed bounds), min and max merge. A v2 summary's latency
+buckets are exploded first (one row per bucket); only its first bucket's row carries its other
+values.
 
 **Timeline.** Its requests are summed per ``timeline_seconds`` granule, a divisor of every timeline
 bucket the report could pick for the data's time span (the buckets form a chain of multiples):
 :func:`timeline_granule` picks it from a lower bound of the span (the first and last lines of the
 input files), so summing the granules into the report's bucket is exact; the report checks it and
-falls back to one-second granules otherwise.
+counts the timeline from the events again otherwise.
 
 **Below-min intervals** need the observations in time order, which an aggregation does not keep.
 Per (topic, partition) and :data:`GRANULE_SECONDS` granule, the observations that were below min ISR
@@ -73,9 +70,7 @@ from insync_proxy.pipeline.tables import LATENCY_KEYS, PARTITION_KEYS, TIMELINE_
 #: is; a granule only needs a second look when below and not-below observations interleave in it.
 GRANULE_SECONDS = 60
 
-#: The three kinds of aggregate row: every line gives one TRAFFIC row (its accounting, and for
-#: produce traffic its requests, bytes, latency bucket and timeline granule), an observation of a
-#: partition's ISR health also an OBSERVATION row, a proxy-answered request also a CLIENT row.
+#: The three kinds of aggregate row (see the module's docstring).
 SET_TRAFFIC = 0
 SET_OBSERVATION = 1
 SET_CLIENT = 2
@@ -148,6 +143,7 @@ def aggregate(parsed: DataFrame, timeline_seconds: int = 1) -> DataFrame:
     row_set = F.col("set")
     start_us = F.unix_micros(pick(F.col("interval_start"), F.col("ts")))
     ts_seconds = F.unix_seconds(F.col("ts"))
+    below = F.when(event == EVENT_PARTITION_READINESS, ~F.col("ready")).otherwise(F.col("isr_size") < F.col("min_isr"))
     kind: Column = F.lit(None)
     for i, (v, e) in enumerate(KINDS):
         kind = F.when(valid & (version == v) & (event == e), F.lit(i)).otherwise(kind)
@@ -169,8 +165,9 @@ def aggregate(parsed: DataFrame, timeline_seconds: int = 1) -> DataFrame:
         "line": F.col("line"),
         "client_id": F.col("client_id"),
         "granule": _granule_start(ts_seconds, GRANULE_SECONDS),
-        "below": F.when(event == EVENT_PARTITION_READINESS, ~F.col("ready")).otherwise(F.col("isr_size") < F.col("min_isr")),
-        "proxy_id": F.col("proxy_id"),
+        "below": below,
+        # Only a run lists its proxies: observations that were not below need no proxy key.
+        "proxy_id": F.when(below, F.col("proxy_id")),
     }
 
     def only(c: Column, *sets: int) -> Column:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from insync_proxy.pipeline.spark_env import Progress
 from .events import decision, isr_change, readiness, ts, write_jsonl
 
 
-def _run(spark: SparkSession, tmp_path: Path, events: list[dict[str, Any] | str]) -> tuple[report.ReportResult, str]:
+def _run(spark: SparkSession, tmp_path: Path, events: Sequence[dict[str, Any] | str]) -> tuple[report.ReportResult, str]:
     write_jsonl(tmp_path / "audit" / "audit-a.jsonl", events)
     stream = io.StringIO()
     result = report.run_report(spark, [str(tmp_path / "audit")], tmp_path / "out", progress=Progress(stream=stream))
