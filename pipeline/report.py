@@ -213,8 +213,9 @@ def _run_concurrently(jobs: dict[str, Callable[[], Any]]) -> dict[str, Any]:
     return {name: future.result() for name, future in futures.items()}
 
 
-def _write_table(spark: SparkSession, frame: DataFrame, name: str, path: Path) -> DataFrame:
-    """Write ``frame`` as table ``name`` (Parquet, partitioned by date) and return it read back.
+def _write_table(spark: SparkSession, frame: DataFrame, name: str, path: Path) -> list[dict[str, Any]]:
+    """Write ``frame`` as table ``name`` (Parquet, partitioned by date) and return its rows read back
+    (:func:`_collect`; reading the small written table is cheaper than caching the frame).
 
     Spark writes no data file for an empty frame partitioned by date, which would leave a directory
     no reader can take the schema from: an empty table is written unpartitioned instead, one empty
@@ -222,11 +223,10 @@ def _write_table(spark: SparkSession, frame: DataFrame, name: str, path: Path) -
     """
     from insync_proxy.pipeline.tables import TABLE_SCHEMAS, empty_table
 
-    schema = TABLE_SCHEMAS[name]
     frame.write.mode("overwrite").partitionBy("date").parquet(str(path))
     if not any(path.rglob("*.parquet")):
         empty_table(spark, name).coalesce(1).write.mode("overwrite").parquet(str(path))
-    return spark.read.schema(schema).parquet(str(path))
+    return _collect(spark.read.schema(TABLE_SCHEMAS[name]).parquet(str(path)))
 
 
 def run_report(
@@ -290,7 +290,12 @@ def run_report(
     # included. Only the small aggregate is kept for the tables: as Parquet under
     # OUTPUT/aggregate-staging (not "_...": Spark skips such paths as hidden), or in Spark's cache.
     staging_dir = out / "aggregate-staging"
-    granule = single_pass.timeline_granule(sources.span_lower_bound(files) if inputs else None)
+    # The timeline granule from a lower bound of the span: the files' first and last lines, and the
+    # staged events' exact first and last times (a cheap query on two Parquet columns).
+    times = sources.sample_times(files) if inputs else []
+    if staged:
+        times += single_pass.time_range(spark.read.schema(schema.PARSED_SCHEMA).parquet(*staged))
+    granule = single_pass.timeline_granule(max(times) - min(times) if len(times) >= 2 else None)
     aggregate = single_pass.aggregate(parsed, timeline_seconds=granule)
     cached: list[DataFrame] = []
     try:
@@ -322,8 +327,7 @@ def run_report(
         table_paths = {name: out / name for name in (*table_frames, "isr_below_min_intervals", "decisions_timeline")}
 
         def write(name: str, frame: DataFrame) -> list[dict[str, Any]]:
-            # Read back the small written table rather than recomputing it for the report.
-            rows = _collect(_write_table(spark, frame, name, table_paths[name]))
+            rows = _write_table(spark, frame, name, table_paths[name])
             progress.stage(f"  wrote {len(rows):,} rows to {table_paths[name]}")
             return rows
 

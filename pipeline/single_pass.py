@@ -30,7 +30,7 @@ values.
 **Timeline.** Its requests are summed per ``timeline_seconds`` granule, a divisor of every timeline
 bucket the report could pick for the data's time span (the buckets form a chain of multiples):
 :func:`timeline_granule` picks it from a lower bound of the span (the first and last lines of the
-input files), so summing the granules into the report's bucket is exact; the report checks it and
+input files, the time range of staged events), so summing the granules into the report's bucket is exact; the report checks it and
 counts the timeline from the events again otherwise.
 
 **Below-min intervals** need the observations in time order, which an aggregation does not keep.
@@ -217,6 +217,16 @@ def timeline_granule(span_lower_bound_s: float | None) -> int:
     if not span_lower_bound_s or span_lower_bound_s <= 0:
         return TIMELINE_BUCKETS_S[0]
     return timeline_bucket_seconds(span_lower_bound_s)
+
+
+def time_range(events: DataFrame) -> list[float]:
+    """The valid events' first interval start and last time, in epoch seconds ([] if there is none)."""
+    valid = F.col("reject_reason").isNull()
+    row = events.agg(
+        F.min(F.when(valid, F.unix_micros(F.coalesce("interval_start", "ts")))).alias("first"),
+        F.max(F.when(valid, F.unix_micros(F.col("ts")))).alias("last"),
+    ).collect()[0]
+    return [] if row["first"] is None else [row["first"] / 1e6, row["last"] / 1e6]
 
 
 def _of(agg: DataFrame, row_set: int) -> DataFrame:

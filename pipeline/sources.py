@@ -110,6 +110,11 @@ def _first_and_last_times(path: str) -> list[float]:
     return [t for t in (first, last) if t is not None]
 
 
+def sample_times(files: Sequence[str]) -> list[float]:
+    """Epoch seconds of the local files' first and last lines (those that carry a time)."""
+    return [t for f in files if _is_local(f) for t in _first_and_last_times(_local(f))]
+
+
 def span_lower_bound(files: Sequence[str]) -> float | None:
     """A lower bound of the input's time span in seconds, from its local files' first and last lines
     (the latest minus the earliest of those times), or None when no such time could be read.
@@ -117,7 +122,7 @@ def span_lower_bound(files: Sequence[str]) -> float | None:
     Any two events' times bound the span from below; the report picks its timeline granule from it
     (:func:`pipeline.single_pass.timeline_granule`) and checks it against the real span afterwards.
     """
-    times = [t for f in files if _is_local(f) for t in _first_and_last_times(_local(f))]
+    times = sample_times(files)
     return max(times) - min(times) if len(times) >= 2 else None
 
 
