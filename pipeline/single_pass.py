@@ -11,21 +11,24 @@ result is bounded by keys, not by lines):
 row kind          key (the other key columns are null)                values
 ===============  ==================================================  ===================================
 TRAFFIC (every    date, topic, partition, acks_requested, acks_sent,  requests, lines, records, record
-line)             decision, error_code, latency bucket, timeline      bytes, first/last time, bucket
-                  granule, event kind; for a rejected line only its   count, latency sum/min/max
-                  reason, source and raw text
+line)             decision, error_code, latency bucket, event kind;   bytes, first/last time, bucket
+                  for a rejected line only its reason, source and     count, latency sum/min/max
+                  raw text
+TIMELINE          timeline granule, decision                          requests
+(produce traffic)
 OBSERVATION       topic, partition, minute, below min ISR or not,     lines, first/last time, lowest
                   proxy_id (below only)                               ISR, highest min ISR
 CLIENT (proxy-    date, topic, partition, client_id, decision         requests, first/last time
 answered)
 ===============  ==================================================  ===================================
 
-The traffic cube, latency histograms, timeline and accounting are all cut from the TRAFFIC rows:
-one row carries a request's bytes, its latency bucket and its timeline granule at once, so a line
-costs one hash update there, not one per table. Everything is exact as from the events one by one:
-sums add, histograms add bucket by bucket (fixed bounds), min and max merge. A v2 summary's latency
-buckets are exploded first (one row per bucket); only its first bucket's row carries its other
-values.
+The traffic cube, latency histograms and accounting are all cut from the TRAFFIC rows: one row
+carries a request's bytes and its latency bucket at once, so a line costs one hash update there, not
+one per table. The timeline has rows of its own: with a time in the TRAFFIC key, summaries that
+already cover one granule each (a fleet's, rolled up) would not aggregate at all. Everything is
+exact as from the events one by one: sums add, histograms add bucket by bucket (fixed bounds), min
+and max merge. A v2 summary's latency buckets are exploded first (one row per bucket); only its
+first bucket's row carries its other values.
 
 **Timeline.** Its requests are summed per ``timeline_seconds`` granule, a divisor of every timeline
 bucket the report could pick for the data's time span (the buckets form a chain of multiples):
@@ -70,10 +73,11 @@ from insync_proxy.pipeline.tables import LATENCY_KEYS, PARTITION_KEYS, TIMELINE_
 #: is; a granule only needs a second look when below and not-below observations interleave in it.
 GRANULE_SECONDS = 60
 
-#: The three kinds of aggregate row (see the module's docstring).
+#: The kinds of aggregate row (see the module's docstring).
 SET_TRAFFIC = 0
 SET_OBSERVATION = 1
 SET_CLIENT = 2
+SET_TIMELINE = 3
 
 #: The (schema_version, event) kinds a TRAFFIC row's ``kind`` numbers (an int key hashes cheaper).
 KINDS: tuple[tuple[int, str], ...] = tuple(
@@ -85,16 +89,16 @@ TRAFFIC_KINDS = (KINDS.index((1, EVENT_PRODUCE_DECISION)), KINDS.index((2, EVENT
 
 #: Key columns of the aggregate, and the row kinds that use each (null in the others).
 KEYS: dict[str, tuple[int, ...]] = {
-    "set": (SET_TRAFFIC, SET_OBSERVATION, SET_CLIENT),
+    "set": (SET_TRAFFIC, SET_OBSERVATION, SET_CLIENT, SET_TIMELINE),
     "date": (SET_TRAFFIC, SET_CLIENT),
     "topic": (SET_TRAFFIC, SET_OBSERVATION, SET_CLIENT),
     "partition": (SET_TRAFFIC, SET_OBSERVATION, SET_CLIENT),
     "acks_requested": (SET_TRAFFIC,),
     "acks_sent": (SET_TRAFFIC,),
-    "decision": (SET_TRAFFIC, SET_CLIENT),
+    "decision": (SET_TRAFFIC, SET_CLIENT, SET_TIMELINE),
     "error_code": (SET_TRAFFIC,),
     "bucket": (SET_TRAFFIC,),
-    "timeline_start": (SET_TRAFFIC,),
+    "timeline_start": (SET_TIMELINE,),
     "kind": (SET_TRAFFIC,),
     "reason": (SET_TRAFFIC,),
     "source": (SET_TRAFFIC,),
@@ -133,7 +137,8 @@ def aggregate(parsed: DataFrame, timeline_seconds: int = 1) -> DataFrame:
         .alias("_pos", "_pair"),
     )
     first = F.col("_pos").isNull() | (F.col("_pos") == 0)
-    sets = F.array(F.lit(SET_TRAFFIC), F.when(first & (readiness | with_isr), F.lit(SET_OBSERVATION)),
+    sets = F.array(F.lit(SET_TRAFFIC), F.when(first & traffic, F.lit(SET_TIMELINE)),
+                   F.when(first & (readiness | with_isr), F.lit(SET_OBSERVATION)),
                    F.when(first & answered, F.lit(SET_CLIENT)))
     rows = with_buckets.select("*", F.explode(sets).alias("set")).filter(F.col("set").isNotNull())
 
@@ -171,7 +176,7 @@ def aggregate(parsed: DataFrame, timeline_seconds: int = 1) -> DataFrame:
     }
 
     def only(c: Column, *sets: int) -> Column:
-        if len(sets) == 3:
+        if len(sets) == len(KEYS["set"]):
             return c
         cond = row_set == sets[0] if len(sets) == 1 else row_set.isin(*sets)
         return F.when(cond, c)
@@ -291,7 +296,7 @@ def histograms(agg: DataFrame) -> DataFrame:
 
 def timeline_summaries(agg: DataFrame) -> DataFrame:
     """Requests per timeline granule and decision, in the shape :func:`tables.decisions_timeline` reads."""
-    return _traffic(agg).groupBy("timeline_start", "decision").agg(F.sum("requests").alias("requests")).select(
+    return _of(agg, SET_TIMELINE).select(
         F.timestamp_seconds(F.col("timeline_start")).alias("interval_start"), "decision", "requests",
     )
 
