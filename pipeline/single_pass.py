@@ -52,6 +52,7 @@ per-observation work.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -107,6 +108,14 @@ KEYS: dict[str, tuple[int, ...]] = {
     "granule": (SET_OBSERVATION,),
     "below": (SET_OBSERVATION,),
     "proxy_id": (SET_OBSERVATION,),
+}
+
+
+#: How each value column of the aggregate combines.
+VALUE_AGGREGATES: dict[str, Callable[[str], Column]] = {
+    "requests": F.sum, "lines": F.sum, "records": F.sum, "record_bytes": F.sum, "first_us": F.min,
+    "last_us": F.max, "bucket_count": F.sum, "latency_sum_ms": F.sum, "latency_min_ms": F.min,
+    "latency_max_ms": F.max, "lowest_isr": F.min, "min_isr": F.max,
 }
 
 
@@ -198,20 +207,7 @@ def aggregate(parsed: DataFrame, timeline_seconds: int = 1) -> DataFrame:
     }
     keyed = rows.select(*[only(c, *KEYS[name]).alias(name) for name, c in keys.items()],
                         *[c.alias(name) for name, c in values.items()])
-    return keyed.groupBy(*KEYS).agg(
-        F.sum("requests").alias("requests"),
-        F.sum("lines").alias("lines"),
-        F.sum("records").alias("records"),
-        F.sum("record_bytes").alias("record_bytes"),
-        F.min("first_us").alias("first_us"),
-        F.max("last_us").alias("last_us"),
-        F.sum("bucket_count").alias("bucket_count"),
-        F.sum("latency_sum_ms").alias("latency_sum_ms"),
-        F.min("latency_min_ms").alias("latency_min_ms"),
-        F.max("latency_max_ms").alias("latency_max_ms"),
-        F.min("lowest_isr").alias("lowest_isr"),
-        F.max("min_isr").alias("min_isr"),
-    )
+    return keyed.groupBy(*KEYS).agg(*[VALUE_AGGREGATES[name](name).alias(name) for name in values])
 
 
 def timeline_granule(span_lower_bound_s: float | None) -> int:
