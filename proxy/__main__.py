@@ -1,5 +1,5 @@
 import sys
 
-from insync_proxy.proxy.cli import main
+from insync_proxy.cli import main
 
 sys.exit(main())
