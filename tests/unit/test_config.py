@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from insync_proxy.proxy.cli import build_parser, config_from_args
+from insync_proxy.cli import build_parser, config_from_args
 from insync_proxy.proxy.config import ConfigError, load_config
 
 
