@@ -113,7 +113,8 @@ class TlsConfig:
     key_password: str | None = setting(None, secret=True, meaning="password of an encrypted key_file")
     key_password_file: str | None = setting(None, file_for="key_password",
                                             meaning="file holding key_password (instead of the value)")
-    check_hostname: bool = setting(True, meaning="verify the broker's certificate names the host connected to")
+    check_hostname: bool = setting(True, meaning="upstream: verify the broker's certificate names the host "
+                                                 "connected to")
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class ProxyConfig:
     advertised_host: str = setting("127.0.0.1", meaning="host clients are told to connect to")
     listeners: tuple[ListenerConfig, ...] = setting(
         (ListenerConfig(),), toml="listener", min=1, first_item_flags=True,
-        meaning="groups of client ports; the flags set the first one")
+        meaning="groups of client ports: a bootstrap port, and one port per broker at broker_port_base + node id")
     admin_host: str = setting("127.0.0.1", meaning="address of the admin HTTP port")
     admin_port: int = setting(9190, min=0, max=65535, meaning="admin HTTP port: /metrics /healthz /readyz")
     proxy_id: str = setting(default_factory=socket.gethostname, default_text="the host name",
@@ -219,6 +220,9 @@ class ProxyConfig:
 
     def validate(self) -> ProxyConfig:
         """Return self, or raise ConfigError: every value against the schema, then the rules across settings."""
+        for f in fields(self):
+            if _dataclass(_array_item(_hints(ProxyConfig)[f.name])) is not None:
+                _check_count(_setting_meta(f), len(getattr(self, f.name)), _toml_name(f), _toml_name(f))
         for entry, value in iter_values(self):
             if entry.meta.required and value in (None, (), ""):
                 raise ConfigError(_missing(entry))
@@ -629,6 +633,7 @@ def _from_toml(data: Mapping[str, Any], cls: type, prefix: str, source: str) -> 
             if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                 raise ConfigError(f"{source}: {key} is {_toml_kind(value)}, but it is an array of tables: "
                                   f"write [[{key}]] before each one's settings (see {DOCS})")
+            _check_count(_setting_meta(f), len(value), f"{source}: {key} = {_toml_value(value)}", key)
             tree[f.name] = [_from_toml(v, item, f"{key}[{i + 1}].", source) for i, v in enumerate(value)]
         else:
             if isinstance(value, dict):
@@ -636,6 +641,14 @@ def _from_toml(data: Mapping[str, Any], cls: type, prefix: str, source: str) -> 
                                   f"write {key} = ... (expected {allowed(entry(_entry_key(key)))})")
             tree[f.name] = Given(value, f"{source}: {key}", text=False)
     return tree
+
+
+def _check_count(meta: Meta, count: int, spelled: str, key: str) -> None:
+    """Bounds of the number of tables in an array of tables."""
+    if meta.min is not None and count < meta.min:
+        raise ConfigError(f"{spelled}: expected at least {_number(meta.min)} [[{key}]]")
+    if meta.max is not None and count > meta.max:
+        raise ConfigError(f"{spelled}: expected at most {_number(meta.max)} [[{key}]]")
 
 
 def _entry_key(spelled_key: str) -> str:
@@ -869,8 +882,8 @@ def reference_markdown() -> str:
         holder = _holder_meta(table)
         if holder is not None:
             out += [holder.meaning[0].upper() + holder.meaning[1:] + "."
-                    + (" TOML only; the flags set the first one." if array and holder.first_item_flags
-                       else " TOML only." if array else ""), ""]
+                    + (" TOML only (an array of tables); the flags set the first one." if array and
+                       holder.first_item_flags else " TOML only (an array of tables)." if array else ""), ""]
         out += ["| Key | Type | Default | Allowed | Environment | Flag | Meaning |",
                 "| --- | --- | --- | --- | --- | --- | --- |"]
         for e in entries:
@@ -879,8 +892,8 @@ def reference_markdown() -> str:
             flag = f"`{e.flag}`" if e.flag else "-"
             if e.flag and _optional(e.type)[0] is bool:
                 flag = f"`{e.flag}`, `--no-{e.flag[2:]}`"
-            default = "(required)" if e.meta.required else f"`{default_text(e)}`" \
-                if e.meta.default_text is None else default_text(e)
+            default = "(required)" if e.meta.required else default_text(e) \
+                if e.meta.default_text or e.default in (None, ()) else f"`{default_text(e)}`"
             out.append(f"| `{name}` | {kind} | {_md(default)} | {_md(allowed(e))} | "
                        f"{'`' + e.env + '`' if e.env else '-'} | {flag} | {_md(e.meta.meaning)} |")
         out.append("")
