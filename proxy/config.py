@@ -394,9 +394,9 @@ def _walk(cls: type, path: tuple[str, ...], table: str, flag_prefix: str, *, in_
 
 
 def _check_supported(tp: Any, where: str) -> None:
-    if tp in (bool, int, float, str) or _array_item(tp) is str:
+    if tp in _SCALARS or _array_item(tp) in _SCALARS:
         return
-    raise TypeError(f"{where}: the configuration schema reads bool, int, float, str, tuple[str, ...], "
+    raise TypeError(f"{where}: the configuration schema reads bool, int, float, str, tuples of those, "
                     f"dataclasses and tuples of dataclasses, not {tp}")
 
 
@@ -440,29 +440,30 @@ class Given:
     text: bool
 
 
+_SCALARS = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
 def _type_name(tp: Any) -> str:
-    inner, optional = _optional(tp)
-    name = {bool: "boolean", int: "integer", float: "number", str: "string"}.get(inner)
-    if name is None:
-        item = _array_item(inner)
-        name = "list of strings" if item is str else "array of tables" if item is not None else "table"
-    return name
+    inner, _ = _optional(tp)
+    item = _array_item(inner)
+    if inner in _SCALARS:
+        return _SCALARS[inner]
+    if item in _SCALARS:
+        return f"list of {_SCALARS[item]}s"
+    return "array of tables" if item is not None else "table"
 
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def allowed(e: Entry) -> str:
-    """What the setting accepts, in words."""
-    inner, optional = _optional(e.type)
-    meta = e.meta
+def _allowed_item(tp: Any, meta: Meta) -> str:
     if meta.choices:
-        text = "one of " + ", ".join(str(c) for c in meta.choices)
-    elif inner is bool:
-        text = "true or false"
-    elif inner in (int, float):
-        text = "a whole number" if inner is int else "a number"
+        return "one of " + ", ".join(str(c) for c in meta.choices)
+    if tp is bool:
+        return "true or false"
+    if tp in (int, float):
+        text = "a whole number" if tp is int else "a number"
         low, high = meta.min, meta.max
         if low is not None and high is not None:
             text += f" from {_number(low)} to {_number(high)}"
@@ -470,16 +471,22 @@ def allowed(e: Entry) -> str:
             text += f" above {_number(low)}" if meta.min_exclusive else f" of at least {_number(low)}"
         elif high is not None:
             text += f" of at most {_number(high)}"
-    elif _array_item(inner) is str:
-        what = "host:port" if meta.format == "host:port" else "strings"
-        text = f"a list of {what} (a TOML array, or one comma-separated string)"
-        if meta.required or (meta.min or 0) >= 1:
-            text = "at least one: " + text
-    elif meta.format == "regex":
-        text = "a regular expression"
-    else:
-        text = "a string"
-    return text
+        return text
+    if meta.format == "host:port":
+        return "host:port"
+    if meta.format == "regex":
+        return "a regular expression"
+    return "a string"
+
+
+def allowed(e: Entry) -> str:
+    """What the setting accepts, in words."""
+    inner, _ = _optional(e.type)
+    item = _array_item(inner)
+    if item is None:
+        return _allowed_item(inner, e.meta)
+    text = f"a list, each {_allowed_item(item, e.meta)} (a TOML array, or one comma-separated string)"
+    return ("at least one: " + text) if e.meta.required else text
 
 
 def _show(value: Any, given: Given | None, secret: bool) -> str:
@@ -496,86 +503,96 @@ def _fail(e: Entry, spelled: str, shown: str, why: str = "") -> ConfigError:
     return ConfigError(f"{spelled} = {shown}: {why or 'expected ' + allowed(e)}{default}")
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _from_text(text: str, tp: Any) -> Any:
+    """A value typed in an environment variable or a flag; ValueError when it is not one of `tp`."""
+    text = text.strip()
+    if tp is bool:
+        if text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        raise ValueError(text)
+    if tp is int:
+        return int(text)
+    if tp is float:
+        return float(text)
+    return text
+
+
+def _typed(value: Any, tp: Any, meta: Meta) -> Any:
+    """TOML's integer is a fine float; a choice given in another case takes the choice's spelling."""
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is str and isinstance(value, str) and meta.ignore_case:
+        for choice in meta.choices:
+            if str(choice).lower() == value.lower():
+                return choice
+    return value
+
+
 def _parse(given: Given, e: Entry) -> Any:
     """The typed value of one source's value, checked; ConfigError naming the setting as spelled."""
     value = given.value
     inner, optional = _optional(e.type)
+    item = _array_item(inner)
     shown = _show(value, given, e.meta.secret)
-    if given.text and isinstance(value, str):
-        text = value.strip()
-        if optional and text == "":
-            return None
-        if inner is bool:
-            lowered = text.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                value = True
-            elif lowered in ("0", "false", "no", "off"):
-                value = False
-            else:
-                raise _fail(e, given.spelled, shown)
-        elif inner is int:
-            try:
-                value = int(text)
-            except ValueError:
-                raise _fail(e, given.spelled, shown) from None
-        elif inner is float:
-            try:
-                value = float(text)
-            except ValueError:
-                raise _fail(e, given.spelled, shown) from None
-    if _array_item(inner) is str:
-        if isinstance(value, str):  # what users write in a variable, a flag, and often in TOML too
-            value = tuple(part.strip() for part in value.split(",") if part.strip())
-        elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-            value = tuple(v.strip() for v in value)
+    if given.text and isinstance(value, str) and optional and not value.strip():
+        return None
+    try:
+        if item is not None:
+            if isinstance(value, str):  # what users write in a variable, a flag, and often in TOML too
+                value = tuple(_from_text(part, item) for part in value.split(",") if part.strip())
+            elif isinstance(value, list | tuple):
+                value = tuple(_typed(v.strip() if isinstance(v, str) else v, item, e.meta) for v in value)
         else:
-            raise _fail(e, given.spelled, shown)
-    elif inner is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    elif inner is str and isinstance(value, str) and e.meta.ignore_case:
-        for choice in e.meta.choices:
-            if str(choice).lower() == value.lower():
-                value = choice
+            if given.text and isinstance(value, str):
+                value = _from_text(value, inner)
+            value = _typed(value, inner, e.meta)
+    except ValueError:
+        raise _fail(e, given.spelled, shown) from None
     _check(value, e, given.spelled, given)
     return value
 
 
 def _check(value: Any, e: Entry, spelled: str, given: Given | None = None) -> None:
-    """Type, choices, bounds and format of a typed value."""
+    """Type, choices, bounds and format of a typed value (of each item of a list)."""
     inner, optional = _optional(e.type)
-    meta = e.meta
-    shown = _show(value, given, meta.secret)
+    shown = _show(value, given, e.meta.secret)
     if value is None:
         if optional:
             return
         raise _fail(e, spelled, shown)
-    if not _has_type(value, inner):
+    item = _array_item(inner)
+    if item is not None and not isinstance(value, tuple):
         raise _fail(e, spelled, shown)
-    if inner is float and not math.isfinite(value):
+    for one in value if item is not None else (value,):
+        _check_item(one, item or inner, e, spelled, shown)
+
+
+def _check_item(value: Any, tp: Any, e: Entry, spelled: str, shown: str) -> None:
+    meta = e.meta
+    if not _has_type(value, tp):
+        raise _fail(e, spelled, shown)
+    if tp is float and not math.isfinite(value):
         raise _fail(e, spelled, shown, f"expected a finite number ({allowed(e)})")
     if meta.choices and value not in meta.choices:
         raise _fail(e, spelled, shown)
-    measured = len(value) if isinstance(value, tuple) else value if inner in (int, float) else None
-    if measured is not None:
+    if tp in (int, float):
         low, high = meta.min, meta.max
-        if (low is not None and (measured <= low if meta.min_exclusive else measured < low)) or (
-                high is not None and measured > high):
-            if isinstance(value, tuple) and meta.required and not value:
-                raise ConfigError(_missing(e))
+        if (low is not None and (value <= low if meta.min_exclusive else value < low)) or (
+                high is not None and value > high):
             raise _fail(e, spelled, shown)
-    items = value if isinstance(value, tuple) else (value,)
     if meta.format == "host:port":
-        for item in items:
-            try:
-                parse_host_port(item, spelled)
-            except ConfigError:
-                raise _fail(e, spelled, shown, f"{item!r} is not host:port (e.g. kafka-1:9092)") from None
+        try:
+            parse_host_port(value, spelled)
+        except ConfigError:
+            raise _fail(e, spelled, shown, f"{value!r} is not host:port (e.g. kafka-1:9092)") from None
     elif meta.format == "regex":
-        for item in items:
-            try:
-                re.compile(item)
-            except re.error as exc:
-                raise _fail(e, spelled, shown, f"not a valid regular expression ({exc})") from None
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise _fail(e, spelled, shown, f"not a valid regular expression ({exc})") from None
 
 
 def _has_type(value: Any, tp: Any) -> bool:
@@ -585,9 +602,7 @@ def _has_type(value: Any, tp: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if tp is float:
         return isinstance(value, int | float) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
-    return isinstance(value, tuple) and all(isinstance(item, str) for item in value)
+    return isinstance(value, str)
 
 
 def _missing(e: Entry) -> str:
