@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import importlib
 import json
@@ -86,6 +85,8 @@ def _setup_logging(level: str, log_format: str = "text") -> None:
 
 
 def _install_loop(use_uvloop: bool) -> str:
+    import asyncio  # here, not at the top: a configuration error or --help exits without loading it
+
     if use_uvloop:
         try:
             import uvloop
@@ -161,6 +162,8 @@ async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
 
     The proxy logs "listening" once its ports are bound and "ready" when /readyz turns ready.
     """
+    import asyncio
+
     from insync_proxy.proxy.server import InsyncProxy
 
     proxy = InsyncProxy(config)
@@ -186,6 +189,8 @@ def cmd_run(args: argparse.Namespace) -> int:
              ",".join(config.bootstrap_servers))
     build = compiled_modules()
     (log.warning if any(m.stale for m in build) else log.info)("data path: %s", describe(build))
+    import asyncio
+
     try:
         asyncio.run(serve(config))
     except OSError as exc:
@@ -339,6 +344,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"  Audit events:        {Path(config.audit.directory).resolve()}\n"
             "Ctrl-C stops the proxy and Kafka.\n"
         )
+        import asyncio
+
         try:
             asyncio.run(serve(config, message))
         except KeyboardInterrupt:
