@@ -202,7 +202,7 @@ class ProxyConfig:
     min_insync_ttl_seconds: float = setting(30.0, min=1, meaning="min.insync.replicas cache TTL (refreshed ahead)")
     min_insync_miss_wait_ms: float = setting(
         50.0, min=0, meaning="a Produce to a topic whose min.insync.replicas is unknown waits this long for it")
-    metadata_refresh_seconds: float = setting(10.0, min=0.1,
+    metadata_refresh_seconds: float = setting(10.0, min=1,
                                               meaning="the proxy's own Metadata refresh (brokers, ISR)")
     acks_policies: tuple[AcksPolicyConfig, ...] = setting(
         (), toml="acks_policy", meaning="per-topic acks policies; the first whose topics match wins")
