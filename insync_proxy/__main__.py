@@ -2,6 +2,6 @@
 
 import sys
 
-from insync_proxy.proxy.cli import main
+from insync_proxy.cli import main
 
 sys.exit(main())

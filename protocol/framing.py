@@ -83,7 +83,7 @@ PART: Final = 2  #: raw bytes of a frame being passed through (the first part st
 def _frame_too_large(size: int, limit: int) -> FrameTooLarge:
     return FrameTooLarge(
         f"frame size {size} is {'negative' if size < 0 else 'above'} the limit of {limit} bytes; raise "
-        f"max_frame_size (the proxy's max frame size setting, like the broker's socket.request.max.bytes) if it "
+        f"max_frame_bytes (the proxy's setting, like the broker's socket.request.max.bytes) if it "
         f"is legitimate, otherwise the peer is not speaking the Kafka protocol (TLS or HTTP on a plaintext port?)"
     )
 

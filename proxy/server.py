@@ -52,7 +52,7 @@ def client_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
     if not tls.check_hostname:
         log.warning("upstream TLS hostname verification is OFF (upstream_tls.check_hostname = false)")
     if tls.cert_file:
-        context.load_cert_chain(tls.cert_file, tls.key_file)
+        context.load_cert_chain(tls.cert_file, tls.key_file, password=tls.key_password)
     return context
 
 
@@ -62,7 +62,7 @@ def server_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     assert tls.cert_file
-    context.load_cert_chain(tls.cert_file, tls.key_file)
+    context.load_cert_chain(tls.cert_file, tls.key_file, password=tls.key_password)
     if tls.ca_file:
         context.load_verify_locations(tls.ca_file)
         context.verify_mode = ssl.CERT_REQUIRED
@@ -191,6 +191,8 @@ class InsyncProxy:
         self._background: set[asyncio.Task[Any]] = set()
         self._resolving: dict[uuid.UUID, asyncio.Task[None]] = {}
         self.started_at = time.monotonic()
+        #: What /readyz said when last looked at: the "ready" / "not ready" log lines follow its turns.
+        self._was_ready = False
         self.loop: asyncio.AbstractEventLoop
 
     @property
@@ -330,6 +332,16 @@ class InsyncProxy:
         for group in self.groups:
             group.bootstrap = await self._listen(group, None, group.config.bootstrap_port)
         await self.admin.start()
+        for group in self.groups:
+            assert group.bootstrap is not None
+            log.info(
+                "listener %s: bootstrap %s:%d (advertised %s), brokers at %s:%d + node id, metadata_schema=%s%s",
+                group.name, self.config.bind_host, group.bootstrap.port, self.config.advertised_host,
+                self.config.advertised_host, group.config.broker_port_base, group.config.metadata_schema,
+                ", hide_unready_partitions" if group.config.hide_unready_partitions else "",
+            )
+        log.info("listening: bootstrap %s:%d, admin %s (/readyz turns ready once the brokers are known)",
+                 self.config.advertised_host, self.bootstrap_port, self.admin.url)
         self.min_insync.start()
         if self.audit is not None:
             self.audit.start()
@@ -339,17 +351,19 @@ class InsyncProxy:
             await self.refresh_metadata()
         except ControlError as exc:
             log.warning("upstream not reachable yet (%s); retrying every %.0fs", exc, self.config.metadata_refresh_seconds)
+        self._note_readiness()
         self._tasks.append(self.loop.create_task(self._refresh_loop()))
         if self.summaries is not None:
             self._tasks.append(self.loop.create_task(self._summary_loop()))
-        for group in self.groups:
-            assert group.bootstrap is not None
-            log.info(
-                "listener %s: bootstrap %s:%d (advertised %s), brokers at %s:%d + node id, metadata_schema=%s%s",
-                group.name, self.config.bind_host, group.bootstrap.port, self.config.advertised_host,
-                self.config.advertised_host, group.config.broker_port_base, group.config.metadata_schema,
-                ", hide_unready_partitions" if group.config.hide_unready_partitions else "",
-            )
+
+    def _note_readiness(self) -> None:
+        """Log "ready" when /readyz turns ready, and "not ready" (with why) when it turns back."""
+        ready, reason = self.ready
+        if ready and not self._was_ready:
+            log.info("ready: %d broker(s) known; /readyz answers 200", len(self.cluster_view.brokers))
+        elif self._was_ready and not ready:
+            log.warning("not ready: %s; /readyz answers 503", reason)
+        self._was_ready = ready
 
     async def _listen(self, group: ListenerGroup, node_id: int | None, port: int) -> Listener:
         holder: dict[str, Listener] = {}
@@ -381,6 +395,7 @@ class InsyncProxy:
                 await self.refresh_metadata()
             except Exception as exc:  # logged once and counted; the next refresh tries again
                 report_failure(self.metrics, "metadata_refresh", "the proxy's periodic full Metadata", exc)
+            self._note_readiness()
 
     async def refresh_metadata(self) -> MetadataResponse:
         """The control connection's own full Metadata: brokers (listeners follow) and every partition's ISR."""

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from insync_proxy.proxy.cli import main
+from insync_proxy.cli import main
 
 
 @pytest.mark.own_cluster

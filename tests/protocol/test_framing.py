@@ -50,7 +50,7 @@ def test_frame_arriving_whole_is_a_view_into_the_chunk_without_copy() -> None:
 
 def test_size_above_limit_raises_frame_too_large_naming_size_and_limit() -> None:
     splitter = FrameSplitter(max_frame_size=1000)
-    with pytest.raises(FrameTooLarge, match=r"1001.*1000.*max_frame_size"):
+    with pytest.raises(FrameTooLarge, match=r"1001.*1000.*max_frame_bytes"):
         splitter.feed(encode_frame(b"x" * 1001))
 
 

@@ -51,7 +51,7 @@ def test_wheel_installs_only_the_insync_proxy_top_level_name(tmp_path: Path) -> 
 def test_proxy_runtime_does_not_import_dev_cluster_or_partitioner() -> None:
     # The process that serves clients loads neither the dev cluster nor the producer-side partitioner.
     code = (
-        "import sys, insync_proxy.proxy.server, insync_proxy.proxy.cli; "
+        "import sys, insync_proxy.proxy.server, insync_proxy.cli; "
         "print(sorted(m for m in sys.modules if 'devcluster' in m or 'partitioner' in m or 'pyspark' in m))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import datetime
+import importlib
 import json
 import logging
 import os
 import signal
 import sys
 import time
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.compiled import compiled_modules, describe
-from insync_proxy.proxy.config import ConfigError, ProxyConfig, load_config
+from insync_proxy.proxy.config import (
+    DOCS,
+    ConfigError,
+    Entry,
+    ProxyConfig,
+    default_text,
+    effective_toml,
+    load_config,
+    schema,
+)
 
 log = logging.getLogger("insync_proxy")
 
@@ -30,25 +42,51 @@ Producers point bootstrap.servers at the proxy; it forwards everything to the re
   - Prometheus metrics on the admin port, and an audit stream of every acks decision.
 """
 
-RUN_EPILOG = """\
+RUN_EPILOG = f"""\
 Settings come from (lowest to highest priority): defaults, the TOML file (--config), INSYNC_PROXY_*
-environment variables (e.g. INSYNC_PROXY_BOOTSTRAP_SERVERS, INSYNC_PROXY_ADMIN_PORT,
-INSYNC_PROXY_CONTROL_SASL_PASSWORD), then these flags. See README.md "Configuration".
+environment variables (e.g. INSYNC_PROXY_BOOTSTRAP_SERVERS, INSYNC_PROXY_AUDIT_DIRECTORY,
+INSYNC_PROXY_CONTROL_SASL_PASSWORD), then these flags. Every setting, its variable and its flag:
+{DOCS}. Arrays of tables ([[listener]], [[acks_policy]]) are TOML only; the listener flags set the
+first listener.
 
 Ports: each listener has a bootstrap port and one port per broker at broker_port_base + node id;
 clients are only ever told these addresses (advertised_host), never a broker's.
 """
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (exit 2), like configuration errors."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
+class JsonLogFormatter(logging.Formatter):
+    """log_format = "json": one JSON object a line with time (UTC, ISO 8601), level, logger and message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def _setup_logging(level: str, log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter() if log_format == "json"
+                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler], force=True)
 
 
 def _install_loop(use_uvloop: bool) -> str:
+    import asyncio  # here, not at the top: a configuration error or --help exits without loading it
+
     if use_uvloop:
         try:
             import uvloop
@@ -60,78 +98,72 @@ def _install_loop(use_uvloop: bool) -> str:
     return "asyncio"
 
 
+def _dest(entry: Entry) -> str:
+    return "setting:" + entry.key
+
+
+def _metavar(entry: Entry) -> str | None:
+    name = entry.path[-1]
+    if entry.meta.choices:
+        return "{" + ",".join(str(c) for c in entry.meta.choices) + "}"
+    if entry.meta.format == "host:port":
+        return "HOST:PORT[,...]"
+    if name.endswith("_seconds"):
+        return "SECONDS"
+    if name.endswith("_ms"):
+        return "MS"
+    if name.endswith(("_file", "_dir", "directory")):
+        return "PATH"
+    if name.endswith(("_port", "_bytes", "_size", "_limit", "_base")):
+        return "N"
+    return name.rsplit("_", 1)[-1].upper()
+
+
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """--config, and one flag per setting of the schema that has one (values are checked by the schema)."""
     p.add_argument("--config", metavar="FILE", help="TOML configuration file")
-    p.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]", help="the real brokers to bootstrap from")
-    p.add_argument("--bind-host", help="address the client listeners bind (default 127.0.0.1)")
-    p.add_argument("--advertised-host", help="host clients are told to connect to (default 127.0.0.1)")
-    p.add_argument("--bootstrap-port", type=int, help="bootstrap port of the first listener (default 9092)")
-    p.add_argument("--broker-port-base", type=int,
-                   help="per-broker ports of the first listener are this + node id (default 9100)")
-    p.add_argument("--metadata-schema", choices=["tagged", "kip637"],
-                   help="first listener: 'tagged' (default, safe for every client) or 'kip637' "
-                        "(KIP-637 literal Metadata v10: NEVER for real Metadata v10+ clients)")
-    p.add_argument("--hide-unready-partitions", action="store_true", default=None,
-                   help="first listener: present partitions below min ISR as leaderless (producer-only listeners)")
-    p.add_argument("--admin-host", help="address of the admin HTTP port (default 127.0.0.1)")
-    p.add_argument("--admin-port", type=int, help="admin HTTP port: /metrics /healthz /readyz (default 9190)")
-    p.add_argument("--proxy-id", help="name of this sidecar in audit events (default: host name)")
-    p.add_argument("--audit-directory", help="where audit JSON Lines files go (default ./audit)")
-    p.add_argument("--no-audit", action="store_true", help="do not write audit events")
-    p.add_argument("--audit-interval-seconds", type=float,
-                   help="seconds each produce_summary audit event covers (default 10)")
-    p.add_argument("--audit-detail", choices=("summary", "every_request"),
-                   help="summary (default): per-interval summaries; every_request: also one event per partition "
-                        "per request (debugging: its volume grows with traffic)")
-    p.add_argument("--drain-timeout-seconds", type=float, help="on SIGTERM, wait this long for in-flight requests")
-    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO")
-    p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
+    groups: dict[str, Any] = {}
+    for entry in schema():
+        if not entry.flag:
+            continue
+        title = entry.table or ""
+        if title not in groups:
+            groups[title] = p if not title else p.add_argument_group(
+                f"[[{title}]] (the first listener)" if entry.in_array else f"[{title}]")
+        default = "" if entry.default in (None, ()) and not entry.meta.default_text else default_text(entry)
+        help_text = entry.meta.meaning.replace("%", "%%") + (f" (default {default})" if default else "")
+        if entry.is_bool:
+            groups[title].add_argument(entry.flag, dest=_dest(entry), action=argparse.BooleanOptionalAction,
+                                       default=None, help=help_text)
+        else:
+            groups[title].add_argument(entry.flag, dest=_dest(entry), metavar=_metavar(entry), help=help_text)
 
 
-def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None) -> ProxyConfig:
-    """Merge file, environment and flags into a validated configuration."""
-    from dataclasses import replace
+def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None,
+                     extra: dict[str, Any] | None = None) -> ProxyConfig:
+    """Merge file, environment and flags (and `extra` settings, by TOML key) into a validated configuration."""
+    given = vars(args)
+    overrides: dict[str, Any] = {e.key: given.get(_dest(e)) for e in schema() if e.flag}
+    overrides.update(extra or {})
+    return load_config(getattr(args, "config", None), env=env, overrides=overrides)
 
-    overrides: dict[str, Any] = {
-        "bootstrap_servers": args.bootstrap_servers,
-        "bind_host": args.bind_host,
-        "advertised_host": args.advertised_host,
-        "admin_host": args.admin_host,
-        "admin_port": args.admin_port,
-        "proxy_id": args.proxy_id,
-        "drain_timeout_seconds": args.drain_timeout_seconds,
-        "log_level": args.log_level,
-    }
-    if args.no_uvloop:
-        overrides["use_uvloop"] = False
-    config = load_config(args.config, env=env, overrides=overrides)
-    listener = config.listeners[0]
-    listener_changes: dict[str, Any] = {}
-    if args.bootstrap_port is not None:
-        listener_changes["bootstrap_port"] = args.bootstrap_port
-    if args.broker_port_base is not None:
-        listener_changes["broker_port_base"] = args.broker_port_base
-    if args.metadata_schema is not None:
-        listener_changes["metadata_schema"] = args.metadata_schema
-    if args.hide_unready_partitions:
-        listener_changes["hide_unready_partitions"] = True
-    if listener_changes:
-        config = replace(config, listeners=(replace(listener, **listener_changes), *config.listeners[1:]))
-    audit = config.audit
-    if args.audit_directory:
-        audit = replace(audit, directory=args.audit_directory)
-    if args.no_audit:
-        audit = replace(audit, enabled=False)
-    if args.audit_interval_seconds is not None:
-        audit = replace(audit, interval_seconds=args.audit_interval_seconds)
-    if args.audit_detail is not None:
-        audit = replace(audit, detail=args.audit_detail)
-    config = replace(config, audit=audit)
-    return config.validate()
+
+def _configuration(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> ProxyConfig | None:
+    """The configuration, or None after printing the one-line error."""
+    try:
+        return config_from_args(args, extra=extra)
+    except ConfigError as exc:
+        print(f"insync-proxy: configuration error: {exc}", file=sys.stderr)
+        return None
 
 
 async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
-    """Run the proxy until SIGTERM or SIGINT, then drain and stop."""
+    """Run the proxy until SIGTERM or SIGINT, then drain and stop.
+
+    The proxy logs "listening" once its ports are bound and "ready" when /readyz turns ready.
+    """
+    import asyncio
+
     from insync_proxy.proxy.server import InsyncProxy
 
     proxy = InsyncProxy(config)
@@ -140,8 +172,6 @@ async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("insync-proxy %s ready: bootstrap %s:%d, admin %s", __version__, config.advertised_host,
-             proxy.bootstrap_port, proxy.admin.url)
     if ready_message:
         print(ready_message.format(bootstrap=f"{config.advertised_host}:{proxy.bootstrap_port}",
                                    admin=proxy.admin.url), flush=True)
@@ -150,22 +180,45 @@ async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    try:
-        config = config_from_args(args)
-    except ConfigError as exc:
-        print(f"insync-proxy: configuration error: {exc}", file=sys.stderr)
+    config = _configuration(args)
+    if config is None:
         return 2
-    _setup_logging(config.log_level)
+    _setup_logging(config.log_level, config.log_format)
     loop_name = _install_loop(config.use_uvloop)
-    log.info("starting on the %s event loop; upstream %s", loop_name, ",".join(config.bootstrap_servers))
+    log.info("insync-proxy %s starting on the %s event loop; upstream %s", __version__, loop_name,
+             ",".join(config.bootstrap_servers))
     build = compiled_modules()
     (log.warning if any(m.stale for m in build) else log.info)("data path: %s", describe(build))
+    import asyncio
+
     try:
         asyncio.run(serve(config))
     except OSError as exc:
         log.error("cannot start: %s (is another process using the port?)", exc)
         return 1
     return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate, print the effective configuration (secrets masked); --connect: try the brokers too."""
+    config = _configuration(args)
+    if config is None:
+        return 2
+    sys.stdout.write(effective_toml(config))
+    print(f"# configuration valid ({DOCS} describes every setting)", flush=True)
+    if not args.connect:
+        return 0
+    try:  # loaded only here: `run` never needs it
+        preflight = importlib.import_module("insync_proxy.proxy.preflight")
+    except ImportError as exc:
+        if exc.name != "insync_proxy.proxy.preflight":
+            raise
+        print("insync-proxy: check-config --connect needs insync_proxy.proxy.preflight, which this build does not "
+              "have", file=sys.stderr)
+        return 1
+    _setup_logging(config.log_level, config.log_format)
+    check_connection: Callable[[ProxyConfig, Callable[[str], None]], bool] = preflight.check_connection
+    return 0 if check_connection(config, lambda line: print(line, flush=True)) else 1
 
 
 def _state_file() -> Path:
@@ -264,7 +317,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from insync_proxy.proxy.devcluster.cluster import ClusterError, ClusterSettings, LocalKafkaCluster
     from insync_proxy.proxy.devcluster.distribution import DistributionError
 
-    _setup_logging(args.log_level or "INFO")
+    # Checked before Kafka starts: a wrong setting costs no cluster start (the brokers come later).
+    checked = _configuration(args, extra={"bootstrap_servers": "127.0.0.1:9092"})
+    if checked is None:
+        return 2
+    _setup_logging(checked.log_level, checked.log_format)
     print("Starting a local 3-broker Apache Kafka (KRaft) on 127.0.0.1 ...", flush=True)
     started = time.monotonic()
     cluster = LocalKafkaCluster(ClusterSettings(version=args.kafka_version))
@@ -275,11 +332,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"insync-proxy demo: Kafka did not start: {exc}", file=sys.stderr)
             return 1
         cluster.create_topic("demo", 3, 3, {"min.insync.replicas": "2"})
-        args.bootstrap_servers = cluster.bootstrap_servers
-        try:
-            config = config_from_args(args)
-        except ConfigError as exc:
-            print(f"insync-proxy: configuration error: {exc}", file=sys.stderr)
+        config = _configuration(args, extra={"bootstrap_servers": cluster.bootstrap_servers})
+        if config is None:
             return 2
         _install_loop(config.use_uvloop)
         message = (
@@ -290,6 +344,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"  Audit events:        {Path(config.audit.directory).resolve()}\n"
             "Ctrl-C stops the proxy and Kafka.\n"
         )
+        import asyncio
+
         try:
             asyncio.run(serve(config, message))
         except KeyboardInterrupt:
@@ -313,7 +369,7 @@ def cmd_report(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="insync-proxy", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"insync-proxy {__version__}")
@@ -322,6 +378,16 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the proxy in front of real brokers", epilog=RUN_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_run_flags(run)
+
+    check = sub.add_parser(
+        "check-config", help="check a configuration and print it (secrets masked) without starting; exit 0 or 2",
+        description="Validates the configuration (the same sources and flags as `run`) and prints the effective "
+                    "settings as TOML, secrets masked. --connect also bootstraps from the brokers with the "
+                    "configured TLS and SASL, reads Metadata and one DescribeConfigs, one line per step: exit 0 when "
+                    "every step works, 1 otherwise.", epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("--connect", action="store_true",
+                       help="also connect to the brokers (TLS, SASL, Metadata, DescribeConfigs)")
+    _add_run_flags(check)
 
     demo = sub.add_parser(
         "demo", help="start a local 3-broker Kafka and the proxy in front of it (Ctrl-C stops both)",
@@ -361,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "check-config":
+        return cmd_check_config(args)
     if args.command == "demo":
         return cmd_demo(args)
     if args.command == "dev-cluster":
