@@ -13,6 +13,7 @@ masked before it is said.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
 from collections.abc import Callable
@@ -109,6 +110,12 @@ def _is_tls_error(exc: BaseException) -> bool:
     return isinstance(exc, ssl.SSLError) or isinstance(exc.__cause__, ssl.SSLError)
 
 
+def _tls_record(exc: BaseException) -> bool:
+    """A "frame size" that is a TLS record header (alert 0x15 or handshake 0x16, version 3.x): a TLS port."""
+    match = re.search(r"frame size of (-?\d+) bytes", str(exc))
+    return match is not None and (int(match.group(1)) >> 16) in (0x1503, 0x1603)
+
+
 def _principal(config: ProxyConfig) -> str:
     if config.control_sasl.mechanism:
         return f"User:{config.control_sasl.username}"
@@ -159,9 +166,9 @@ def check_connection(config: ProxyConfig, say: Say, *, topic: str | None = None)
             if context is not None and _is_tls_error(exc):
                 cause = exc.__cause__ or exc
                 return steps.fail("tls", f"{_name(reached)} ended the TLS session: {cause}; {_tls_hint(cause)}")
-            if context is None and isinstance(exc, ConnectionClosed):
-                return steps.fail("api_versions", f"{_name(reached)} closed the connection: a TLS listener? "
-                                  "(set [upstream_tls] enabled = true and ca_file)")
+            if context is None and (isinstance(exc, ConnectionClosed) or _tls_record(exc)):
+                return steps.fail("api_versions", f"{exc}: {_name(reached)} is a TLS listener (SSL or SASL_SSL): set "
+                                  "[upstream_tls] enabled = true and ca_file")
             return steps.fail("api_versions", f"{exc}")
         if context is not None:
             tls = client.sock
@@ -211,7 +218,8 @@ def check_connection(config: ProxyConfig, say: Say, *, topic: str | None = None)
         visible = sorted((t.name or "" for t in metadata.topics if t.error_code == 0), key=lambda n: (n.startswith("_"), n))
         brokers = sorted(metadata.brokers, key=lambda b: b.node_id)
         steps.ok("metadata", f"cluster {metadata.cluster_id}, {len(brokers)} broker(s) "
-                 f"({', '.join(f'{b.node_id} at {b.host}:{b.port}' for b in brokers)}), controller "
+                 f"({', '.join(f'{b.node_id} at {b.host}:{b.port}' for b in brokers[:5])}"
+                 f"{', ...' if len(brokers) > 5 else ''}), controller "
                  f"{metadata.controller_id}, {len(visible)} topic(s) visible to the proxy's principal"
                  + ("" if visible else " (an empty cluster, or no DESCRIBE on topics)"))
 

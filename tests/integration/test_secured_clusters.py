@@ -294,6 +294,7 @@ def test_check_connection_says_each_step_on_one_line(secured: Secured, kind: str
     lines: list[str] = []
     # When the connection is checked
     passed = check_connection(config, lines.append, topic=topic)
+    print(f"--- {kind}: {passed}\n" + "\n".join(lines))
     # Then the result is right, each step is one line, and the first failing step is the one expected
     expected_pass, expected_steps = CHECKS[kind]
     text = "\n".join(lines)
