@@ -189,8 +189,9 @@ def _through_proxy(proxy: ProxyProcess, client: dict[str, Any], sasl: SaslConfig
 def test_librdkafka_through_the_proxy_to_sasl_ssl_scram_and_plain(secured: Secured) -> None:
     # Given clients that log in as alice with SCRAM-SHA-512 (the proxy passes the login through to SASL_SSL)
     proxy = secured.scram_proxy
-    scram = {"bootstrap.servers": proxy.bootstrap(), "security.protocol": "SASL_PLAINTEXT",
-             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": PASSWORDS["alice"]}
+    scram: dict[str, Any] = {
+        "bootstrap.servers": proxy.bootstrap(), "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": PASSWORDS["alice"]}
     sasl = SaslConfig(mechanism="SCRAM-SHA-512", username="alice", password=PASSWORDS["alice"])
     # When they produce (acks=all, and acks=-2 semantics through acks_floor) and consume: Then every record is back
     _through_proxy(proxy, scram, sasl, secured.cluster, lambda topic, acks: _produce(scram, topic, 20, acks))
@@ -251,7 +252,7 @@ def _config(secured: Secured, kind: str) -> ProxyConfig:
     cluster, certs = secured.cluster, secured.certs
     ca = TlsConfig(enabled=True, ca_file=str(certs.ca_cert))
     cert, key = certs.clients["insync-proxy"]
-    settings: dict[str, Any] = {
+    settings: dict[str, Any] = {  # type: ignore[assignment]  # one kind's settings, picked below
         "plaintext": {"bootstrap_servers": tuple(cluster.bootstrap_servers.split(","))},
         "sasl_ssl_scram": {"bootstrap_servers": tuple(cluster.sasl_bootstrap_servers.split(",")), "upstream_tls": ca,
                            "control_sasl": SaslConfig("SCRAM-SHA-512", "insync-proxy", PASSWORDS["insync-proxy"])},
