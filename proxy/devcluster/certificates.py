@@ -28,6 +28,7 @@ class DevCertificates:
     #: Kafka's PEM keystore for the brokers (ssl.keystore.type=PEM): private key, certificate, CA.
     broker_keystore: Path
     broker_cert: Path
+    broker_key: Path
     #: name -> (certificate, private key) of each client certificate (subject CN=name).
     clients: dict[str, tuple[Path, Path]] = field(default_factory=dict)
 
@@ -73,4 +74,5 @@ def make_test_certificates(directory: Path, clients: tuple[str, ...] = ("insync-
     for name in clients:
         key, csr = _key_and_csr(directory, name, f"/CN={name}")
         made[name] = (_sign(directory, name, csr, ca_cert, ca_key, "extendedKeyUsage=clientAuth\n"), key)
-    return DevCertificates(ca_cert=ca_cert, broker_keystore=keystore, broker_cert=broker_cert, clients=made)
+    return DevCertificates(ca_cert=ca_cert, broker_keystore=keystore, broker_cert=broker_cert,
+                           broker_key=broker_key, clients=made)

@@ -204,6 +204,30 @@ def test_librdkafka_through_the_proxy_to_sasl_ssl_scram_and_plain(secured: Secur
     assert PASSWORDS["insync-proxy"] not in proxy.log_file.read_text()
 
 
+def test_librdkafka_keeps_its_sasl_ssl_settings_with_downstream_tls(secured: Secured) -> None:
+    # Given a proxy that also ends TLS towards clients (its certificate issued by the same CA as the brokers')
+    certs = secured.certs
+    downstream = f'\n[downstream_tls]\nenabled = true\ncert_file = "{certs.broker_cert}"\nkey_file = "{certs.broker_key}"\n'
+    with control_password(PASSWORDS["insync-proxy"]):
+        proxy = ProxyProcess(secured.cluster, extra_toml=POLICIES + _tls_toml(certs, False)
+                             + _control_toml("insync-proxy") + downstream, groups=("default",),
+                             bootstrap_servers=secured.cluster.sasl_bootstrap_servers, audit_enabled=False)
+        try:
+            proxy.start()
+            # When a client keeps its SASL_SSL settings and only points bootstrap.servers at the proxy
+            client: dict[str, Any] = {
+                "bootstrap.servers": proxy.bootstrap(), "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(certs.ca_cert), "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+                "sasl.password": PASSWORDS["alice"]}
+            topic = _topic(secured.cluster, "downstream")
+            _produce(client, topic, 20, "all")
+            # Then it produces and consumes as it would from the brokers, and learns no broker address
+            assert sorted(consume_values(client, topic, 20)) == sorted(f"all-{i}".encode() for i in range(20))
+            assert proxy.metric("insync_proxy_address_leaks_total") == 0
+        finally:
+            proxy.stop()
+
+
 def test_librdkafka_through_the_proxy_to_mtls(secured: Secured) -> None:
     # Given plaintext clients of the proxy: the proxy's certificate is their identity towards the brokers
     proxy = secured.mtls_proxy
