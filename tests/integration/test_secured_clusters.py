@@ -411,3 +411,41 @@ def test_running_proxy_reports_a_principal_without_describe_configs_once(secured
             assert len(warnings) == 1 and "DESCRIBE_CONFIGS" in warnings[0], log
         finally:
             proxy.stop()
+
+
+# ---------------------------------------------------------------------------------------------- acks=-2 below min ISR
+def test_acks_floor_minus_two_fails_fast_below_min_isr_through_the_sasl_ssl_proxy(secured: Secured) -> None:
+    # Given two topics on brokers 1-3 with min.insync.replicas = 3: floor2-* has acks_floor = -2, the other no policy
+    cluster, proxy = secured.cluster, secured.scram_proxy
+    floored, unpoliced = f"floor2-{uuid.uuid4().hex[:8]}", f"nopolicy-{uuid.uuid4().hex[:8]}"
+    for topic in (floored, unpoliced):
+        cluster.create_topic(topic, configs={"min.insync.replicas": "3"}, assignments={0: [1, 2, 3]})
+    sasl = SaslConfig(mechanism="SCRAM-SHA-512", username="alice", password=PASSWORDS["alice"])
+    wait_until(lambda: _min_insync_through(proxy.bootstrap(), floored, sasl) == 3, 30, what="tag 637 = 3")
+    client: dict[str, Any] = {
+        "bootstrap.servers": proxy.bootstrap(), "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": PASSWORDS["alice"],
+        "retries": 0, "enable.idempotence": False, "message.timeout.ms": 30000}
+    # When a follower stops (frozen, as in a long GC pause) and the ISR shrinks below 3
+    cluster.pause_broker(3)
+    try:
+        cluster.wait_for_isr(floored, 0, 2)
+        wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") >= 2, 30,
+                   what="the proxy's view to see both partitions below min ISR")
+
+        def produce_acks_1(topic: str) -> list[Any]:
+            producer = Producer({**client, "acks": "1"})
+            results: list[Any] = []
+            producer.produce(topic, b"acks-1", on_delivery=lambda err, msg: results.append(err))
+            producer.flush(60)
+            return results
+
+        # Then librdkafka's acks=1 on the floored topic is refused by the proxy: NOT_ENOUGH_REPLICAS, as acks=-2 would be
+        (error,) = produce_acks_1(floored)
+        assert error is not None and error.code() == 19, error
+        assert proxy.metric("insync_proxy_proxy_answered_errors_total", topic=floored, error_code="19") > 0
+        # And acks=1 on a topic without the policy is still accepted by the leader, as Kafka would
+        assert produce_acks_1(unpoliced) == [None]
+    finally:
+        cluster.resume_broker(3)
+    cluster.wait_for_isr(floored, 0, 3)
