@@ -34,7 +34,7 @@ from confluent_kafka.admin import (
 from insync_proxy.protocol import MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient
-from insync_proxy.proxy.config import ProxyConfig, SaslConfig, TlsConfig
+from insync_proxy.proxy.config import ProxyConfig, SaslConfig, load_config
 from insync_proxy.proxy.devcluster.certificates import DevCertificates, make_test_certificates
 from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.proxy.devcluster.distribution import selected_version
@@ -272,29 +272,28 @@ def test_java_client_through_the_proxy_to_mtls(secured: Secured, java: JavaClien
 
 
 # ---------------------------------------------------------------------------------------------- check_connection
-def _config(secured: Secured, kind: str) -> ProxyConfig:
+def _config(secured: Secured, kind: str, directory: Path) -> ProxyConfig:
+    """The proxy's configuration for one way into the cluster, loaded as `run` loads it (TOML + environment)."""
     cluster, certs = secured.cluster, secured.certs
-    ca = TlsConfig(enabled=True, ca_file=str(certs.ca_cert))
-    cert, key = certs.clients["insync-proxy"]
-    settings: dict[str, Any] = {  # type: ignore[assignment]  # one kind's settings, picked below
-        "plaintext": {"bootstrap_servers": tuple(cluster.bootstrap_servers.split(","))},
-        "sasl_ssl_scram": {"bootstrap_servers": tuple(cluster.sasl_bootstrap_servers.split(",")), "upstream_tls": ca,
-                           "control_sasl": SaslConfig("SCRAM-SHA-512", "insync-proxy", PASSWORDS["insync-proxy"])},
-        "sasl_ssl_plain": {"bootstrap_servers": tuple(cluster.sasl_bootstrap_servers.split(",")), "upstream_tls": ca,
-                           "control_sasl": SaslConfig("PLAIN", "insync-proxy", PASSWORDS["insync-proxy"])},
-        "mtls": {"bootstrap_servers": tuple(cluster.tls_bootstrap_servers.split(",")),
-                 "upstream_tls": TlsConfig(enabled=True, ca_file=str(certs.ca_cert), cert_file=str(cert),
-                                           key_file=str(key))},
-        "wrong_password": {"bootstrap_servers": tuple(cluster.sasl_bootstrap_servers.split(",")), "upstream_tls": ca,
-                           "control_sasl": SaslConfig("SCRAM-SHA-512", "insync-proxy", "not-the-password-7")},
-        "no_describe_configs": {"bootstrap_servers": tuple(cluster.sasl_bootstrap_servers.split(",")),
-                                "upstream_tls": ca,
-                                "control_sasl": SaslConfig("SCRAM-SHA-512", "no-configs", PASSWORDS["no-configs"])},
-        "mtls_without_certificate": {"bootstrap_servers": tuple(cluster.tls_bootstrap_servers.split(",")),
-                                     "upstream_tls": ca},
-        "plaintext_to_tls_port": {"bootstrap_servers": tuple(cluster.tls_bootstrap_servers.split(","))},
+
+    def servers(bootstrap: str) -> str:
+        return "bootstrap_servers = [" + ", ".join(f'"{s}"' for s in bootstrap.split(",")) + "]\n"
+
+    sasl_ssl, mtls = servers(cluster.sasl_bootstrap_servers), servers(cluster.tls_bootstrap_servers)
+    toml, password = {
+        "plaintext": (servers(cluster.bootstrap_servers), None),
+        "sasl_ssl_scram": (sasl_ssl + _tls_toml(certs, False) + _control_toml("insync-proxy"), PASSWORDS["insync-proxy"]),
+        "sasl_ssl_plain": (sasl_ssl + _tls_toml(certs, False) + _control_toml("insync-proxy", "PLAIN"),
+                           PASSWORDS["insync-proxy"]),
+        "mtls": (mtls + _tls_toml(certs, True), None),
+        "wrong_password": (sasl_ssl + _tls_toml(certs, False) + _control_toml("insync-proxy"), "not-the-password-7"),
+        "no_describe_configs": (sasl_ssl + _tls_toml(certs, False) + _control_toml("no-configs"), PASSWORDS["no-configs"]),
+        "mtls_without_certificate": (mtls + _tls_toml(certs, False), None),
+        "plaintext_to_tls_port": (mtls, None),
     }[kind]
-    return ProxyConfig(proxy_id="check", **settings).validate()
+    path = directory / f"{kind}.toml"
+    path.write_text('proxy_id = "check"\n' + toml)
+    return load_config(str(path), env={PASSWORD_ENV: password} if password else {})
 
 
 #: kind -> (passes, {step: status}); every step not named must be "ok" or "skip".
@@ -312,10 +311,10 @@ STEPS = ("tcp", "tls", "api_versions", "sasl", "metadata", "describe_configs", "
 
 
 @pytest.mark.parametrize("kind", list(CHECKS))
-def test_check_connection_says_each_step_on_one_line(secured: Secured, kind: str) -> None:
+def test_check_connection_says_each_step_on_one_line(secured: Secured, kind: str, tmp_path: Path) -> None:
     # Given a topic for DescribeConfigs, and a configuration of the proxy for one way into the cluster
     topic = _topic(secured.cluster, "check")
-    config = _config(secured, kind)
+    config = _config(secured, kind, tmp_path)
     lines: list[str] = []
     # When the connection is checked
     passed = check_connection(config, lines.append, topic=topic)
