@@ -131,6 +131,13 @@ def check_connection(config: ProxyConfig, say: Say, *, topic: str | None = None)
     it, else the first topic Metadata shows).
     """
     steps = _Steps(say, [config.control_sasl.password or ""])
+    try:
+        return _check(config, steps, topic)
+    except Exception as exc:  # a check reports, it never ends in a traceback
+        return steps.fail("check", f"stopped by an unexpected {type(exc).__name__}: {exc}")
+
+
+def _check(config: ProxyConfig, steps: _Steps, topic: str | None) -> bool:
     timeout = config.connect_timeout_seconds
     addresses = config.upstream_addresses()
 

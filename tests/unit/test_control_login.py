@@ -26,7 +26,7 @@ from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import MinInsyncCache
 
 VERSIONS = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 11), ApiKey.SASL_HANDSHAKE: (0, 1),
-            ApiKey.SASL_AUTHENTICATE: (0, 2)}
+            ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.DESCRIBE_CONFIGS: (0, 4)}
 PASSWORD = "the-right-password"
 
 
@@ -40,8 +40,9 @@ class Login:
 class PlainBroker:
     """Answers ApiVersions, SaslHandshake, SaslAuthenticate (PLAIN: PASSWORD only) and Metadata."""
 
-    def __init__(self) -> None:
+    def __init__(self, refusal: str = "Authentication failed: Invalid username or password") -> None:
         self.server: asyncio.Server | None = None
+        self.refusal = refusal
 
     async def start(self) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -63,8 +64,7 @@ class PlainBroker:
                 elif key == ApiKey.SASL_AUTHENTICATE:
                     ok = bytes(frame[offset:]).endswith(PASSWORD.encode())
                     body = encode_response(SaslAuthenticateResponse(
-                        error_code=0 if ok else 58, error_message=None if ok else "Authentication failed: Invalid "
-                        "username or password"), version)
+                        error_code=0 if ok else 58, error_message=None if ok else self.refusal), version)
                 else:
                     body = encode_response(MetadataResponse(brokers=(MetadataResponseBroker(
                         node_id=1, host="127.0.0.1", port=1),)), version)
