@@ -20,8 +20,15 @@ _running: set[asyncio.Task[Any]] = set()  # strong references: the loop keeps on
 
 
 def report_failure(metrics: ProxyMetrics, task: str, context: str, exc: BaseException) -> None:
-    """Log one WARNING (`task` failed: `context`: why) and count it."""
+    """Log one WARNING (`task` failed: `context`: why) and count it.
+
+    An error whose cause was already logged where it happened (`already_logged`, e.g. the brokers refusing
+    the proxy's credentials) is counted and logged at DEBUG only: one cause, one WARNING.
+    """
     metrics.background_task_failures_total.labels(task).inc()
+    if getattr(exc, "already_logged", False):
+        log.debug("%s failed (%s): %s", task, context, exc)
+        return
     log.warning("%s failed (%s): %s", task, context, exc or type(exc).__name__)
 
 

@@ -21,7 +21,7 @@ import struct
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from insync_proxy.protocol import (
     ApiKey,
@@ -44,7 +44,10 @@ from insync_proxy.protocol.headers import decode_response_header
 from insync_proxy.protocol.messages import DescribeConfigsResource, MetadataRequestTopic
 from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
-from insync_proxy.proxy.sasl import authenticate
+from insync_proxy.proxy.sasl import SaslError, authenticate
+
+if TYPE_CHECKING:
+    from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.control")
 
@@ -63,6 +66,21 @@ OFFLOAD_DECODE_BYTES = 64 * 1024
 
 class ControlError(Exception):
     """The control connection could not get an answer."""
+
+
+class AuthenticationFailed(ControlError):
+    """The broker refused the proxy's own credentials: no other broker will accept them either.
+
+    Said once as a WARNING where it happened (until a login with the same credentials succeeds) and counted
+    in insync_proxy_control_authentication_failures_total; whoever catches it later only counts it.
+    """
+
+    already_logged = True
+
+
+#: (mechanism, username) whose refusal was logged: one WARNING per credentials, however often they are retried
+#: (the control connection at every refresh, the audit sink's leader connections), until a login succeeds.
+_REFUSED_LOGINS: set[tuple[str, str]] = set()
 
 
 class _Timeout(ControlError):
@@ -109,9 +127,11 @@ class ControlConnection:
         timeout: float = 10.0,
         max_frame_bytes: int = 104_857_600,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        metrics: ProxyMetrics | None = None,
     ) -> None:
         """`timeout` bounds writes (Produce) and connecting; `request_timeout` bounds each read on one broker."""
         self.addresses = list(addresses)
+        self.metrics = metrics
         self.ssl_context = ssl_context
         self.sasl = sasl
         self.timeout = timeout
@@ -163,8 +183,8 @@ class ControlConnection:
                 except (OSError, ControlError, ProtocolError) as exc:
                     self._suspect(address)
                     errors.append(f"{_name(address)}: {exc or type(exc).__name__}")
-                    if isinstance(exc, _AuthenticationFailed):
-                        raise ControlError(f"{exc}") from None
+                    if isinstance(exc, AuthenticationFailed):
+                        raise
                     continue
                 self._link = link
                 return link
@@ -185,19 +205,39 @@ class ControlConnection:
                 except _Timeout:
                     raise
                 except Exception as exc:
-                    log.error(
-                        "control connection: SASL %s login as %r to %s failed: %s (check [control_sasl] and "
-                        "INSYNC_PROXY_CONTROL_SASL_PASSWORD)", self.sasl.mechanism, self.sasl.username,
-                        _name(address), exc,
-                    )
-                    raise _AuthenticationFailed(
-                        f"SASL {self.sasl.mechanism} authentication as {self.sasl.username!r} failed at "
-                        f"{_name(address)}: {exc}"
-                    ) from None
+                    raise self._login_refused(address, exc) from None
+                self._login_succeeded()
         except BaseException as exc:
             link.close(exc)
             raise
         return link
+
+    def _login_refused(self, address: tuple[str, int], exc: Exception) -> AuthenticationFailed:
+        """Count a refused SASL login; say it once per credentials (never the password)."""
+        mechanism, username = str(self.sasl.mechanism), str(self.sasl.username)
+        if self.metrics is not None:
+            self.metrics.control_authentication_failures_total.labels(mechanism).inc()
+        why = f"{exc}"
+        if isinstance(exc, SaslError) and exc.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED:
+            why = f"wrong password or unknown user ({exc})"
+        if (mechanism, username) not in _REFUSED_LOGINS:
+            _REFUSED_LOGINS.add((mechanism, username))
+            log.warning(
+                "control connection: SASL %s login as %r to %s failed: %s. Check [control_sasl] username and "
+                "INSYNC_PROXY_CONTROL_SASL_PASSWORD; retried at every refresh, counted in "
+                "insync_proxy_control_authentication_failures_total, not logged again until a login succeeds",
+                mechanism, username, _name(address), why,
+            )
+        else:
+            log.debug("control connection: SASL %s login as %r to %s refused again: %s", mechanism, username,
+                      _name(address), why)
+        return AuthenticationFailed(f"SASL {mechanism} authentication as {username!r} failed at {_name(address)}: {why}")
+
+    def _login_succeeded(self) -> None:
+        key = (str(self.sasl.mechanism), str(self.sasl.username))
+        if key in _REFUSED_LOGINS:
+            _REFUSED_LOGINS.discard(key)
+            log.info("control connection: SASL %s login as %r succeeds again", *key)
 
     async def _api_versions(self, link: _Link) -> dict[int, tuple[int, int]]:
         """The broker's version ranges (ApiVersions v3, or v0 for a broker older than 2.4)."""
@@ -287,6 +327,8 @@ class ControlConnection:
         for _ in range(attempts):
             try:
                 link = await self._connect(exclude=tried)
+            except AuthenticationFailed:
+                raise  # every broker would refuse the same credentials
             except ControlError as exc:
                 errors.append(str(exc))
                 break
@@ -349,7 +391,3 @@ class ControlConnection:
         link, self._link = self._link, None
         if link is not None:
             link.close(ControlError("closed"))
-
-
-class _AuthenticationFailed(ControlError):
-    """The broker refused the control connection's credentials: no other broker will accept them either."""

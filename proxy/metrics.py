@@ -260,6 +260,10 @@ class ProxyMetrics:
         self.upstream_up = Gauge(
             p + "upstream_up", "1 when the control connection reached a broker at its last attempt", registry=r
         )
+        self.control_authentication_failures_total = Counter(
+            p + "control_authentication_failures", "SASL logins of the proxy's own connections (control, audit) "
+            "the brokers refused, by mechanism; the first is logged once as a WARNING", ["mechanism"], registry=r,
+        )
         self.background_task_failures_total = Counter(
             p + "background_task_failures", "Failed background work (cache fetches, refreshes), by task; "
             "each failure is also logged once as a WARNING", ["task"], registry=r,

@@ -5,7 +5,7 @@
 - TTL with refresh ahead of expiry; a miss waits at most a short bound, then the topic goes out
   unenriched this time and the answer lands in the cache in the background.
 - No DESCRIBE_CONFIGS ACL for the proxy on a topic: no value (the field is omitted), counted, and
-  warned once per topic.
+  warned once (the first such topic; the others are counted).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class MinInsyncCache:
         self.miss_wait = miss_wait_seconds
         self.entries: dict[str, CachedValue] = {}
         self._in_flight: dict[str, asyncio.Future[None]] = {}
-        self._warned_unauthorized: set[str] = set()
+        #: One WARNING for the proxy's principal lacking DESCRIBE_CONFIGS, not one per topic or per refresh.
+        self._warned_unauthorized = False
         self._refresh_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ reads
@@ -136,13 +137,16 @@ class MinInsyncCache:
             topic = result.resource_name
             if result.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
                 self.metrics.min_insync_unauthorized_total.inc()
-                if topic not in self._warned_unauthorized:
-                    self._warned_unauthorized.add(topic)
+                if not self._warned_unauthorized:
+                    self._warned_unauthorized = True
                     log.warning(
                         "no DESCRIBE_CONFIGS permission on topic %s for the proxy's principal: its Metadata "
                         "goes out without min_insync_replicas and acks=-2 is forwarded as -1 (grant "
-                        "DescribeConfigs on the topic to the proxy's control credentials)", topic,
+                        "DESCRIBE_CONFIGS on topics to the proxy's control credentials); further topics without "
+                        "it are counted in insync_proxy_min_insync_unauthorized_total, not logged again", topic,
                     )
+                else:
+                    log.debug("no DESCRIBE_CONFIGS permission on topic %s for the proxy's principal", topic)
                 self.entries[topic] = CachedValue(None, now)
                 continue
             if result.error_code != 0:

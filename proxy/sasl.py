@@ -33,7 +33,15 @@ RawRequest = Callable[[int, int, bytes], Awaitable[bytes]]
 
 
 class SaslError(Exception):
-    """Authentication failed; the message never contains the password."""
+    """Authentication failed; the message never contains the password.
+
+    `error_code`: the broker's Kafka error code when it refused (33 UNSUPPORTED_SASL_MECHANISM,
+    58 SASL_AUTHENTICATION_FAILED), None when the exchange itself went wrong.
+    """
+
+    def __init__(self, message: str, error_code: int | None = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 async def _handshake(request: RawRequest, mechanism: str) -> None:
@@ -46,7 +54,7 @@ async def _handshake(request: RawRequest, mechanism: str) -> None:
     assert isinstance(response, SaslHandshakeResponse)
     if response.error_code != 0:
         raise SaslError(f"broker does not enable SASL mechanism {mechanism} "
-                        f"(enabled: {list(response.mechanisms)}, error {response.error_code})")
+                        f"(enabled: {list(response.mechanisms)}, error {response.error_code})", response.error_code)
 
 
 async def _authenticate(request: RawRequest, token: bytes) -> bytes:
@@ -58,7 +66,8 @@ async def _authenticate(request: RawRequest, token: bytes) -> bytes:
         raise SaslError(f"undecodable SaslAuthenticate response: {exc}") from None
     assert isinstance(response, SaslAuthenticateResponse)
     if response.error_code != 0:
-        raise SaslError(f"SASL authentication failed (error {response.error_code}): {response.error_message}")
+        raise SaslError(f"SASL authentication failed (error {response.error_code}): {response.error_message}",
+                        response.error_code)
     return response.auth_bytes
 
 

@@ -130,6 +130,7 @@ class InsyncProxy:
             timeout=config.connect_timeout_seconds,
             max_frame_bytes=config.max_frame_bytes,
             request_timeout=config.control_request_timeout_seconds,
+            metrics=self.metrics,
         )
         self.min_insync = MinInsyncCache(
             self.control, self.metrics, config.min_insync_ttl_seconds, config.min_insync_miss_wait_ms / 1000
@@ -212,7 +213,7 @@ class InsyncProxy:
         return ControlConnection(
             [address], ssl_context=self.upstream_ssl, sasl=self.control.sasl,
             timeout=self.config.connect_timeout_seconds,
-            request_timeout=self.config.control_request_timeout_seconds,
+            request_timeout=self.config.control_request_timeout_seconds, metrics=self.metrics,
         )
 
     def _flush_summaries(self) -> None:
@@ -350,7 +351,9 @@ class InsyncProxy:
         try:
             await self.refresh_metadata()
         except ControlError as exc:
-            log.warning("upstream not reachable yet (%s); retrying every %.0fs", exc, self.config.metadata_refresh_seconds)
+            if not getattr(exc, "already_logged", False):  # a refused login was said once where it happened
+                log.warning("upstream not reachable yet (%s); retrying every %.0fs", exc,
+                            self.config.metadata_refresh_seconds)
         self._note_readiness()
         self._tasks.append(self.loop.create_task(self._refresh_loop()))
         if self.summaries is not None:

@@ -139,6 +139,14 @@ class ClusterSettings:
     tls_keystore_pem: Path | None = None
     #: PEM certificates the SSL listeners trust for client certificates (mTLS required when set).
     tls_client_ca_pem: Path | None = None
+    #: The SASL listener speaks SASL_SSL (TLS with tls_keystore_pem, no client certificate asked) instead of
+    #: SASL_PLAINTEXT. Needs tls_keystore_pem and SASL users.
+    sasl_ssl: bool = False
+    #: ACLs on: StandardAuthorizer (KRaft; AclAuthorizer in ZooKeeper mode), nothing allowed without an ACL.
+    #: Super users: User:ANONYMOUS (the PLAINTEXT and CONTROLLER listeners: brokers, controller, the dev
+    #: cluster's own probe) and `super_users` (principal names, e.g. "admin" or "CN=admin").
+    acls: bool = False
+    super_users: tuple[str, ...] = ()
 
 
 class LocalKafkaCluster:
@@ -192,8 +200,18 @@ class LocalKafkaCluster:
 
     @property
     def sasl_bootstrap_servers(self) -> str:
-        """The brokers' SASL_PLAINTEXT listeners, when sasl_plain_users or sasl_scram_users is set."""
+        """The brokers' SASL listeners (SASL_PLAINTEXT, or SASL_SSL with sasl_ssl), when SASL users are set."""
         return ",".join(f"127.0.0.1:{port}" for port in self.sasl_ports.values())
+
+    @property
+    def security_protocols(self) -> dict[str, str]:
+        """Each client listener's security protocol in Kafka's terms, by listener name (PLAINTEXT, SASL, SSL)."""
+        protocols = {"PLAINTEXT": "PLAINTEXT"}
+        if self.sasl_ports:
+            protocols["SASL"] = "SASL_SSL" if self.settings.sasl_ssl else "SASL_PLAINTEXT"
+        if self.tls_ports:
+            protocols["SSL"] = "SSL"
+        return protocols
 
     @property
     def broker_addresses(self) -> list[tuple[str, int]]:
@@ -660,6 +678,15 @@ class LocalKafkaCluster:
                     "org.apache.kafka.common.security.scram.ScramLoginModule required;"
                 )
             props["listener.name.sasl.sasl.enabled.mechanisms"] = ",".join(mechanisms)
+        if node.role == "broker" and self.sasl_ports and self.settings.sasl_ssl:
+            if not self.settings.tls_keystore_pem:
+                raise ClusterError("sasl_ssl needs tls_keystore_pem (the brokers' key and certificate chain)")
+            props["listener.security.protocol.map"] = props["listener.security.protocol.map"].replace(
+                "SASL:SASL_PLAINTEXT", "SASL:SASL_SSL")
+            props["listener.name.sasl.ssl.keystore.type"] = "PEM"
+            props["listener.name.sasl.ssl.keystore.location"] = str(self.settings.tls_keystore_pem)
+        if self.settings.acls:
+            props.update(self._authorizer_properties())
         if node.role == "broker" and self.settings.tls_keystore_pem:
             tls_port = self.tls_ports[node.node_id]
             props["listeners"] += f",SSL://127.0.0.1:{tls_port}"
@@ -677,6 +704,21 @@ class LocalKafkaCluster:
             props["min.insync.replicas"] = str(self.settings.min_insync_replicas)
         props.update(self.settings.extra_broker_config if node.role == "broker" else {})
         return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+    def _authorizer_properties(self) -> dict[str, str]:
+        """ACLs on, for every node: nothing is allowed without an ACL, except to the super users."""
+        authorizer = (
+            "kafka.security.authorizer.AclAuthorizer" if self.zookeeper_mode
+            else "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        )
+        # ANONYMOUS: the principal of PLAINTEXT connections, i.e. inter-broker, broker-to-controller and the probe.
+        users = ["ANONYMOUS", *self.settings.super_users]
+        return {
+            "authorizer.class.name": authorizer,
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": ";".join(f"User:{u}" for u in users),
+        }
 
 
 def _all_threads_stopped(node: KafkaNode) -> bool:

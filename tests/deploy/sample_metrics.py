@@ -18,6 +18,7 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
     """One round of plausible traffic touching every metric and every label the dashboard uses."""
     m = metrics
     m.upstream_up.set(1)
+    m.control_authentication_failures_total.labels("SCRAM-SHA-512").inc(0)
     for listener in ("default",):
         m.client_connections_active.labels(listener).set(rng.randint(1, 5))
         m.client_connections_total.labels(listener).inc()

@@ -1,5 +1,6 @@
 // The Java client through insync-proxy: compiled by the test suite against kafka-clients from Maven Central.
 // Usage: ClientCheck roundtrip|transactions|keyless <bootstrap> <topic> [count]
+//        ClientCheck produce-consume <bootstrap> <topic> <count> <acks> <client.properties>
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.*;
@@ -51,6 +52,7 @@ public class ClientCheck {
             case "roundtrip": roundtrip(bootstrap, topic); break;
             case "transactions": transactions(bootstrap, topic); break;
             case "keyless": keyless(bootstrap, topic, Integer.parseInt(args[3])); break;
+            case "produce-consume": produceConsume(bootstrap, topic, Integer.parseInt(args[3]), args[4], args[5]); break;
             default: throw new IllegalArgumentException(mode);
         }
     }
@@ -117,6 +119,45 @@ public class ClientCheck {
             if (!got.equals(want)) throw new IllegalStateException("read_committed saw " + got);
         }
         System.out.println("OK transactions");
+    }
+
+    // Produce `count` keyed records with `acks` and read them back, with security settings (security.protocol,
+    // sasl.*, ssl.*) from a properties file: no topic is created or deleted (ACLs may not allow it).
+    static void produceConsume(String bootstrap, String topic, int count, String acks, String propertiesFile)
+            throws Exception {
+        Properties security = new Properties();
+        try (java.io.FileInputStream in = new java.io.FileInputStream(propertiesFile)) { security.load(in); }
+        Properties p = producerProps(bootstrap);
+        p.putAll(security);
+        p.put("acks", acks);
+        if (!acks.equals("all") && !acks.equals("-1")) p.put("enable.idempotence", "false");  // needs acks=all
+        Set<String> expected = new HashSet<>();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            List<Future<RecordMetadata>> futures = new ArrayList<>();
+            for (int i = 0; i < count; i++) {
+                String value = "java-" + acks + "-" + i;
+                expected.add(value);
+                futures.add(producer.send(new ProducerRecord<>(topic, ("k" + i).getBytes(), value.getBytes())));
+            }
+            for (Future<RecordMetadata> f : futures) f.get(120, TimeUnit.SECONDS);
+        }
+        Properties c = new Properties();
+        c.putAll(security);
+        c.put("bootstrap.servers", bootstrap);
+        c.put("group.id", "java-" + topic);
+        c.put("auto.offset.reset", "earliest");
+        c.put("enable.auto.commit", "false");
+        c.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        c.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        Set<String> got = new HashSet<>();
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(c)) {
+            consumer.subscribe(List.of(topic));
+            for (byte[] v : readUntil(consumer, count, null)) got.add(new String(v));
+            consumer.commitSync();
+        }
+        if (!got.containsAll(expected)) throw new IllegalStateException("missing records: " + expected.size()
+            + " produced, " + got.size() + " read");
+        System.out.println("OK produce-consume " + count);
     }
 
     static void keyless(String bootstrap, String topic, int count) throws Exception {

@@ -182,8 +182,9 @@ def test_tls_connection(tmp_path: Path) -> None:
 
 
 def test_the_proxy_runtime_never_imports_the_blocking_client() -> None:
-    # Only the producer-side partitioner and the dev cluster (and tests, benchmarks) may use it.
-    allowed = {ROOT / "proxy" / "partitioner.py", ROOT / "proxy" / "blocking_client.py"}
+    # Only the producer-side partitioner, the dev cluster and the one-shot connection check of
+    # `check-config --connect` (and tests, benchmarks) may use it.
+    allowed = {ROOT / "proxy" / "partitioner.py", ROOT / "proxy" / "blocking_client.py", ROOT / "proxy" / "preflight.py"}
     offenders = []
     for path in sorted((ROOT / "proxy").rglob("*.py")):
         if path in allowed or "devcluster" in path.parts:

@@ -1,0 +1,279 @@
+"""`check-config --connect`: the control connection's way into the cluster, checked one step at a time.
+
+Each step is one line through `say`: ``ok   <step>: <what>``, ``FAIL <step>: <what went wrong, what to
+do>``, ``skip <step>: <why>`` or ``note <step>: <what to know>``. The steps are the control connection's
+own: a bootstrap server over TCP, TLS with the [upstream_tls] settings, ApiVersions, the SASL login of
+[control_sasl], Metadata, every broker's advertised address, then one topic's DescribeConfigs (the
+DESCRIBE_CONFIGS permission KIP-637 needs). It uses the proxy's own pieces (the upstream TLS context,
+the blocking client, the SASL exchange, the control connection's request versions), not a second client.
+No line carries a secret: the SASL password is never formatted, and any line that would contain it is
+masked before it is said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import ssl
+from collections.abc import Callable
+
+from insync_proxy.protocol import (
+    ApiKey,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    ErrorCode,
+    MetadataRequest,
+    MetadataResponse,
+)
+from insync_proxy.protocol.messages import DescribeConfigsResource
+from insync_proxy.proxy.blocking_client import BlockingKafkaClient, ConnectionClosed, KafkaClientError
+from insync_proxy.proxy.config import ProxyConfig, SaslConfig
+from insync_proxy.proxy.control import DESCRIBE_CONFIGS_VERSION, METADATA_VERSION, TOPIC_RESOURCE
+from insync_proxy.proxy.min_insync import CONFIG_KEY
+from insync_proxy.proxy.sasl import SaslError, authenticate
+from insync_proxy.proxy.server import client_ssl_context
+
+__all__ = ["check_connection", "sasl_login"]
+
+Say = Callable[[str], None]
+CLIENT_ID = "insync-proxy-check"
+
+
+def sasl_login(client: BlockingKafkaClient, sasl: SaslConfig) -> None:
+    """Log `client`'s connection in with the proxy's own SASL exchange (proxy/sasl.py); SaslError if refused."""
+
+    async def request(api_key: int, version: int, body: bytes) -> bytes:
+        return client.request_raw(api_key, version, body)
+
+    asyncio.run(authenticate(request, sasl))
+
+
+def _name(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+class _Steps:
+    """Says each step's line (secrets masked) and remembers whether any failed."""
+
+    def __init__(self, say: Say, secrets: list[str]) -> None:
+        self._say = say
+        self._secrets = [s for s in secrets if s]
+        self.failed = False
+
+    def _line(self, status: str, step: str, text: str) -> None:
+        line = f"{status:<4} {step}: {text}"
+        for secret in self._secrets:
+            line = line.replace(secret, "***")
+        self._say(line)
+
+    def ok(self, step: str, text: str) -> None:
+        self._line("ok", step, text)
+
+    def fail(self, step: str, text: str) -> bool:
+        self.failed = True
+        self._line("FAIL", step, text)
+        return False
+
+    def skip(self, step: str, text: str) -> None:
+        self._line("skip", step, text)
+
+    def note(self, step: str, text: str) -> None:
+        self._line("note", step, text)
+
+
+def _tls_hint(exc: BaseException) -> str:
+    """What a TLS failure most likely means, in the settings' words."""
+    text = str(exc).lower()
+    if "certificate verify failed" in text or "self-signed" in text or "unable to get local issuer" in text:
+        if "hostname" in text or "ip address mismatch" in text:
+            return ("the broker's certificate does not name this host: use the name it was issued for in "
+                    "bootstrap_servers (upstream_tls.check_hostname = false turns the check off: not in production)")
+        return "the broker's certificate is not trusted: set upstream_tls.ca_file to the CA that issued it"
+    if any(word in text for word in ("certificate required", "bad certificate", "unknown ca", "certificate unknown",
+                                     "handshake failure", "access denied")):
+        return ("the broker refused the proxy's certificate: set upstream_tls.cert_file and key_file, issued by a CA "
+                "in the broker's truststore (ssl.client.auth=required)")
+    if "wrong version number" in text or "record layer failure" in text or "packet length too long" in text:
+        return "the port does not speak TLS: a PLAINTEXT or SASL_PLAINTEXT listener? (upstream_tls.enabled = false)"
+    return "check [upstream_tls] and the broker's SSL listener"
+
+
+def _is_tls_error(exc: BaseException) -> bool:
+    return isinstance(exc, ssl.SSLError) or isinstance(exc.__cause__, ssl.SSLError)
+
+
+def _tls_record(exc: BaseException) -> bool:
+    """A "frame size" that is a TLS record header (alert 0x15 or handshake 0x16, version 3.x): a TLS port."""
+    match = re.search(r"frame size of (-?\d+) bytes", str(exc))
+    return match is not None and (int(match.group(1)) >> 16) in (0x1503, 0x1603)
+
+
+def _principal(config: ProxyConfig) -> str:
+    if config.control_sasl.mechanism:
+        return f"User:{config.control_sasl.username}"
+    if config.upstream_tls.enabled and config.upstream_tls.cert_file:
+        return "the principal of upstream_tls.cert_file (by default User:<its subject, e.g. CN=insync-proxy>)"
+    return "User:ANONYMOUS (no SASL, no client certificate)"
+
+
+def check_connection(config: ProxyConfig, say: Say, *, topic: str | None = None) -> bool:
+    """Connect as the control connection would and say each step on one line; True when every step passed.
+
+    `topic`: the topic whose DescribeConfigs is checked (default: [audit] kafka_topic when the cluster has
+    it, else the first topic Metadata shows).
+    """
+    steps = _Steps(say, [config.control_sasl.password or ""])
+    try:
+        return _check(config, steps, topic)
+    except Exception as exc:  # a check reports, it never ends in a traceback
+        return steps.fail("check", f"stopped by an unexpected {type(exc).__name__}: {exc}")
+
+
+def _check(config: ProxyConfig, steps: _Steps, topic: str | None) -> bool:
+    timeout = config.connect_timeout_seconds
+    addresses = config.upstream_addresses()
+
+    # 1. TCP to a bootstrap server, in the configured order (as the control connection tries them).
+    reached: tuple[str, int] | None = None
+    errors = []
+    for address in addresses:
+        try:
+            with socket.create_connection(address, timeout=timeout):
+                reached = address
+                break
+        except OSError as exc:
+            errors.append(f"{_name(address)}: {exc.strerror or exc}")
+    if reached is None:
+        return steps.fail("tcp", "no bootstrap server reachable (" + "; ".join(errors) + "): check bootstrap_servers, "
+                          "the brokers' listeners and the network between")
+    steps.ok("tcp", f"connected to {_name(reached)}" + (f" (not reachable: {'; '.join(errors)})" if errors else ""))
+
+    # 2. TLS, proven by an ApiVersions round trip (under TLS 1.3 a refused client certificate shows only then).
+    try:
+        context = client_ssl_context(config.upstream_tls)
+    except (OSError, ValueError) as exc:
+        return steps.fail("tls", f"cannot load the [upstream_tls] files: {exc}")
+    try:
+        client = BlockingKafkaClient(reached[0], reached[1], timeout=timeout, client_id=CLIENT_ID, ssl_context=context)
+    except KafkaClientError as exc:
+        cause = exc.__cause__ or exc
+        return steps.fail("tls", f"handshake with {_name(reached)} failed: {cause}; {_tls_hint(cause)}")
+    with client:
+        try:
+            versions = client.api_versions()
+        except KafkaClientError as exc:
+            if context is not None and _is_tls_error(exc):
+                cause = exc.__cause__ or exc
+                return steps.fail("tls", f"{_name(reached)} ended the TLS session: {cause}; {_tls_hint(cause)}")
+            if context is None and (isinstance(exc, ConnectionClosed) or _tls_record(exc)):
+                return steps.fail("api_versions", f"{exc}: {_name(reached)} is a TLS listener (SSL or SASL_SSL): set "
+                                  "[upstream_tls] enabled = true and ca_file")
+            return steps.fail("api_versions", f"{exc}")
+        if context is not None:
+            tls = client.sock
+            assert isinstance(tls, ssl.SSLSocket)
+            subject = dict(item[0] for item in (tls.getpeercert() or {}).get("subject", ()))  # type: ignore[misc]
+            steps.ok("tls", f"handshake with {_name(reached)} ({tls.version()}), broker certificate "
+                     f"CN={subject.get('commonName', '?')} verified"
+                     + (" and its host name checked" if config.upstream_tls.check_hostname else ", host name NOT checked")
+                     + (", the proxy's certificate presented" if config.upstream_tls.cert_file else ""))
+        else:
+            steps.skip("tls", "upstream_tls is off: plaintext to the brokers")
+        missing = [ApiKey(k).name for k in (ApiKey.METADATA, ApiKey.DESCRIBE_CONFIGS) if k not in versions]
+        if missing:
+            return steps.fail("api_versions", f"{_name(reached)} does not offer {', '.join(missing)}")
+        metadata_version = client.highest_common_version(ApiKey.METADATA, (1, METADATA_VERSION), versions)
+        configs_version = client.highest_common_version(ApiKey.DESCRIBE_CONFIGS, (1, DESCRIBE_CONFIGS_VERSION),
+                                                        versions)
+        steps.ok("api_versions", f"{len(versions)} APIs; the control connection will use Metadata v{metadata_version}, "
+                 f"DescribeConfigs v{configs_version}")
+
+        # 3. SASL login of the control connection.
+        sasl = config.control_sasl
+        if sasl.mechanism:
+            try:
+                sasl_login(client, sasl)
+            except SaslError as exc:
+                if exc.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED:
+                    return steps.fail("sasl", f"{sasl.mechanism} authentication failed for user {sasl.username!r}: "
+                                      f"wrong password or unknown user (broker: {exc}); check [control_sasl] "
+                                      "username and its password")
+                return steps.fail("sasl", f"{sasl.mechanism} login as {sasl.username!r} failed: {exc}")
+            except KafkaClientError as exc:
+                return steps.fail("sasl", f"{sasl.mechanism} login as {sasl.username!r} failed: {exc} (is "
+                                  f"{_name(reached)} a SASL_SSL or SASL_PLAINTEXT listener?)")
+            steps.ok("sasl", f"{sasl.mechanism} login as {sasl.username!r}")
+        else:
+            steps.skip("sasl", "no [control_sasl] mechanism: the control connection does not log in")
+
+        # 4. Metadata: the brokers and the topics the proxy's principal may see.
+        try:
+            metadata = client.request(MetadataRequest(topics=None, allow_auto_topic_creation=False),
+                                      metadata_version, MetadataResponse)
+        except KafkaClientError as exc:
+            hint = " (the listener wants a login: set [control_sasl])" if isinstance(exc, ConnectionClosed) \
+                and not sasl.mechanism else ""
+            return steps.fail("metadata", f"{exc}{hint}")
+        visible = sorted((t.name or "" for t in metadata.topics if t.error_code == 0), key=lambda n: (n.startswith("_"), n))
+        brokers = sorted(metadata.brokers, key=lambda b: b.node_id)
+        steps.ok("metadata", f"cluster {metadata.cluster_id}, {len(brokers)} broker(s) "
+                 f"({', '.join(f'{b.node_id} at {b.host}:{b.port}' for b in brokers[:5])}"
+                 f"{', ...' if len(brokers) > 5 else ''}), controller "
+                 f"{metadata.controller_id}, {len(visible)} topic(s) visible to the proxy's principal"
+                 + ("" if visible else " (an empty cluster, or no DESCRIBE on topics)"))
+
+        # 5. DescribeConfigs of one topic: the permission KIP-637's min_insync_replicas needs.
+        chosen = topic or (config.audit.kafka_topic if config.audit.kafka_topic in visible else None) \
+            or (visible[0] if visible else None)
+        if chosen is None:
+            steps.skip("describe_configs", "no topic to ask about: DESCRIBE_CONFIGS on topics is not checked")
+        else:
+            request = DescribeConfigsRequest(resources=(DescribeConfigsResource(
+                resource_type=TOPIC_RESOURCE, resource_name=chosen, configuration_keys=(CONFIG_KEY,)),))
+            try:
+                described = client.request(request, configs_version, DescribeConfigsResponse)
+            except KafkaClientError as exc:
+                steps.fail("describe_configs", f"topic {chosen!r}: {exc}")
+            else:
+                result = described.results[0] if described.results else None
+                if result is None:
+                    steps.fail("describe_configs", f"topic {chosen!r}: the broker answered no result")
+                elif result.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    steps.fail("describe_configs", f"topic {chosen!r}: TOPIC_AUTHORIZATION_FAILED: {_principal(config)} "
+                               "lacks DESCRIBE_CONFIGS on topics: Metadata would go out without min_insync_replicas "
+                               "(KIP-637) and acks=-2 would be forwarded as -1 (grant DESCRIBE_CONFIGS on the topics)")
+                elif result.error_code != 0:
+                    steps.fail("describe_configs", f"topic {chosen!r}: {_error_name(result.error_code)}"
+                               + (f": {result.error_message}" if result.error_message else ""))
+                else:
+                    value = next((c.value for c in result.configs if c.name == CONFIG_KEY), None)
+                    steps.ok("describe_configs", f"topic {chosen!r}: {CONFIG_KEY} = {value}")
+
+    # 6. Every broker at its advertised address: client connections of the proxy go there.
+    unreachable = []
+    for broker in brokers:
+        try:
+            with BlockingKafkaClient(broker.host, broker.port, timeout=timeout, client_id=CLIENT_ID, ssl_context=context):
+                pass
+        except KafkaClientError as exc:
+            unreachable.append(f"broker {broker.node_id} at {broker.host}:{broker.port}: {exc.__cause__ or exc}")
+    if unreachable:
+        steps.fail("brokers", "; ".join(unreachable) + ": the proxy connects clients to the brokers' advertised "
+                   "addresses (advertised.listeners of the listener in bootstrap_servers)")
+    else:
+        steps.ok("brokers", f"{len(brokers)} of {len(brokers)} reachable at their advertised addresses"
+                 + (" (TLS)" if context is not None else ""))
+
+    needs = "DESCRIBE on topics (Metadata) and DESCRIBE_CONFIGS on topics (KIP-637)"
+    if config.audit.kafka_topic:
+        needs += f", WRITE and DESCRIBE on topic {config.audit.kafka_topic!r} ([audit] kafka_topic)"
+    steps.note("acls", f"the proxy's own principal, {_principal(config)}, needs {needs}")
+    return not steps.failed

@@ -1,0 +1,145 @@
+"""A refused login of the proxy's own connection, and a missing DESCRIBE_CONFIGS: each counted, said once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from dataclasses import dataclass
+
+import pytest
+
+from insync_proxy.protocol import (
+    ApiKey,
+    ApiVersionsResponse,
+    DescribeConfigsResponse,
+    MetadataResponse,
+    SaslAuthenticateResponse,
+    SaslHandshakeResponse,
+    decode_request_header,
+    encode_response,
+)
+from insync_proxy.protocol.messages import ApiVersion, DescribeConfigsResult, MetadataResponseBroker
+from insync_proxy.proxy.background import report_failure
+from insync_proxy.proxy.control import AuthenticationFailed, ControlConnection
+from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.min_insync import MinInsyncCache
+
+VERSIONS = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 11), ApiKey.SASL_HANDSHAKE: (0, 1),
+            ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.DESCRIBE_CONFIGS: (0, 4)}
+PASSWORD = "the-right-password"
+
+
+@dataclass
+class Login:
+    mechanism: str = "PLAIN"
+    username: str = "insync-proxy"
+    password: str = "a-wrong-password"
+
+
+class PlainBroker:
+    """Answers ApiVersions, SaslHandshake, SaslAuthenticate (PLAIN: PASSWORD only) and Metadata."""
+
+    def __init__(self, refusal: str = "Authentication failed: Invalid username or password") -> None:
+        self.server: asyncio.Server | None = None
+        self.refusal = refusal
+
+    async def start(self) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return ("127.0.0.1", self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                frame = await reader.readexactly(struct.unpack(">i", await reader.readexactly(4))[0])
+                header, offset = decode_request_header(frame)
+                key, version = header.request_api_key, header.request_api_version
+                head = struct.pack(">i", header.correlation_id)
+                if key == ApiKey.API_VERSIONS:
+                    body = encode_response(ApiVersionsResponse(api_keys=tuple(
+                        ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in VERSIONS.items()
+                    )), min(version, 3))
+                elif key == ApiKey.SASL_HANDSHAKE:
+                    body = encode_response(SaslHandshakeResponse(mechanisms=("PLAIN",)), version)
+                elif key == ApiKey.SASL_AUTHENTICATE:
+                    ok = bytes(frame[offset:]).endswith(PASSWORD.encode())
+                    body = encode_response(SaslAuthenticateResponse(
+                        error_code=0 if ok else 58, error_message=None if ok else self.refusal), version)
+                else:
+                    body = encode_response(MetadataResponse(brokers=(MetadataResponseBroker(
+                        node_id=1, host="127.0.0.1", port=1),)), version)
+                    head += b"\0" if version >= 9 else b""
+                writer.write(struct.pack(">i", len(head) + len(body)) + head + body)
+                if key == ApiKey.SASL_AUTHENTICATE and not ok:
+                    await writer.drain()
+                    writer.close()  # as Kafka does after a failed authentication
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    def close(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+async def test_a_refused_login_is_counted_every_time_and_said_once_until_a_login_succeeds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a broker and a control connection whose password is wrong
+    caplog.set_level(logging.DEBUG)
+    broker = PlainBroker()
+    address = await broker.start()
+    metrics = ProxyMetrics()
+    login = Login(username="refused-once")
+    control = ControlConnection([address], sasl=login, request_timeout=2, metrics=metrics)
+    try:
+        # When it tries three times (three refreshes), and each failure is reported as a background failure
+        for _ in range(3):
+            with pytest.raises(AuthenticationFailed) as refused:
+                await control.metadata(None)
+            report_failure(metrics, "metadata_refresh", "the proxy's periodic full Metadata", refused.value)
+        # Then every refusal is counted, and one WARNING says what failed, for whom, and what to check
+        assert metrics.control_authentication_failures_total.labels("PLAIN")._value.get() == 3
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1, warnings
+        assert "SASL PLAIN login as 'refused-once'" in warnings[0]
+        assert "wrong password or unknown user" in warnings[0]
+        assert "INSYNC_PROXY_CONTROL_SASL_PASSWORD" in warnings[0]
+        assert all(login.password not in r.getMessage() for r in caplog.records)
+        # When the password is fixed, a login succeeds (said at INFO); a later refusal is said again
+        login.password = PASSWORD
+        await control.close()
+        await control.metadata(None)
+        assert any("succeeds again" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+        login.password = "wrong-again"
+        await control.close()
+        with pytest.raises(AuthenticationFailed):
+            await control.metadata(None)
+        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 2
+    finally:
+        await control.close()
+        broker.close()
+
+
+class _Unauthorized:
+    """A control connection whose principal may not DESCRIBE_CONFIGS any topic."""
+
+    async def describe_topic_configs(self, topics: list[str], keys: list[str]) -> DescribeConfigsResponse:
+        return DescribeConfigsResponse(results=tuple(
+            DescribeConfigsResult(error_code=29, resource_type=2, resource_name=t) for t in topics))
+
+
+async def test_a_principal_without_describe_configs_is_one_warning_for_many_topics_and_refreshes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    metrics = ProxyMetrics()
+    cache = MinInsyncCache(_Unauthorized(), metrics, ttl_seconds=0)  # type: ignore[arg-type]  # never fresh
+    # When topics are fetched three times (TTL 0: every fetch asks the broker again)
+    for _ in range(3):
+        await cache.fetch(["a", "b", "c"])
+    # Then nothing is cached as a value, each unauthorized answer is counted, and one WARNING names the permission
+    assert cache.peek("a") is None
+    assert metrics.min_insync_unauthorized_total._value.get() == 9
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "DESCRIBE_CONFIGS" in warnings[0], warnings
