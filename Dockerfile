@@ -16,21 +16,29 @@ ARG COMPILE=1
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # A C compiler for mypyc; only in this stage. Debian's current gcc for the base image (no pin: the
-# builder's toolchain is not part of the image).
+# builder's toolchain is not part of the image). Python's headers come with the official python images;
+# on a base made from Debian's packages (scripts/build-image) they are python3-dev's.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && if ! python -c 'import os, sys, sysconfig; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then \
+         apt-get install -y --no-install-recommends python3-dev; \
+       fi \
     && rm -rf /var/lib/apt/lists/*
 # The build tools, pinned: --no-build-isolation below builds with these.
 RUN pip install mypy==2.4.1 setuptools==84.2.1 wheel==0.48.0
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
-COPY protocol ./protocol
-COPY proxy ./proxy
-COPY pipeline ./pipeline
-COPY insync_proxy ./insync_proxy
+# The runtime dependencies first (their own layer, rebuilt only when pyproject.toml changes): wheels for
+# the runtime stage, and installed here because mypyc type-checks the modules that import them.
+COPY pyproject.toml ./
+RUN python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+        > /tmp/requirements.txt \
+    && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt \
+    && pip install --no-index --find-links=/wheels -r /tmp/requirements.txt
+# The source: the whole build context, which .dockerignore filters down to the package and its build files.
+COPY . .
 # One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels).
-RUN INSYNC_PROXY_COMPILE=${COMPILE} pip wheel --no-build-isolation --wheel-dir /wheels .
+RUN INSYNC_PROXY_COMPILE=${COMPILE} pip wheel --no-build-isolation --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG VERSION=0.1.0
