@@ -2,7 +2,11 @@
 # insync-proxy container image: a Kafka wire-protocol sidecar (see docs/operations.md).
 #
 #   docker build -t insync-proxy:0.1.0 .
-#   docker run --rm -e INSYNC_PROXY_BOOTSTRAP_SERVERS=kafka-1:9092 -p 9092:9092 -p 9190:9190 insync-proxy:0.1.0
+#   docker run --rm -e INSYNC_PROXY_BOOTSTRAP_SERVERS=kafka-1:9092 -p 9092:9092 -p 9101-9103:9101-9103 -p 9190:9190 insync-proxy:0.1.0
+#
+# Publish every broker's port, not only the bootstrap port: clients learn each broker as
+# advertised_host:9100 + its node id (here brokers 1-3) and connect there next.
+# Without Docker or a registry (podman, a base made from Debian's packages): ./scripts/build-image.
 #
 # Stage 1 builds the project's wheel plus wheels of its runtime dependencies (uvloop, prometheus-client);
 # stage 2 installs only those wheels, offline, into a slim image that runs as a non-root user.
