@@ -4,8 +4,9 @@
 Where no Docker engine or image registry is reachable (this project's machines), the build runs with
 podman on a Python base made from Debian's packages (scripts/build-image). `podman run` cannot run it
 here (its runtime lacks the cgroup and rlimit rights of this sandbox), so the image's filesystem is
-mounted (`podman create` + `podman mount`) and its ENTRYPOINT and CMD run in it with chroot, as uid/gid
-10001 and with the image's ENV and WORKDIR: what `docker run` would run. The network is the host's, so
+mounted (`podman create` + `podman mount`) and its ENTRYPOINT and CMD run in it as `chroot
+--userspec=10001:10001` would (done in the child before exec, see ImageProxy._enter), with only the
+image's ENV, in its WORKDIR: what `docker run` would run. The network is the host's, so
 the proxy reaches the test cluster on loopback and the test reaches the proxy there.
 
 The image is built once per test session (podman's layer cache makes a rebuild after a source change
@@ -146,14 +147,23 @@ class ImageProxy:
             **extra,
         }
 
-    def argv(self, command: Sequence[str], **env: str) -> list[str]:
-        """`command` run in the image as the image's USER, with only the image's ENV, in its WORKDIR."""
+    def _enter(self) -> None:
+        """In the child, before exec: what `chroot --userspec=10001:10001 ROOT` does, then cd WORKDIR, and
+        the parent-death signal set after the uid change (a change of credentials clears it), so the proxy
+        dies with the test process even if that is killed."""
+        os.chroot(self.root)
+        os.chdir(self.image.config.get("WorkingDir") or "/")
+        os.setgroups([])
+        os.setgid(int(UID))
+        os.setuid(int(UID))
+        _die_with_parent()
+
+    def _popen_args(self, **env: str) -> dict[str, Any]:
+        """Run as the image's USER, with only the image's ENV (the executable found on the image's PATH,
+        inside the chroot), in its WORKDIR."""
         user = self.image.config.get("User") or ""
         assert user.split(":")[0] == UID, f"the image runs as {user!r}, not uid {UID}"
-        workdir = self.image.config.get("WorkingDir") or "/"
-        variables = [f"{k}={v}" for k, v in self.environment(**env).items()]
-        return ["chroot", f"--userspec={UID}:{UID}", str(self.root),
-                "/usr/bin/env", "-i", "-C", workdir, *variables, *command]
+        return {"env": self.environment(**env), "preexec_fn": self._enter, "stdin": subprocess.DEVNULL}
 
     def start(self) -> None:
         """ENTRYPOINT + CMD, plus the free ports this machine has for the listener (other tests run too)."""
@@ -161,14 +171,11 @@ class ImageProxy:
                    "--bootstrap-port", str(self.bootstrap_port), "--broker-port-base", str(self.broker_port_base)]
         with self.log_file.open("ab") as log:
             # the debug scan of every response for a real broker address (counted in address_leaks_total)
-            argv = self.argv(command, INSYNC_PROXY_DEBUG_ADDRESS_LEAK_CHECK="true")
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                            **self._popen_args(INSYNC_PROXY_DEBUG_ADDRESS_LEAK_CHECK="true"))
 
     def run(self, command: Sequence[str], timeout: float = 30.0, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(command, **env), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(list(command), capture_output=True, text=True, timeout=timeout, **self._popen_args(**env))
 
     @property
     def admin_url(self) -> str:
