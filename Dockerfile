@@ -41,8 +41,10 @@ RUN python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))
     && pip install --no-index --find-links=/wheels -r /tmp/requirements.txt
 # The source: the whole build context, which .dockerignore filters down to the package and its build files.
 COPY . .
-# One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels).
-RUN INSYNC_PROXY_COMPILE=${COMPILE} pip wheel --no-build-isolation --no-deps --wheel-dir /wheels .
+# One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels),
+# and the wheels' checksums, which the runtime stage copies (below).
+RUN INSYNC_PROXY_COMPILE=${COMPILE} pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+    && sha256sum /wheels/*.whl > /wheels/SHA256SUMS
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG VERSION=0.1.0
@@ -63,9 +65,14 @@ RUN groupadd --system --gid 10001 insync \
     && chown -R 10001:10001 /var/lib/insync-proxy
 
 # Install from the builder's wheels only (no index): the image holds exactly what was built, and the
-# wheels never land in a layer of their own. The import check fails the build if uvloop is missing.
+# wheels never land in a layer of their own. Their checksums are copied first: a layer cache that keys a
+# RUN --mount by its command alone (podman/buildah) would otherwise reinstall old wheels after a source
+# change; a changed checksum file invalidates the install. The import check fails the build if uvloop
+# is missing.
+COPY --from=builder /wheels/SHA256SUMS /usr/local/share/insync-proxy/wheels.sha256
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl \
+    sha256sum --check --quiet /usr/local/share/insync-proxy/wheels.sha256 \
+    && pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl \
     && python -c "import uvloop, prometheus_client, insync_proxy.proxy as p; print('insync-proxy', p.__version__)" \
     && python -m insync_proxy.proxy.compiled
 

@@ -283,6 +283,27 @@ def test_image_entrypoint_as_uid_10001_produces_through_the_compiled_build(
     assert "data path: compiled with mypyc" in image_proxy.log_text(), image_proxy.log_tail()
 
 
+def test_image_holds_the_source_under_test(built_image: BuiltImage) -> None:
+    """Every Python file of the installed package in the image is the one this test run imports: the
+    image is not a stale build (e.g. a layer cache that reused an older install)."""
+    import insync_proxy
+
+    source = Path(insync_proxy.__file__).parent
+    image = ImageProxy(built_image, bootstrap_servers="")
+    try:
+        image.mount()
+        installed = sorted(image.root.glob("usr/local/lib/python3*/site-packages/insync_proxy"))
+        assert len(installed) == 1, installed
+        files = list(installed[0].rglob("*.py"))
+        assert len(files) > 50, files
+        differ = [str(f.relative_to(installed[0])) for f in files
+                  if not (source / f.relative_to(installed[0])).is_file()
+                  or f.read_bytes() != (source / f.relative_to(installed[0])).read_bytes()]
+        assert differ == [], f"the image's package is not the source under test: {differ[:10]}"
+    finally:
+        image.stop()
+
+
 def test_image_healthcheck_command_passes_against_the_running_proxy_and_fails_without_one(
     image_proxy: ImageProxy,
 ) -> None:
