@@ -221,7 +221,7 @@ class ImageProxy:
                 pass
         if self.container:
             subprocess.run(["podman", "umount", self.container], capture_output=True, timeout=60)
-            subprocess.run(["podman", "rm", "--force", self.container], capture_output=True, timeout=60)
+            subprocess.run(["podman", "rm", "--force", "--volumes", self.container], capture_output=True, timeout=60)
             self.container = ""
         return code
 
