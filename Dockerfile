@@ -2,7 +2,11 @@
 # insync-proxy container image: a Kafka wire-protocol sidecar (see docs/operations.md).
 #
 #   docker build -t insync-proxy:0.1.0 .
-#   docker run --rm -e INSYNC_PROXY_BOOTSTRAP_SERVERS=kafka-1:9092 -p 9092:9092 -p 9190:9190 insync-proxy:0.1.0
+#   docker run --rm -e INSYNC_PROXY_BOOTSTRAP_SERVERS=kafka-1:9092 -p 9092:9092 -p 9101-9103:9101-9103 -p 9190:9190 insync-proxy:0.1.0
+#
+# Publish every broker's port, not only the bootstrap port: clients learn each broker as
+# advertised_host:9100 + its node id (here brokers 1-3) and connect there next.
+# Without Docker or a registry (podman, a base made from Debian's packages): ./scripts/build-image.
 #
 # Stage 1 builds the project's wheel plus wheels of its runtime dependencies (uvloop, prometheus-client);
 # stage 2 installs only those wheels, offline, into a slim image that runs as a non-root user.
@@ -16,21 +20,31 @@ ARG COMPILE=1
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # A C compiler for mypyc; only in this stage. Debian's current gcc for the base image (no pin: the
-# builder's toolchain is not part of the image).
+# builder's toolchain is not part of the image). Python's headers come with the official python images;
+# on a base made from Debian's packages (scripts/build-image) they are python3-dev's.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && if ! python -c 'import os, sys, sysconfig; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then \
+         apt-get install -y --no-install-recommends python3-dev; \
+       fi \
     && rm -rf /var/lib/apt/lists/*
 # The build tools, pinned: --no-build-isolation below builds with these.
 RUN pip install mypy==2.4.1 setuptools==84.2.1 wheel==0.48.0
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
-COPY protocol ./protocol
-COPY proxy ./proxy
-COPY pipeline ./pipeline
-COPY insync_proxy ./insync_proxy
-# One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels).
-RUN INSYNC_PROXY_COMPILE=${COMPILE} pip wheel --no-build-isolation --wheel-dir /wheels .
+# The runtime dependencies first (their own layer, rebuilt only when pyproject.toml changes): wheels for
+# the runtime stage, and installed here because mypyc type-checks the modules that import them.
+COPY pyproject.toml ./
+RUN python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+        > /tmp/requirements.txt \
+    && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt \
+    && pip install --no-index --find-links=/wheels -r /tmp/requirements.txt
+# The source: the whole build context, which .dockerignore filters down to the package and its build files.
+COPY . .
+# One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels),
+# and the wheels' checksums, which the runtime stage copies (below).
+RUN INSYNC_PROXY_COMPILE=${COMPILE} pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+    && sha256sum /wheels/*.whl > /wheels/SHA256SUMS
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG VERSION=0.1.0
@@ -51,9 +65,14 @@ RUN groupadd --system --gid 10001 insync \
     && chown -R 10001:10001 /var/lib/insync-proxy
 
 # Install from the builder's wheels only (no index): the image holds exactly what was built, and the
-# wheels never land in a layer of their own. The import check fails the build if uvloop is missing.
+# wheels never land in a layer of their own. Their checksums are copied first: a layer cache that keys a
+# RUN --mount by its command alone (podman/buildah) would otherwise reinstall old wheels after a source
+# change; a changed checksum file invalidates the install. The import check fails the build if uvloop
+# is missing.
+COPY --from=builder /wheels/SHA256SUMS /usr/local/share/insync-proxy/wheels.sha256
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl \
+    sha256sum --check --quiet /usr/local/share/insync-proxy/wheels.sha256 \
+    && pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl \
     && python -c "import uvloop, prometheus_client, insync_proxy.proxy as p; print('insync-proxy', p.__version__)" \
     && python -m insync_proxy.proxy.compiled
 

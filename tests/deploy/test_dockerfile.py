@@ -60,13 +60,52 @@ def test_image_is_multi_stage_slim_non_root_with_healthcheck_and_proxy_command()
         assert port in exposed.split(), f"EXPOSE lacks {port}"
 
 
+def _published_ports(command: str) -> set[int]:
+    """Host ports a `docker run` command line publishes with -p (single ports and ranges)."""
+    ports: set[int] = set()
+    for spec in re.findall(r"(?:-p|--publish)[ =](\S+)", command):
+        host = spec.split(":")[-2] if spec.count(":") >= 1 else spec
+        first, _, last = host.partition("-")
+        ports.update(range(int(first), int(last or first) + 1))
+    return ports
+
+
+def test_docker_run_examples_publish_the_bootstrap_admin_and_broker_ports() -> None:
+    """Clients learn each broker as advertised_host:9100 + node id from Metadata: an example that
+    publishes only 9092 and 9190 leaves them unable to produce."""
+    examples = [
+        (path.name, line)
+        for path in (DOCKERFILE, REPO / "README.md", REPO / "docs" / "operations.md")
+        for line in path.read_text().splitlines()
+        if "docker run " in line
+    ]
+    assert examples
+    for where, line in examples:
+        ports = _published_ports(line)
+        assert {9092, 9190} <= ports, f"{where}: {line.strip()}"
+        assert {9101, 9102, 9103} <= ports, f"{where}: publish every broker port (9100 + node id): {line.strip()}"
+
+
+def _build_inputs() -> set[str]:
+    """What `pip wheel .` needs from the context: the build files, the readme, and every top-level package."""
+    readme = tomllib.loads((REPO / "pyproject.toml").read_text())["project"].get("readme", "README.md")
+    packages = {d.name for d in REPO.iterdir() if (d / "__init__.py").is_file() and d.name not in ("tests", "benchmarks")}
+    return {"pyproject.toml", "setup.py", "LICENSE", readme, *packages}
+
+
 def test_dockerignore_keeps_everything_the_dockerfile_copies() -> None:
+    """Each COPY source is in .dockerignore's allow-list; `COPY . .` (the whole filtered context) needs
+    every input of the wheel build there."""
     ignore = (REPO / ".dockerignore").read_text().splitlines()
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     for word, rest in _instructions():
         if word == "COPY" and "--from" not in rest:
             sources = [s for s in rest.split()[:-1] if not s.startswith("--")]
             for source in sources:
+                if source == ".":
+                    missing = _build_inputs() - allowed
+                    assert not missing, f"COPY . .: .dockerignore leaves out {sorted(missing)}"
+                    continue
                 assert any(source == a or source.startswith(a + "/") for a in allowed), (
                     f"COPY {source}: excluded from the build context by .dockerignore"
                 )

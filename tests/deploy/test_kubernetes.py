@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from insync_proxy.proxy.config import load_config
+from insync_proxy.proxy.config import ProxyConfig, load_config
 from tests.deploy.tools import DEPLOY
 
 KUBERNETES = DEPLOY / "kubernetes"
@@ -162,15 +162,20 @@ def test_sasl_password_and_tls_files_come_from_the_example_secrets() -> None:
         assert directory == mounts["insync-proxy-tls"] and filename in tls_secret["stringData"], attr
 
 
-def test_configmap_config_loads_and_matches_the_mounts(tmp_path: Path) -> None:
-    """The ConfigMap's config.toml is a valid proxy configuration (TLS files stood in by temp files),
-    binds all interfaces, advertises localhost, and writes audit files into the mounted volume."""
+def _configmap_config(tmp_path: Path) -> ProxyConfig:
+    """The ConfigMap's config.toml loaded (TLS files stood in by temp files, the password from the env)."""
     raw = _config_toml()
     for name in ("ca.crt", "tls.crt", "tls.key"):
         (tmp_path / name).write_text("placeholder\n")
     path = tmp_path / "config.toml"
     path.write_text(raw.replace("/etc/insync-proxy/tls/", f"{tmp_path}/"))
-    config = load_config(str(path), env={"INSYNC_PROXY_CONTROL_SASL_PASSWORD": "secret"})
+    return load_config(str(path), env={"INSYNC_PROXY_CONTROL_SASL_PASSWORD": "secret"})
+
+
+def test_configmap_config_loads_and_matches_the_mounts(tmp_path: Path) -> None:
+    """The ConfigMap's config.toml is a valid proxy configuration (TLS files stood in by temp files),
+    binds all interfaces, advertises localhost, and writes audit files into the mounted volume."""
+    config = _configmap_config(tmp_path)
     assert (config.bind_host, config.admin_host, config.advertised_host) == (
         "0.0.0.0",
         "0.0.0.0",
@@ -182,3 +187,17 @@ def test_configmap_config_loads_and_matches_the_mounts(tmp_path: Path) -> None:
     producer = _one("Deployment")["spec"]["template"]["spec"]["containers"][0]
     bootstrap = next(e["value"] for e in producer["env"] if e["name"] == "KAFKA_BOOTSTRAP_SERVERS")
     assert bootstrap == f"{config.advertised_host}:{config.listeners[0].bootstrap_port}"
+
+
+def test_producer_uses_an_acks_value_its_client_accepts_and_gets_acks_minus_two_from_the_proxy(
+    tmp_path: Path,
+) -> None:
+    """The Java client refuses acks=-2 at start (so do librdkafka and aiokafka): the example producer
+    sends acks=all, and the ConfigMap's acks policy for its topics gives it acks=-2 semantics (the ISR
+    precheck for acks=-1: fast_fail; acks=1 raised to -2: acks_floor)."""
+    producer = _one("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    acks = {e["name"]: e.get("value") for e in producer["env"]}.get("KAFKA_ACKS")
+    assert acks in ("all", "-1"), f"KAFKA_ACKS={acks!r}: the Java client accepts all, -1, 0 and 1 only"
+    config = _configmap_config(tmp_path)
+    policy = config.policy_for("orders")
+    assert policy is not None and policy.fast_fail and policy.acks_floor == -2, policy

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,6 +75,51 @@ def test_every_alert_has_severity_and_runbook_annotations_linked_to_operations_d
         assert not missing, f"{name}: missing annotations {missing}"
         anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
         assert anchor in anchors, f"{name}: runbook_url anchor #{anchor} has no heading in docs/operations.md"
+
+
+SET_RUNBOOK_URL = PROMETHEUS_DIR / "set-runbook-url"
+RUNBOOK_URL_LINE = re.compile(r'runbook_url:\s*"([^"]*)"')
+
+
+def test_every_runbook_url_is_absolute_and_points_at_one_document() -> None:
+    """Alertmanager links runbook_url only when it is absolute; set-runbook-url changes them all at once."""
+    urls = [rule["annotations"]["runbook_url"] for rule in _alert_rules()]
+    for url in urls:
+        parts = urllib.parse.urlsplit(url)
+        assert parts.scheme == "https" and parts.netloc and parts.fragment, f"runbook_url {url!r} is not absolute"
+    documents = {url.split("#", 1)[0] for url in urls}
+    assert len(documents) == 1 and next(iter(documents)).endswith("/docs/operations.md"), documents
+    expected = {url for url in RUNBOOK_URL_LINE.findall((PROMETHEUS_DIR / "alerts_test.yml").read_text())}
+    assert expected <= set(urls), f"alerts_test.yml expects other runbook URLs: {sorted(expected - set(urls))}"
+
+
+def test_set_runbook_url_rewrites_the_rules_and_their_unit_tests(tmp_path: Path) -> None:
+    """Given copies of alerts.yml and alerts_test.yml, when set-runbook-url points them at another
+    document, then every runbook_url there is that document with its anchor kept, and (with promtool)
+    the unit tests still pass; a relative or fragment URL is refused with exit 2."""
+    for name in ("alerts.yml", "alerts_test.yml"):
+        shutil.copy(PROMETHEUS_DIR / name, tmp_path / name)
+    files = [str(tmp_path / "alerts.yml"), str(tmp_path / "alerts_test.yml")]
+    document = "https://git.example.com/platform/insync-proxy/blob/main/docs/operations.md"
+    before = RUNBOOK_URL_LINE.findall(ALERTS.read_text())
+
+    result = subprocess.run([sys.executable, str(SET_RUNBOOK_URL), document, *files],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    after = RUNBOOK_URL_LINE.findall((tmp_path / "alerts.yml").read_text())
+    assert after == [document + "#" + url.split("#", 1)[1] for url in before]
+    assert all(u.startswith(document + "#") for u in RUNBOOK_URL_LINE.findall((tmp_path / "alerts_test.yml").read_text()))
+    for bad in ("docs/operations.md", "https://docs.example.com/ops.md#x"):
+        refused = subprocess.run([sys.executable, str(SET_RUNBOOK_URL), bad, *files],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "absolute" in refused.stderr, refused.stderr
+    promtool, reason = find_tool("promtool")
+    if promtool is None:
+        print(f"SKIP promtool part: {reason}")
+        return
+    tested = subprocess.run([promtool, "test", "rules", "alerts_test.yml"], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
 def test_alerts_use_only_metrics_the_proxy_exports() -> None:
