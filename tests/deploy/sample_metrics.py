@@ -74,6 +74,21 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
     m.audit_events_dropped_total.labels("queue_full").inc(rng.randint(0, 1))
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Joins its request threads on close and prints no traceback for a scraper that hung up.
+
+    A request thread printing a traceback after its test ended formats it with `ast.parse` (Python 3.11's
+    caret anchors) while the main thread may be parsing too: CPython 3.11's AST state is shared between
+    threads, and the two raise "AST constructor recursion depth mismatch" (python/cpython#106905).
+    """
+
+    daemon_threads = False
+    block_on_close = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a scraper that closed its connection early (BrokenPipeError): nothing to report
+
+
 class SampleMetricsServer:
     """HTTP server on 127.0.0.1:<free port> answering /metrics; every scrape adds a round of traffic."""
 
@@ -101,7 +116,7 @@ class SampleMetricsServer:
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (base signature)
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="sample-metrics", daemon=True)
 
     @property
