@@ -13,6 +13,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from insync_proxy.proxy.broker_ports import (
+    DEFAULT_NODE_ID_RANGES,
+    BrokerPortsError,
+    ListenerPorts,
+    check_listener_ports,
+)
+
 ENV_PREFIX = "INSYNC_PROXY_"
 METADATA_SCHEMAS = ("tagged", "kip637")
 VALID_FLOORS = (-1, -2)
@@ -48,11 +55,13 @@ class SaslConfig:
 
 @dataclass(frozen=True)
 class ListenerConfig:
-    """A group of ports clients use: one bootstrap port, and one port per broker at base + node id."""
+    """A group of ports clients use: one bootstrap port, and one port per broker from broker_port_base."""
 
     name: str = "default"
     bootstrap_port: int = 9092
     broker_port_base: int = 9100
+    #: Node ids given broker ports: "first-last" ranges or single ids, at consecutive ports from broker_port_base.
+    node_id_ranges: tuple[str, ...] = DEFAULT_NODE_ID_RANGES
     metadata_schema: str = "tagged"  # "kip637": KIP-637 literal Metadata v10 (never for real v10+ clients)
     hide_unready_partitions: bool = False
 
@@ -143,6 +152,7 @@ class ProxyConfig:
                 ports[port] = f"listener {listener.name} {what}"
             _check_port(listener.broker_port_base, f"listener {listener.name}: broker_port_base")
         _check_port(self.admin_port, "admin_port")
+        _check_broker_ports(self)
         for policy in self.acks_policies:
             try:
                 re.compile(policy.topics)
@@ -187,6 +197,15 @@ class ProxyConfig:
             if policy.matches(topic):
                 return policy
         return None
+
+
+def _check_broker_ports(config: ProxyConfig) -> None:
+    """Each listener's node_id_ranges fit the port range and collide with no other port of the proxy."""
+    try:
+        check_listener_ports([ListenerPorts(lc.name, lc.bootstrap_port, lc.broker_port_base, lc.node_id_ranges)
+                              for lc in config.listeners], config.admin_port)
+    except BrokerPortsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_port(port: int, what: str) -> None:
