@@ -129,11 +129,13 @@ class BrokerPorts:
             offset -= len(node_range)
         return None
 
+    def port_span(self) -> str:
+        """E.g. `9100-9102`."""
+        return str(self.base) if self.size == 1 else f"{self.base}-{self.last_port}"
+
     def describe(self) -> str:
         """E.g. `9100-9102 (node ids 1001-1003)`, for log lines."""
-        ids = ", ".join(str(r) for r in self.ranges)
-        ports = str(self.base) if self.size == 1 else f"{self.base}-{self.last_port}"
-        return f"{ports} (node ids {ids})"
+        return f"{self.port_span()} (node ids {', '.join(str(r) for r in self.ranges)})"
 
     def settings_text(self) -> str:
         """The ranges as the setting is written: `["1001-1003", "65001"]`."""
@@ -168,7 +170,7 @@ def check_listener_ports(listeners: Sequence[ListenerPorts], admin_port: int) ->
     singles += [(lis.bootstrap_port, f"listener {lis.name} bootstrap_port") for lis in listeners]
     for listener in listeners:
         ports = mappings[listener.name]
-        what = (f"listener {listener.name}'s broker ports {ports.describe()} (broker_port_base {ports.base}, "
+        what = (f"listener {listener.name}: broker ports {ports.port_span()} (broker_port_base {ports.base}, "
                 f"node_id_ranges {ports.settings_text()})")
         for port, name in singles:
             if port and ports.base <= port <= ports.last_port:
@@ -180,6 +182,6 @@ def check_listener_ports(listeners: Sequence[ListenerPorts], admin_port: int) ->
             theirs = mappings[other.name]
             if ports.base <= theirs.last_port and theirs.base <= ports.last_port:
                 raise BrokerPortsError(
-                    f"{what} overlap listener {other.name}'s {theirs.describe()}: give each listener its own "
+                    f"{what} overlap listener {other.name}'s broker ports {theirs.port_span()}: give each listener its own "
                     "broker_port_base, at least as far apart as its node_id_ranges are long")
     return mappings

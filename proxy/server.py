@@ -459,10 +459,10 @@ class InsyncProxy:
         unmapped = {node_id for node_id in wanted if group.ports.port_for(node_id) is None}
         for node_id in sorted(unmapped - group.unmapped):
             log.error(
-                "listener %s: broker %d has no port: node id %d is outside node_id_ranges %s (ports %s); add it "
-                "to that [[listener]]'s node_id_ranges (e.g. \"%d\") and restart. Until then clients are told "
-                "port %d for it and cannot reach it through this listener",
-                group.name, node_id, node_id, group.ports.settings_text(), group.ports.describe(), node_id, NO_PORT,
+                "listener %s: broker %d has no port: node id %d is outside node_id_ranges %s (broker ports %s); "
+                "add it to that [[listener]]'s node_id_ranges (e.g. \"%d\") and restart. Until then clients are "
+                "told port %d for it and cannot reach it through this listener",
+                group.name, node_id, node_id, group.ports.settings_text(), group.ports.port_span(), node_id, NO_PORT,
             )
         group.unmapped = unmapped
         self.metrics.brokers_without_port.labels(group.name).set(len(unmapped))
