@@ -86,10 +86,10 @@ class ProxyProcess:
         metadata_refresh_seconds: float = 2,
         audit_interval_seconds: float = 1,
         audit_enabled: bool = True,
-        node_id_ranges: tuple[str, ...] = DEFAULT_NODE_ID_RANGES,
+        node_id_ranges: tuple[str, ...] | dict[str, tuple[str, ...]] = DEFAULT_NODE_ID_RANGES,
     ) -> None:
         """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks.
-        `node_id_ranges` is every listener's (the proxy's default unless given)."""
+        `node_id_ranges`: every listener's, or each group's by name (the proxy's default unless given)."""
         self.cluster = cluster
         self.dir = Path(tempfile.mkdtemp(prefix="insync-proxy-test-"))
         self.audit_dir = self.dir / "audit"
@@ -99,16 +99,18 @@ class ProxyProcess:
         #: Each listener's node id -> port mapping, as the proxy computes it.
         self.broker_ports: dict[str, BrokerPorts] = {}
         listeners = []
-        span = BrokerPorts.from_settings(0, node_id_ranges).size
         for name in groups:
+            ranges = node_id_ranges.get(name, DEFAULT_NODE_ID_RANGES) if isinstance(node_id_ranges, dict) \
+                else node_id_ranges
             taken = tuple(range(p.base, p.last_port + 1) for p in self.broker_ports.values())
-            bootstrap, base = free_port(), free_port_base(span, avoid=taken)
+            bootstrap = free_port()
+            base = free_port_base(BrokerPorts.from_settings(0, ranges).size, avoid=taken)
             self.ports[name] = (bootstrap, base)
-            self.broker_ports[name] = BrokerPorts.from_settings(base, node_id_ranges)
+            self.broker_ports[name] = BrokerPorts.from_settings(base, ranges)
             extra = {"kip637": 'metadata_schema = "kip637"\n', "producers": "hide_unready_partitions = true\n"}
             listeners.append(
                 f'[[listener]]\nname = "{name}"\nbootstrap_port = {bootstrap}\nbroker_port_base = {base}\n'
-                + f"node_id_ranges = {json.dumps(list(node_id_ranges))}\n" + extra.get(name, "")
+                + f"node_id_ranges = {json.dumps(list(ranges))}\n" + extra.get(name, "")
             )
         servers = json.dumps((bootstrap_servers or cluster.bootstrap_servers).split(","))
         self.config_file = self.dir / "config.toml"
