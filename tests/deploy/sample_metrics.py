@@ -18,6 +18,7 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
     """One round of plausible traffic touching every metric and every label the dashboard uses."""
     m = metrics
     m.upstream_up.set(1)
+    m.brokers_without_port.labels("default").set(0)
     for listener in ("default",):
         m.client_connections_active.labels(listener).set(rng.randint(1, 5))
         m.client_connections_total.labels(listener).inc()
