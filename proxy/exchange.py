@@ -85,7 +85,8 @@ class ListenerSettings:
     metadata_schema: str  #: `tagged` or `kip637`
     hide_unready_partitions: bool
     addresses: ListenerAddresses  #: node id -> the address clients must use for that broker
-    broker_listeners: Container[int]  #: node ids that have a listener open now (live view)
+    #: node ids with nothing left to open (live view): a broker listener is open, or node_id_ranges give no port
+    broker_listeners: Container[int]
 
 
 class Exchange:
