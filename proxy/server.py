@@ -504,8 +504,8 @@ class InsyncProxy:
         for group in self.groups:
             if group.unmapped and group.unmapped >= set(self.cluster_view.brokers):
                 ids = ", ".join(map(str, sorted(group.unmapped)))
-                return False, (f"listener {group.name} has a port for none of the brokers ({ids}): "
-                               f"its node_id_ranges {group.ports.settings_text()} cover none of them")
+                return False, (f"listener {group.name} has a port for none of the brokers ({ids}): add their node "
+                               f"ids to its node_id_ranges (now {group.ports.settings_text()})")
         age = time.monotonic() - self.cluster_view.updated_at
         if age > max(3 * self.config.metadata_refresh_seconds, 30):
             return False, f"metadata is {age:.0f}s old: upstream unreachable?"
