@@ -27,6 +27,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from insync_proxy.proxy.broker_ports import (
+    DEFAULT_NODE_ID_RANGES,
+    BrokerPortsError,
+    ListenerPorts,
+    check_listener_ports,
+)
+
 ENV_PREFIX = "INSYNC_PROXY_"
 #: Where every setting is described (generated from this module).
 DOCS = "docs/configuration.md"
@@ -131,13 +138,17 @@ class SaslConfig:
 
 @dataclass(frozen=True)
 class ListenerConfig:
-    """A group of ports clients use: one bootstrap port, and one port per broker at base + node id."""
+    """A group of ports clients use: one bootstrap port, and one port per broker from broker_port_base."""
 
     name: str = setting("default", flag="--listener-name", meaning="names the listener in logs and metrics")
     bootstrap_port: int = setting(9092, min=0, max=65535,
                                   meaning="port clients bootstrap from (0: any free port)")
     broker_port_base: int = setting(9100, min=0, max=65535,
-                                    meaning="each broker's port is this + its node id")
+                                    meaning="first broker port: the node ids of node_id_ranges take consecutive ports from here")
+    node_id_ranges: tuple[str, ...] = setting(
+        DEFAULT_NODE_ID_RANGES, flag="--node-id-ranges",
+        meaning="node ids given broker ports, as \"first-last\" ranges or single ids, in order from broker_port_base "
+                "(default 0-89: node id + 9100, clear of the admin port)")
     metadata_schema: str = setting(
         "tagged", choices=METADATA_SCHEMAS,
         meaning="tagged: min.insync.replicas as tagged field 637 (every client); kip637: KIP-637's literal "
@@ -183,7 +194,7 @@ class ProxyConfig:
     advertised_host: str = setting("127.0.0.1", meaning="host clients are told to connect to")
     listeners: tuple[ListenerConfig, ...] = setting(
         (ListenerConfig(),), toml="listener", min=1, first_item_flags=True,
-        meaning="groups of client ports: a bootstrap port, and one port per broker at broker_port_base + node id")
+        meaning="groups of client ports: a bootstrap port, and one port per broker (node_id_ranges)")
     admin_host: str = setting("127.0.0.1", meaning="address of the admin HTTP port")
     admin_port: int = setting(9190, min=0, max=65535, meaning="admin HTTP port: /metrics /healthz /readyz")
     proxy_id: str = setting(default_factory=socket.gethostname, default_text="the host name",
@@ -255,6 +266,7 @@ def _cross_checks(config: ProxyConfig) -> None:
             raise ConfigError(f"{where}.bootstrap_port = {port} is already used by {ports[port]}")
         if port:
             ports[port] = f"{where}.bootstrap_port"
+    _check_broker_ports(config)
     for side in ("upstream_tls", "downstream_tls"):
         tls: TlsConfig = getattr(config, side)
         if tls.enabled:
@@ -280,6 +292,15 @@ def _cross_checks(config: ProxyConfig) -> None:
     if config.audit.max_total_bytes < config.audit.max_file_bytes:
         raise ConfigError(f"audit.max_total_bytes = {config.audit.max_total_bytes} is below audit.max_file_bytes = "
                           f"{config.audit.max_file_bytes}: the total must hold at least one file")
+
+
+def _check_broker_ports(config: ProxyConfig) -> None:
+    """Each listener's node_id_ranges fit the port range and collide with no other port of the proxy."""
+    try:
+        check_listener_ports([ListenerPorts(lc.name, lc.bootstrap_port, lc.broker_port_base, lc.node_id_ranges)
+                              for lc in config.listeners], config.admin_port)
+    except BrokerPortsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def parse_host_port(value: str, what: str) -> tuple[str, int]:

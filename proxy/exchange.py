@@ -16,6 +16,7 @@ from typing import ClassVar, Final, Protocol, TypeVar
 from mypy_extensions import mypyc_attr
 
 from insync_proxy.protocol import ApiKey
+from insync_proxy.proxy.broker_ports import NO_PORT, BrokerPorts
 
 Frame = bytes | bytearray | memoryview
 ResponseResult = Frame | Awaitable[Frame]
@@ -35,16 +36,28 @@ _API_NAMES: Final = {int(k): "".join(part.capitalize() for part in k.name.split(
 
 
 class ListenerAddresses(Mapping[int, tuple[str, int]]):
-    """node id -> the address of that broker's listener in one listener group (computed on lookup)."""
+    """node id -> the address of that broker's listener in one listener group (`BrokerPorts`, cached).
 
-    def __init__(self, host: str, port_base: int) -> None:
+    Every node id >= 0 has an address: one the listener's node_id_ranges do not cover is named at port 0
+    (NO_PORT), which no one can listen on, so no real broker address is ever passed on (the server logs
+    and counts such brokers when it learns them).
+    """
+
+    def __init__(self, host: str, ports: BrokerPorts) -> None:
         self.host = host
-        self.port_base = port_base
+        self.ports = ports
+        self._cache: dict[int, tuple[str, int]] = {}
 
     def __getitem__(self, node_id: int) -> tuple[str, int]:
-        if node_id < 0:
-            raise KeyError(node_id)
-        return (self.host, self.port_base + node_id)
+        address = self._cache.get(node_id)
+        if address is None:
+            if node_id < 0:
+                raise KeyError(node_id)
+            port = self.ports.port_for(node_id)
+            address = (self.host, NO_PORT if port is None else port)
+            if len(self._cache) < _ADDRESS_CACHE_LIMIT:
+                self._cache[node_id] = address
+        return address
 
     def __iter__(self) -> Iterator[int]:
         return iter(())
@@ -59,6 +72,10 @@ class ListenerAddresses(Mapping[int, tuple[str, int]]):
         return isinstance(node_id, int) and node_id >= 0
 
 
+#: Node ids remembered per listener (a bound, whatever node ids responses name).
+_ADDRESS_CACHE_LIMIT: Final = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerSettings:
     """What a behaviour may know of the listener an exchange came in on."""
@@ -68,7 +85,8 @@ class ListenerSettings:
     metadata_schema: str  #: `tagged` or `kip637`
     hide_unready_partitions: bool
     addresses: ListenerAddresses  #: node id -> the address clients must use for that broker
-    broker_listeners: Container[int]  #: node ids that have a listener open now (live view)
+    #: node ids with nothing left to open (live view): a broker listener is open, or node_id_ranges give no port
+    broker_listeners: Container[int]
 
 
 class Exchange:

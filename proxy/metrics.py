@@ -257,6 +257,10 @@ class ProxyMetrics:
             p + "upstream_connection_errors", "Failed or broken connections to brokers", ["broker", "kind"],
             registry=r,
         )
+        self.brokers_without_port = Gauge(
+            p + "brokers_without_port", "Brokers of the latest Metadata that a listener's node_id_ranges give no "
+            "port (clients cannot reach them through it; each is logged once as an ERROR)", ["listener"], registry=r,
+        )
         self.upstream_up = Gauge(
             p + "upstream_up", "1 when the control connection reached a broker at its last attempt", registry=r
         )

@@ -8,7 +8,7 @@ import logging
 import ssl
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
 from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
+from insync_proxy.proxy.broker_ports import NO_PORT, BrokerPorts
 from insync_proxy.proxy.capture import FrameCapture
 from insync_proxy.proxy.cluster_view import ClusterView, PartitionState, Readiness, effective_min_isr
 from insync_proxy.proxy.config import ListenerConfig, ProxyConfig, TlsConfig
@@ -82,7 +83,7 @@ class Listener:
         self.settings = ListenerSettings(
             name=group.name, label=self.label, metadata_schema=config.metadata_schema,
             hide_unready_partitions=config.hide_unready_partitions, addresses=group.addresses,
-            broker_listeners=group.brokers,
+            broker_listeners=group.settled,
         )
 
     @property
@@ -97,13 +98,20 @@ class Listener:
 
 
 class ListenerGroup:
-    """A bootstrap listener plus one listener per broker, at broker_port_base + node id."""
+    """A bootstrap listener plus one listener per broker, at the port its node_id_ranges give its node id."""
 
     def __init__(self, config: ListenerConfig, advertised_host: str) -> None:
         self.config = config
-        self.addresses = ListenerAddresses(advertised_host, config.broker_port_base)
+        #: The one node id -> port mapping of this listener: listeners opened, addresses rewritten.
+        self.ports = BrokerPorts.from_settings(
+            config.broker_port_base, config.node_id_ranges, f"listener {config.name}: node_id_ranges")
+        self.addresses = ListenerAddresses(advertised_host, self.ports)
         self.bootstrap: Listener | None = None
         self.brokers: dict[int, Listener] = {}
+        #: Brokers of the latest Metadata that node_id_ranges do not cover (named at port 0, logged once).
+        self.unmapped: set[int] = set()
+        #: Node ids there is nothing more to open for: a listener is open, or the node id has no port.
+        self.settled = _SettledNodeIds(self)
 
     @property
     def name(self) -> str:
@@ -111,6 +119,18 @@ class ListenerGroup:
 
     def has_broker_listener(self, node_id: int) -> bool:
         return node_id in self.brokers
+
+
+class _SettledNodeIds(Container[int]):
+    """A live view: node ids with a broker listener open, or that the listener's node_id_ranges leave out."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group: ListenerGroup) -> None:
+        self.group = group
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self.group.brokers or node_id in self.group.unmapped
 
 
 class InsyncProxy:
@@ -336,9 +356,9 @@ class InsyncProxy:
         for group in self.groups:
             assert group.bootstrap is not None
             log.info(
-                "listener %s: bootstrap %s:%d (advertised %s), brokers at %s:%d + node id, metadata_schema=%s%s",
+                "listener %s: bootstrap %s:%d (advertised %s), brokers at %s:%s, metadata_schema=%s%s",
                 group.name, self.config.bind_host, group.bootstrap.port, self.config.advertised_host,
-                self.config.advertised_host, group.config.broker_port_base, group.config.metadata_schema,
+                self.config.advertised_host, group.ports.describe(), group.config.metadata_schema,
                 ", hide_unready_partitions" if group.config.hide_unready_partitions else "",
             )
         log.info("listening: bootstrap %s:%d, admin %s (/readyz turns ready once the brokers are known)",
@@ -434,8 +454,10 @@ class InsyncProxy:
                 return
             wanted = set(self.cluster_view.brokers)
             for group in self.groups:
-                for node_id in sorted(wanted - set(group.brokers)):
-                    port = group.config.broker_port_base + node_id
+                self._note_unmapped(group, wanted)
+                for node_id in sorted(wanted - set(group.brokers) - group.unmapped):
+                    port = group.ports.port_for(node_id)
+                    assert port is not None  # _note_unmapped took the others out
                     try:
                         group.brokers[node_id] = await self._listen(group, node_id, port)
                     except OSError as exc:
@@ -448,6 +470,20 @@ class InsyncProxy:
                              *self.cluster_view.brokers[node_id], self.config.advertised_host, port)
                 if remove_missing:
                     self._close_departed_listeners(group, wanted)
+
+    def _note_unmapped(self, group: ListenerGroup, wanted: set[int]) -> None:
+        """Brokers the listener's node_id_ranges do not cover: one ERROR line each when first seen, and the
+        gauge. They keep no listener; responses name them at port 0 (the proxy serves the other brokers)."""
+        unmapped = {node_id for node_id in wanted if group.ports.port_for(node_id) is None}
+        for node_id in sorted(unmapped - group.unmapped):
+            log.error(
+                "listener %s: broker %d has no port: node id %d is outside node_id_ranges %s (broker ports %s); "
+                "add it to that [[listener]]'s node_id_ranges (e.g. \"%d\") and restart. Until then clients are "
+                "told port %d for it and cannot reach it through this listener",
+                group.name, node_id, node_id, group.ports.settings_text(), group.ports.port_span(), node_id, NO_PORT,
+            )
+        group.unmapped = unmapped
+        self.metrics.brokers_without_port.labels(group.name).set(len(unmapped))
 
     def _close_departed_listeners(self, group: ListenerGroup, wanted: set[int]) -> None:
         # A broker missing from Metadata may be restarting (rolling restart, fenced after a pause): keep its
@@ -483,6 +519,11 @@ class InsyncProxy:
         """Ready: the control connection reached a broker and the proxy knows the brokers."""
         if not self.cluster_view.brokers:
             return False, "no broker metadata yet"
+        for group in self.groups:
+            if group.unmapped and group.unmapped >= set(self.cluster_view.brokers):
+                ids = ", ".join(map(str, sorted(group.unmapped)))
+                return False, (f"listener {group.name} has a port for none of the brokers ({ids}): add their node "
+                               f"ids to its node_id_ranges (now {group.ports.settings_text()})")
         age = time.monotonic() - self.cluster_view.updated_at
         if age > max(3 * self.config.metadata_refresh_seconds, 30):
             return False, f"metadata is {age:.0f}s old: upstream unreachable?"

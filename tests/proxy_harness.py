@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from insync_proxy.proxy.broker_ports import DEFAULT_NODE_ID_RANGES, BrokerPorts
 from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 
 GROUPS = ("default", "kip637", "producers")
@@ -49,11 +50,27 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def free_port_base(span: int = 8) -> int:
-    """A base port such that base+1 .. base+span are free (per-broker listener ports)."""
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port_base(span: int = BrokerPorts(0).size, avoid: tuple[range, ...] = ()) -> int:
+    """A base port such that base .. base+span-1 are free (per-broker listener ports) and meet no `avoid`.
+
+    Drawn below the ephemeral port range where it can be, so the ports free_port() hands out (bootstrap,
+    admin) never fall inside it: the proxy refuses to start when they would.
+    """
+    low = _ephemeral_low()
+    top = low - span if low - span > 21000 else 60000
     for _ in range(200):
-        base = random.randrange(20000, 60000, 10)
-        if all(_port_free(base + i) for i in range(1, span + 1)):
+        base = random.randrange(20000, top, 10)
+        block = range(base, base + span)
+        if any(block.start < a.stop and a.start < block.stop for a in avoid):
+            continue
+        if all(_port_free(port) for port in block):
             return base
     raise RuntimeError("no free port range found")
 
@@ -69,22 +86,31 @@ class ProxyProcess:
         metadata_refresh_seconds: float = 2,
         audit_interval_seconds: float = 1,
         audit_enabled: bool = True,
+        node_id_ranges: tuple[str, ...] | dict[str, tuple[str, ...]] = DEFAULT_NODE_ID_RANGES,
     ) -> None:
-        """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks."""
+        """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks.
+        `node_id_ranges`: every listener's, or each group's by name (the proxy's default unless given)."""
         self.cluster = cluster
         self.dir = Path(tempfile.mkdtemp(prefix="insync-proxy-test-"))
         self.audit_dir = self.dir / "audit"
         self.capture_dir = self.dir / "capture"
         self.admin_port = free_port()
         self.ports: dict[str, tuple[int, int]] = {}
+        #: Each listener's node id -> port mapping, as the proxy computes it.
+        self.broker_ports: dict[str, BrokerPorts] = {}
         listeners = []
         for name in groups:
-            bootstrap, base = free_port(), free_port_base()
+            ranges = node_id_ranges.get(name, DEFAULT_NODE_ID_RANGES) if isinstance(node_id_ranges, dict) \
+                else node_id_ranges
+            taken = tuple(range(p.base, p.last_port + 1) for p in self.broker_ports.values())
+            bootstrap = free_port()
+            base = free_port_base(BrokerPorts.from_settings(0, ranges).size, avoid=taken)
             self.ports[name] = (bootstrap, base)
+            self.broker_ports[name] = BrokerPorts.from_settings(base, ranges)
             extra = {"kip637": 'metadata_schema = "kip637"\n', "producers": "hide_unready_partitions = true\n"}
             listeners.append(
                 f'[[listener]]\nname = "{name}"\nbootstrap_port = {bootstrap}\nbroker_port_base = {base}\n'
-                + extra.get(name, "")
+                + f"node_id_ranges = {json.dumps(list(ranges))}\n" + extra.get(name, "")
             )
         servers = json.dumps((bootstrap_servers or cluster.bootstrap_servers).split(","))
         self.config_file = self.dir / "config.toml"
@@ -128,13 +154,17 @@ class ProxyProcess:
         return f"127.0.0.1:{self.ports[group][0]}"
 
     def broker_port(self, node_id: int, group: str = "default") -> int:
-        return self.ports[group][1] + node_id
+        port = self.broker_ports[group].port_for(node_id)
+        assert port is not None, f"node id {node_id} is outside listener {group}'s node_id_ranges"
+        return port
 
     def listener_ports(self) -> set[int]:
+        """Every port of the proxy's listeners: bootstrap ports and every port node_id_ranges give."""
         ports = set()
-        for bootstrap, base in self.ports.values():
+        for name, (bootstrap, _) in self.ports.items():
             ports.add(bootstrap)
-            ports.update(base + node_id for node_id in range(0, 10))
+            mapping = self.broker_ports[name]
+            ports.update(range(mapping.base, mapping.last_port + 1))
         return ports
 
     def alive(self) -> bool:

@@ -119,6 +119,8 @@ class ClusterSettings:
 
     version: str | None = None
     brokers: int = 3
+    #: The brokers' node ids (default 1..brokers); the KRaft controller takes 0, or the lowest id none uses.
+    node_ids: list[int] | None = None
     broker_ports: list[int] | None = None
     controller_port: int | None = None
     data_dir: Path | None = None
@@ -167,14 +169,15 @@ class LocalKafkaCluster:
         if len(ports) != self.settings.brokers:
             raise ClusterError(f"{self.settings.brokers} brokers need as many ports, got {ports}")
         self.zookeeper_mode = uses_zookeeper(self.version)
+        node_ids = broker_node_ids(self.settings)
         self.controller = KafkaNode(
-            CONTROLLER_NODE_ID, "zookeeper" if self.zookeeper_mode else "controller",
+            controller_node_id(node_ids), "zookeeper" if self.zookeeper_mode else "controller",
             self.settings.controller_port or pool[3 * n],
             self.data_dir / ("zookeeper" if self.zookeeper_mode else "controller"),
         )
         self.brokers: dict[int, KafkaNode] = {
-            i + 1: KafkaNode(i + 1, "broker", port, self.data_dir / f"broker-{i + 1}")
-            for i, port in enumerate(ports)
+            node_id: KafkaNode(node_id, "broker", port, self.data_dir / f"broker-{node_id}")
+            for node_id, port in zip(node_ids, ports, strict=True)
         }
         self.libs: Path | None = None
         self.sasl_ports: dict[int, int] = (
@@ -610,7 +613,7 @@ class LocalKafkaCluster:
                 "maxClientCnxns": "0",
                 "admin.enableServer": "false",
             }.items())
-        voters = f"{CONTROLLER_NODE_ID}@127.0.0.1:{self.controller.port}"
+        voters = f"{self.controller.node_id}@127.0.0.1:{self.controller.port}"
         common = {
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
@@ -630,6 +633,8 @@ class LocalKafkaCluster:
                 # The last broker's controlled shutdown has nowhere to move leaders: do not wait 3 x 5 s.
                 "controlled.shutdown.retry.backoff.ms": "500",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
+                # broker.id may not exceed reserved.broker.max.id (default 1000) in ZooKeeper mode.
+                "reserved.broker.max.id": str(max(1000, *self.brokers)),
                 **{k: v for k, v in common.items() if not k.startswith(("node.", "controller.", "listener."))},
             }
         if node.role == "controller":
@@ -719,6 +724,27 @@ class LocalKafkaCluster:
             "allow.everyone.if.no.acl.found": "false",
             "super.users": ";".join(f"User:{u}" for u in users),
         }
+
+
+def broker_node_ids(settings: ClusterSettings) -> list[int]:
+    """The brokers' node ids: settings.node_ids (checked), else 1..settings.brokers."""
+    if settings.node_ids is None:
+        return list(range(1, settings.brokers + 1))
+    ids = list(settings.node_ids)
+    if len(ids) != settings.brokers:
+        raise ClusterError(f"node_ids {ids} name {len(ids)} brokers, brokers = {settings.brokers}: give one id per broker")
+    if len(set(ids)) != len(ids):
+        raise ClusterError(f"node_ids {ids} repeat a node id: each broker needs its own")
+    bad = [i for i in ids if not 0 <= i <= 2**31 - 1]
+    if bad:
+        raise ClusterError(f"node_ids {bad}: a Kafka node id is 0 to {2**31 - 1}")
+    return ids
+
+
+def controller_node_id(broker_ids: list[int]) -> int:
+    """The KRaft controller's node id: CONTROLLER_NODE_ID (0), or the lowest id no broker uses."""
+    taken = set(broker_ids)
+    return next(i for i in range(CONTROLLER_NODE_ID, len(taken) + 1) if i not in taken)
 
 
 def _all_threads_stopped(node: KafkaNode) -> bool:

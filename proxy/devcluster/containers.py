@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 from insync_proxy.proxy.devcluster.cluster import (
-    CONTROLLER_NODE_ID,
     ClusterError,
     ClusterSettings,
     LocalKafkaCluster,
@@ -65,7 +64,7 @@ class ContainerKafkaCluster(LocalKafkaCluster):
 
         started = time.monotonic()
         self._network = Network().create()
-        voters = f"{CONTROLLER_NODE_ID}@kafka-controller:9093"
+        voters = f"{self.controller.node_id}@kafka-controller:9093"
         common = {
             "CLUSTER_ID": self.cluster_id,
             "KAFKA_CONTROLLER_QUORUM_VOTERS": voters,
@@ -79,13 +78,13 @@ class ContainerKafkaCluster(LocalKafkaCluster):
             .with_network_aliases("kafka-controller")
             .with_envs(
                 **common,
-                KAFKA_NODE_ID=str(CONTROLLER_NODE_ID),
+                KAFKA_NODE_ID=str(self.controller.node_id),
                 KAFKA_PROCESS_ROLES="controller",
                 KAFKA_LISTENERS="CONTROLLER://0.0.0.0:9093",
             )
         )
         controller.start()
-        self._containers[CONTROLLER_NODE_ID] = controller
+        self._containers[self.controller.node_id] = controller
         for node_id, node in self.brokers.items():
             node.port = free_port()
             container = (

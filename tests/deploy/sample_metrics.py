@@ -19,6 +19,7 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
     m = metrics
     m.upstream_up.set(1)
     m.control_authentication_failures_total.labels("SCRAM-SHA-512").inc(0)
+    m.brokers_without_port.labels("default").set(0)
     for listener in ("default",):
         m.client_connections_active.labels(listener).set(rng.randint(1, 5))
         m.client_connections_total.labels(listener).inc()

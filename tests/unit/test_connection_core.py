@@ -11,6 +11,7 @@ from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
 from insync_proxy.protocol.fetch import find_fetch_node_endpoints
 from insync_proxy.protocol.messages import NodeEndpoint
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
+from insync_proxy.proxy.broker_ports import BrokerPorts
 from insync_proxy.proxy.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.exchange import (
     BehaviourBase,
@@ -25,7 +26,7 @@ from tests.protocol.frames import fetch_response_frame
 
 LISTENER = ListenerSettings(
     name="default", label="bootstrap", metadata_schema="tagged", hide_unready_partitions=False,
-    addresses=ListenerAddresses("127.0.0.1", 9100), broker_listeners=frozenset(),
+    addresses=ListenerAddresses("127.0.0.1", BrokerPorts(9100)), broker_listeners=frozenset(),
 )
 
 

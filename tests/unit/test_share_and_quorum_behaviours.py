@@ -25,11 +25,12 @@ from insync_proxy.protocol.share import (
 )
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
+from insync_proxy.proxy.broker_ports import BrokerPorts
 from insync_proxy.proxy.exchange import Exchange, ListenerAddresses, ListenerSettings
 
 LISTENER = ListenerSettings(
     name="default", label="bootstrap", metadata_schema="tagged", hide_unready_partitions=False,
-    addresses=ListenerAddresses("127.0.0.1", 9100), broker_listeners=frozenset({1, 2, 3}),
+    addresses=ListenerAddresses("127.0.0.1", BrokerPorts(9100)), broker_listeners=frozenset({1, 2, 3}),
 )
 
 
