@@ -184,7 +184,7 @@ def test_first_listener_flags_change_the_first_toml_listener_only(tmp_path: Path
 
 LEGACY_FLAGS = [
     ["--bootstrap-servers", "k:1"], ["--bootstrap-port", "1"], ["--broker-port-base", "2"],
-    ["--metadata-schema", "kip637"], ["--hide-unready-partitions"], ["--admin-port", "3"], ["--no-audit"],
+    ["--metadata-schema", "kip637"], ["--hide-unready-partitions"], ["--admin-port", "300"], ["--no-audit"],
     ["--audit-directory", "d"], ["--audit-interval-seconds", "4"], ["--audit-detail", "every_request"],
     ["--no-uvloop"], ["--log-level", "DEBUG"], ["--proxy-id", "p"], ["--drain-timeout-seconds", "5"],
     ["--bind-host", "0.0.0.0"], ["--advertised-host", "h"], ["--admin-host", "a"],
@@ -197,7 +197,7 @@ def test_every_flag_spelling_of_before_still_works(tmp_path: Path) -> None:
     assert (config.bootstrap_servers, config.listeners[0].bootstrap_port, config.listeners[0].broker_port_base) == (
         ("k:1",), 1, 2)
     assert (config.admin_port, config.audit.enabled, config.audit.directory, config.audit.interval_seconds) == (
-        3, False, "d", 4.0)
+        300, False, "d", 4.0)
     assert (config.audit.detail, config.use_uvloop, config.log_level, config.proxy_id) == (
         "every_request", False, "DEBUG", "p")
     assert (config.drain_timeout_seconds, config.bind_host, config.advertised_host, config.admin_host) == (
