@@ -173,7 +173,7 @@ def _accounting(
     """Counts, rejected lines by reason and the valid events' first and last time, from
     :func:`pipeline.single_pass.line_counts` (lines per valid (schema_version, event) and per reject
     reason, with the valid lines' time span)."""
-    from insync_proxy.pipeline.schema import EVENT_KINDS_BY_VERSION
+    from insync_proxy.audit.events import EVENT_KINDS_BY_VERSION
 
     counts = {"lines": 0, "valid": 0, "rejected": 0, "v1_events": 0, "v2_events": 0,
               "produce_decisions": 0, "produce_summaries": 0, "isr_changes": 0, "partition_readiness": 0}

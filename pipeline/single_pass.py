@@ -58,16 +58,15 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from insync_proxy.pipeline.schema import (
-    BUCKETS_TYPE,
+from insync_proxy.audit.events import (
     EVENT_ISR_CHANGE,
     EVENT_KINDS_BY_VERSION,
     EVENT_PARTITION_READINESS,
     EVENT_PRODUCE_DECISION,
     EVENT_PRODUCE_SUMMARY,
     PROXY_ANSWERED_DECISIONS,
-    bucket_index,
 )
+from insync_proxy.pipeline.schema import BUCKETS_TYPE, bucket_index
 from insync_proxy.pipeline.tables import LATENCY_KEYS, PARTITION_KEYS, TIMELINE_BUCKETS_S
 
 #: Time granule of the below-min observations' aggregation (seconds). Intervals are exact whatever it

@@ -19,13 +19,13 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from insync_proxy.pipeline.schema import (
-    BUCKETS_TYPE,
+from insync_proxy.audit import buckets
+from insync_proxy.audit.events import (
     DECISION_ANSWERED_INVALID_REQUIRED_ACKS,
     DECISION_ANSWERED_NOT_ENOUGH_REPLICAS,
     PROXY_ANSWERED_DECISIONS,
 )
-from insync_proxy.proxy.audit import buckets
+from insync_proxy.pipeline.schema import BUCKETS_TYPE
 
 PERCENTILES = (0.5, 0.95, 0.99)
 #: The largest relative error of a latency percentile read from merged buckets (+18.9%).

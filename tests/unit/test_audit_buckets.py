@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from insync_proxy.proxy.audit import buckets
+from insync_proxy.audit import buckets
 
 
 def _definition(v: float) -> int:

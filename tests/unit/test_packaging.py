@@ -44,7 +44,7 @@ def test_wheel_installs_only_the_insync_proxy_top_level_name(tmp_path: Path) -> 
     assert top_level == {"insync_proxy"}
     for module in ("insync_proxy/proxy/server.py", "insync_proxy/protocol/produce.py",
                    "insync_proxy/pipeline/report.py", "insync_proxy/proxy/devcluster/pom.xml",
-                   "insync_proxy/proxy/audit/schema-v1.json"):
+                   "insync_proxy/audit/schema-v1.json"):
         assert module in names
 
 
