@@ -1,8 +1,8 @@
-"""Audit events: their names, the decisions they record, and the builders of each event the proxy emits.
+"""Audit events: their names, the decisions they record, the envelope, and builders of events.
 
 A builder returns an event's own fields; the writer (`insync_proxy.proxy.audit.AuditLog`) adds the
 envelope (`schema_version`, `ts`, `proxy_id`: :func:`envelope`). The JSON schemas beside this module
-are the reference (tests validate every builder's output against them).
+are the reference (tests validate the builders' output against them).
 """
 
 from __future__ import annotations
@@ -62,28 +62,3 @@ def partition_readiness_event(topic: str, partition: int, ready: bool, isr_size:
     return {"event": EVENT_PARTITION_READINESS, "topic": topic, "partition": partition, "ready": ready,
             "isr_size": isr_size, "min_isr": min_isr, "leader_id": leader_id}
 
-
-def produce_summary_event(interval_start: str, interval_seconds: float, listener: str, client_id: str | None,
-                          topic: str, partition: int, acks_requested: int, acks_sent: int | None, decision: str,
-                          error_code: int | None, requests: int, records: int, record_bytes: int,
-                          latency_count: int, latency_sum_ms: float, latency_min_ms: float | None,
-                          latency_max_ms: float | None, latency_buckets: list[list[int]]) -> Event:
-    """One key's traffic over one interval (`ts`, from the envelope, is the interval's end)."""
-    return {"event": EVENT_PRODUCE_SUMMARY, "interval_start": interval_start, "interval_seconds": interval_seconds,
-            "listener": listener, "client_id": client_id, "topic": topic, "partition": partition,
-            "acks_requested": acks_requested, "acks_sent": acks_sent, "decision": decision, "error_code": error_code,
-            "requests": requests, "records": records, "record_bytes": record_bytes, "latency_count": latency_count,
-            "latency_sum_ms": latency_sum_ms, "latency_min_ms": latency_min_ms, "latency_max_ms": latency_max_ms,
-            "latency_buckets": latency_buckets}
-
-
-def produce_decision_event(listener: str, client_id: str | None, topic: str, partition: int, acks_requested: int,
-                           acks_sent: int | None, isr_size: int | None, min_isr: int | None, decision: str,
-                           error_code: int | None, latency_ms: float | None, record_bytes: int, records: int,
-                           api_version: int, correlation_id: int) -> Event:
-    """One partition of one Produce request (`audit.detail = "every_request"` only)."""
-    return {"event": EVENT_PRODUCE_DECISION, "listener": listener, "client_id": client_id, "topic": topic,
-            "partition": partition, "acks_requested": acks_requested, "acks_sent": acks_sent, "isr_size": isr_size,
-            "min_isr": min_isr, "decision": decision, "error_code": error_code, "latency_ms": latency_ms,
-            "record_bytes": record_bytes, "records": records, "api_version": api_version,
-            "correlation_id": correlation_id}
