@@ -67,7 +67,12 @@ from insync_proxy.audit.events import (
     PROXY_ANSWERED_DECISIONS,
 )
 from insync_proxy.pipeline.schema import BUCKETS_TYPE, bucket_index
-from insync_proxy.pipeline.tables import LATENCY_KEYS, PARTITION_KEYS, TIMELINE_BUCKETS_S, timeline_bucket_seconds
+from insync_proxy.pipeline.tables import (
+    LATENCY_KEYS,
+    PARTITION_KEYS,
+    TIMELINE_BUCKETS_S,
+    timeline_bucket_seconds,
+)
 
 #: Time granule of the below-min observations' aggregation (seconds). Intervals are exact whatever it
 #: is; a granule only needs a second look when below and not-below observations interleave in it.
