@@ -26,6 +26,7 @@ RUN pip install mypy==2.4.1 setuptools==84.2.1 wheel==0.48.0
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY protocol ./protocol
+COPY audit ./audit
 COPY proxy ./proxy
 COPY pipeline ./pipeline
 COPY insync_proxy ./insync_proxy
