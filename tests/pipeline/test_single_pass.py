@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,34 +168,36 @@ def _parsed(spark: SparkSession, events: Sequence[dict[str, Any] | str]) -> Any:
     return parse_audit_events(spark.createDataFrame(lines, "value string"))
 
 
-def test_cube_equals_the_summaries_summed_one_by_one(spark: SparkSession) -> None:
-    # Given v1 and v2 traffic of many keys, and a rejected line
+def _one_pass_and_reference(spark: SparkSession, cut: Callable[[Any], Any],
+                            reference_of: Callable[[Any], list[dict[str, Any]]],
+                            keys: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(what `cut` makes of the one pass's aggregate, what `reference_of` makes of the events one by one),
+    both sorted by `keys`, for the mixed traffic."""
     parsed = _parsed(spark, _mixed_traffic())
-    # When the one pass's aggregate is cut into the traffic cube
-    got = _collect(single_pass.cube(single_pass.aggregate(parsed)))
-    # Then it is the normalised events summed per key, one by one
-    expected = reference.traffic_cube(summaries(valid_events(parsed)))
+    got = _collect(cut(single_pass.aggregate(parsed)))
+    expected = reference_of(summaries(valid_events(parsed)))
 
-    def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(str(r[k]) for k in reference.CUBE_KEYS)
+    def key(r: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(str(r[k]) for k in keys)
 
+    return sorted(got, key=key), sorted(expected, key=key)
+
+
+def test_cube_equals_the_summaries_summed_one_by_one(spark: SparkSession) -> None:
+    # Given v1 and v2 traffic of many keys, and a rejected line; When the one pass's aggregate is cut
+    # into the traffic cube; Then it is the normalised events summed per key, one by one
+    got, expected = _one_pass_and_reference(spark, single_pass.cube, reference.traffic_cube, reference.CUBE_KEYS)
     assert len(expected) >= 8
-    assert sorted(got, key=key) == sorted(expected, key=key)
+    assert got == expected
 
 
 def test_histograms_equal_the_buckets_merged_one_by_one(spark: SparkSession) -> None:
     # Given v1 latencies and v2 bucket histograms (bucket 0, the overflow bucket, acks=0 without latency)
-    parsed = _parsed(spark, _mixed_traffic())
     # When the one pass's aggregate is cut into histograms
-    got = _collect(single_pass.histograms(single_pass.aggregate(parsed)))
+    got, expected = _one_pass_and_reference(spark, single_pass.histograms, reference.latency_histograms,
+                                            tables.LATENCY_KEYS)
     # Then they are the summaries' buckets added bucket by bucket per key; count, sum, min, max alike
-    expected = reference.latency_histograms(summaries(valid_events(parsed)))
-
-    def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(str(r[k]) for k in tables.LATENCY_KEYS)
-
     assert len(expected) >= 3 and any(b["bucket"] == 0 for r in expected for b in r["hist"])
-    got, expected = sorted(got, key=key), sorted(expected, key=key)
     assert [{k: v for k, v in r.items() if k != "latency_sum_ms"} for r in got] == \
         [{k: v for k, v in r.items() if k != "latency_sum_ms"} for r in expected]
     # sums in another order may differ in the last bit
