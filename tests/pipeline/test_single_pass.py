@@ -187,7 +187,7 @@ def test_cube_equals_the_summaries_summed_one_by_one(spark: SparkSession) -> Non
     # Given v1 and v2 traffic of many keys, and a rejected line; When the one pass's aggregate is cut
     # into the traffic cube; Then it is the normalised events summed per key, one by one
     got, expected = _one_pass_and_reference(spark, single_pass.cube, reference.traffic_cube, reference.CUBE_KEYS)
-    assert len(expected) >= 8
+    assert len(expected) >= 6  # forwarded, answered, acks=0, a broker error, raised by floor, a second date
     assert got == expected
 
 
