@@ -4,37 +4,64 @@
 same source, type hints turned into C): about a third less CPU per request (docs/performance.md). The
 interpreted package is the reference and what a plain ``pip install`` gives. ``scripts/compile`` builds
 in place for development and tests; the container image builds a compiled wheel (Dockerfile).
+
+mypyc names a module after its path, and the source folders (protocol/, proxy/, ...) are mapped into
+``insync_proxy`` by pyproject.toml's package-dir, so the build compiles them from a staged tree,
+``build/src/insync_proxy/<folder>`` (links to the folders, made here, outside the package). The
+extension modules are named ``insync_proxy.<folder>.<module>``; setuptools puts each where package-dir
+says (beside its source with ``build_ext --inplace``, under ``insync_proxy/`` in a wheel).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 from setuptools import setup
 
+ROOT = Path(__file__).resolve().parent
+#: The source folders mapped into insync_proxy (pyproject.toml: package-dir).
+SOURCE_FOLDERS = ("protocol", "audit", "proxy", "pipeline")
+#: Where the build sees the package as it is installed (insync_proxy/<folder>/...).
+STAGED = Path("build") / "src"
+
 #: The data path: framing, header peek, Produce walks, the connection core and the behaviours on it.
 COMPILED_MODULES = [
-    "insync_proxy/protocol/api_keys.py",
-    "insync_proxy/protocol/primitives.py",
-    "insync_proxy/protocol/framing.py",
-    "insync_proxy/protocol/headers.py",
-    "insync_proxy/protocol/produce.py",
-    "insync_proxy/protocol/fetch.py",
-    "insync_proxy/proxy/exchange.py",
-    "insync_proxy/proxy/core.py",
-    "insync_proxy/proxy/observer.py",
-    "insync_proxy/proxy/metrics.py",
-    "insync_proxy/proxy/connection.py",
-    "insync_proxy/proxy/cluster_view.py",
-    "insync_proxy/proxy/min_insync.py",
-    "insync_proxy/proxy/behaviours/acks.py",
-    "insync_proxy/proxy/behaviours/addresses.py",
-    "insync_proxy/proxy/behaviours/api_versions.py",
-    "insync_proxy/proxy/behaviours/config_changes.py",
-    "insync_proxy/proxy/behaviours/metadata.py",
-    "insync_proxy/proxy/audit/buckets.py",
-    "insync_proxy/proxy/audit/summary.py",
+    "protocol/api_keys.py",
+    "protocol/primitives.py",
+    "protocol/framing.py",
+    "protocol/headers.py",
+    "protocol/produce.py",
+    "protocol/fetch.py",
+    "audit/buckets.py",
+    "proxy/exchange.py",
+    "proxy/core.py",
+    "proxy/observer.py",
+    "proxy/metrics.py",
+    "proxy/connection.py",
+    "proxy/cluster_view.py",
+    "proxy/min_insync.py",
+    "proxy/behaviours/acks.py",
+    "proxy/behaviours/addresses.py",
+    "proxy/behaviours/api_versions.py",
+    "proxy/behaviours/config_changes.py",
+    "proxy/behaviours/metadata.py",
+    "proxy/audit/summary.py",
 ]
+
+
+def stage_package(staged: Path = STAGED) -> Path:
+    """build/src/insync_proxy: the package as installed, its folders linked from the source tree."""
+    package = staged / "insync_proxy"
+    if package.exists():
+        shutil.rmtree(package)
+    package.mkdir(parents=True)
+    for name in ("__init__.py", "__main__.py"):
+        shutil.copy2(ROOT / "insync_proxy" / name, package / name)
+    for folder in SOURCE_FOLDERS:
+        (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
+    return package
 
 
 def _ext_modules() -> list[object]:
@@ -45,8 +72,11 @@ def _ext_modules() -> list[object]:
     except ImportError as exc:  # pip's isolated build has only setuptools: see scripts/compile
         raise SystemExit("INSYNC_PROXY_COMPILE=1 needs mypy in the build environment: "
                          "pip install mypy, then build with --no-build-isolation") from exc
+    package = stage_package()
     # the runtime library shared by the modules lives in the package too: insync_proxy/_data_path__mypyc
-    return list(mypycify(COMPILED_MODULES, opt_level="3", debug_level="1", group_name="insync_proxy._data_path"))
+    return list(mypycify([str(package / m) for m in COMPILED_MODULES], opt_level="3", debug_level="1",
+                         group_name="insync_proxy._data_path"))
 
 
-setup(ext_modules=_ext_modules())
+if __name__ == "__main__":
+    setup(ext_modules=_ext_modules())

@@ -37,7 +37,8 @@ def rollup_summaries(parsed: DataFrame, seconds: int) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    from insync_proxy.pipeline.schema import EVENT_PRODUCE_SUMMARY, PARSED_SCHEMA
+    from insync_proxy.audit.events import EVENT_PRODUCE_SUMMARY
+    from insync_proxy.pipeline.schema import PARSED_SCHEMA
 
     is_summary = (F.col("reject_reason").isNull() & (F.col("schema_version") == 2)
                   & (F.col("event") == EVENT_PRODUCE_SUMMARY))

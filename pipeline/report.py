@@ -173,7 +173,7 @@ def _accounting(
     """Counts, rejected lines by reason and the valid events' first and last time, from
     :func:`pipeline.single_pass.line_counts` (lines per valid (schema_version, event) and per reject
     reason, with the valid lines' time span)."""
-    from insync_proxy.pipeline.schema import EVENT_KINDS_BY_VERSION
+    from insync_proxy.audit.events import EVENT_KINDS_BY_VERSION
 
     counts = {"lines": 0, "valid": 0, "rejected": 0, "v1_events": 0, "v2_events": 0,
               "produce_decisions": 0, "produce_summaries": 0, "isr_changes": 0, "partition_readiness": 0}
@@ -229,6 +229,19 @@ def _write_table(spark: SparkSession, frame: DataFrame, name: str, path: Path) -
     return _collect(spark.read.schema(TABLE_SCHEMAS[name]).parquet(str(path)))
 
 
+#: The tables the report writes, each with the keys its rows are sorted by (its written order is Spark's).
+TABLE_ORDER: dict[str, tuple[str, ...]] = {
+    "partition_traffic": ("date", "topic", "partition"),
+    "decisions_by_kind": ("date", "topic", "partition", "decision"),
+    "decisions_by_acks": ("date", "topic", "partition", "acks_requested", "acks_sent"),
+    "isr_below_min_intervals": ("topic", "partition", "start"),
+    "latency_by_acks": ("date", "topic", "partition", "acks_requested", "acks_sent"),
+    "durability_exposure": ("date", "topic", "partition"),
+    "top_clients": ("date", "topic", "partition", "client_id"),
+    "decisions_timeline": ("bucket_start", "decision"),
+}
+
+
 def run_report(
     spark: SparkSession,
     inputs: Sequence[str] | str,
@@ -252,9 +265,6 @@ def run_report(
     (``"memory"``). A second scan runs only for ISR observations that interleave within a minute
     (their intervals need them one by one) or when the timeline granule does not fit the data's span.
     """
-    from pyspark import StorageLevel
-
-    from insync_proxy.pipeline import html_report, schema, single_pass, sources, tables
     from insync_proxy.pipeline.spark_env import configure_session
 
     started = time.monotonic()
@@ -262,12 +272,40 @@ def run_report(
     inputs = [inputs] if isinstance(inputs, str) else list(inputs)
     if not inputs and kafka is None and not staged:
         raise PipelineError("no input: give --input paths, --staged directories and/or --kafka-bootstrap with --topic")
+    if staging not in ("parquet", "memory"):
+        raise ValueError(f"staging must be 'parquet' or 'memory', not {staging!r}")
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     configure_session(spark)
 
+    parsed, files = _read_events(spark, inputs, kafka, staged, progress)
+    granule = _timeline_granule(spark, files, staged)
+    tables = _ReportTables(spark, out, progress)
+    try:
+        agg = tables.one_pass(parsed, granule, staging)
+        tables.cut(agg)
+        tables.cut_what_follows_the_accounting(agg, parsed, granule)
+    finally:
+        tables.release()
+    collected = tables.sorted_rows()
+    summary = _summary(collected, tables.first_ts, tables.last_ts, tables.timeline_bucket)
+    html_path, summary_path = _write_report_files(out, tables, collected, summary,
+                                                  inputs + ([f"kafka:{kafka.topic}"] if kafka else []), progress)
+    return ReportResult(
+        output_dir=out, html_path=html_path, summary_path=summary_path, counts=tables.counts,
+        rejected_by_reason=dict(tables.rejected_by_reason), tables=collected, table_paths=tables.paths,
+        summary=summary, elapsed_s=time.monotonic() - started,
+    )
+
+
+def _read_events(spark: SparkSession, inputs: list[str], kafka: KafkaInput | None, staged: Sequence[str],
+                 progress: Progress) -> tuple[DataFrame, list[str]]:
+    """Every input as parsed, validated events (one frame, not read yet), and the input files."""
+    from insync_proxy.pipeline import schema, sources
+
     progress.stage(f"reading audit events from {', '.join(inputs) or '-'}" + (f" + kafka topic {kafka.topic}" if kafka else ""))
     frames = []
+    files: list[str] = []
     if inputs:
         files = sources.resolve_inputs(inputs)
         progress.stage(f"  {len(files):,} input file(s)" if files else "  no audit file in the input: empty report")
@@ -282,41 +320,79 @@ def run_report(
     parsed = frames[0]
     for frame in frames[1:]:
         parsed = parsed.unionByName(frame)
-    if staging not in ("parquet", "memory"):
-        raise ValueError(f"staging must be 'parquet' or 'memory', not {staging!r}")
+    return parsed, files
 
-    # One scan: the JSON is parsed and validated once, and every table's input is aggregated from it
-    # in the same job (pipeline.single_pass), the accounting (lines by kind and reason, time span)
-    # included. Only the small aggregate is kept for the tables: as Parquet under
-    # OUTPUT/aggregate-staging (not "_...": Spark skips such paths as hidden), or in Spark's cache.
-    staging_dir = out / "aggregate-staging"
-    # The timeline granule from a lower bound of the span: the files' first and last lines, and the
-    # staged events' exact first and last times (a cheap query on two Parquet columns).
-    times = sources.sample_times(files) if inputs else []
+
+def _timeline_granule(spark: SparkSession, files: list[str], staged: Sequence[str]) -> int:
+    """The timeline granule from a lower bound of the span: the files' first and last lines, and the
+    staged events' exact first and last times (a cheap query on two Parquet columns)."""
+    from insync_proxy.pipeline import schema, single_pass, sources
+
+    times = sources.sample_times(files)
     if staged:
         times += single_pass.time_range(spark.read.schema(schema.PARSED_SCHEMA).parquet(*staged))
-    granule = single_pass.timeline_granule(max(times) - min(times) if len(times) >= 2 else None)
-    aggregate = single_pass.aggregate(parsed, timeline_seconds=granule)
-    cached: list[DataFrame] = []
-    try:
-        progress.stage("parsing, validating (audit schema v1 and v2) and aggregating in one pass")
+    return single_pass.timeline_granule(max(times) - min(times) if len(times) >= 2 else None)
+
+
+class _ReportTables:
+    """The tables of one report run, cut from the one pass's aggregate, and what they need on the way."""
+
+    def __init__(self, spark: SparkSession, out: Path, progress: Progress) -> None:
+        self.spark = spark
+        self.progress = progress
+        self.paths = {name: out / name for name in TABLE_ORDER}
+        self.staging_dir = out / "aggregate-staging"  # not "_...": Spark skips such paths as hidden
+        self.rejected_dir = out / "rejected"
+        self.done: dict[str, Any] = {}
+        self.cached: list[DataFrame] = []
+        self.counts: dict[str, int] = {}
+        self.rejected_by_reason: dict[str, int] = {}
+        self.first_ts: datetime | None = None
+        self.last_ts: datetime | None = None
+        self.timeline_bucket = 0
+
+    def one_pass(self, parsed: DataFrame, granule: int, staging: str) -> DataFrame:
+        """One scan: the JSON is parsed and validated once, and every table's input is aggregated from
+        it in the same job (pipeline.single_pass), the accounting (lines by kind and reason, time span)
+        included. Only the small aggregate is kept: as Parquet under OUTPUT/aggregate-staging, or in
+        Spark's cache."""
+        from pyspark import StorageLevel
+
+        from insync_proxy.pipeline import single_pass
+
+        aggregate = single_pass.aggregate(parsed, timeline_seconds=granule)
+        self.progress.stage("parsing, validating (audit schema v1 and v2) and aggregating in one pass")
         if staging == "parquet":
-            aggregate.write.mode("overwrite").parquet(str(staging_dir))
-            agg = spark.read.parquet(str(staging_dir))
-        else:
-            agg = aggregate.persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(agg)
-            agg.count()
-        progress.stage("  one pass done; cutting the tables from its aggregate")
-        # From here on every job reads the small aggregate: they run side by side (Spark schedules
-        # concurrent jobs; each is mostly fixed overhead, which a sequence would pay one by one).
-        # First the accounting, the interleaved-granule count and every table that needs neither.
+            aggregate.write.mode("overwrite").parquet(str(self.staging_dir))
+            return self.spark.read.parquet(str(self.staging_dir))
+        agg = aggregate.persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached.append(agg)
+        agg.count()
+        return agg
+
+    def _write(self, name: str, frame: DataFrame) -> Callable[[], list[dict[str, Any]]]:
+        def write() -> list[dict[str, Any]]:
+            rows = _write_table(self.spark, frame, name, self.paths[name])
+            self.progress.stage(f"  wrote {len(rows):,} rows to {self.paths[name]}")
+            return rows
+
+        return write
+
+    def cut(self, agg: DataFrame) -> None:
+        """The accounting, the interleaved-granule count and every table that needs neither, side by
+        side (Spark schedules concurrent jobs; each is mostly fixed overhead, which a sequence would pay
+        one by one): every job reads the small aggregate."""
+        from pyspark import StorageLevel
+
+        from insync_proxy.pipeline import single_pass, tables
+
+        self.progress.stage("  one pass done; cutting the tables from its aggregate")
         cube = single_pass.cube(agg)
         histograms = single_pass.histograms(agg)
-        granules = single_pass.granule_summaries(agg).persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(granules)
-        interleaved = granules.filter(single_pass.interleaved())
-        table_frames: dict[str, DataFrame] = {
+        self.granules = single_pass.granule_summaries(agg).persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached.append(self.granules)
+        self.interleaved = self.granules.filter(single_pass.interleaved())
+        frames = {
             "partition_traffic": tables.partition_traffic(cube),
             "decisions_by_kind": tables.decisions_by_kind(cube),
             "decisions_by_acks": tables.decisions_by_acks(cube),
@@ -324,130 +400,125 @@ def run_report(
             "durability_exposure": tables.durability_exposure(cube),
             "top_clients": tables.top_clients(single_pass.clients(agg)),
         }
-        table_paths = {name: out / name for name in (*table_frames, "isr_below_min_intervals", "decisions_timeline")}
-
-        def write(name: str, frame: DataFrame) -> list[dict[str, Any]]:
-            rows = _write_table(spark, frame, name, table_paths[name])
-            progress.stage(f"  wrote {len(rows):,} rows to {table_paths[name]}")
-            return rows
-
-        def writer(name: str, frame: DataFrame) -> Callable[[], list[dict[str, Any]]]:
-            return lambda: write(name, frame)
-
-        progress.stage(f"computing and writing {len(table_paths)} tables, rejected lines and overall latency")
-        first_jobs: dict[str, Callable[[], Any]] = {
+        self.progress.stage(f"computing and writing {len(self.paths)} tables, rejected lines and overall latency")
+        self.done = _run_concurrently({
             "line_counts": lambda: single_pass.line_counts(agg),
-            "interleaved": interleaved.count,
+            "interleaved": self.interleaved.count,
             "latency_overall": lambda: _collect(tables.latency_overall(histograms)),
-            **{name: writer(name, frame) for name, frame in table_frames.items()},
-        }
-        done = _run_concurrently(first_jobs)
-        counts, rejected_by_reason, first_ts, last_ts = _accounting(done["line_counts"])
-        progress.stage(
-            f"  {counts['lines']:,} lines: {counts['valid']:,} valid ({counts['v1_events']:,} v1, "
-            f"{counts['v2_events']:,} v2; {counts['produce_summaries']:,} produce summaries, "
-            f"{counts['produce_decisions']:,} produce decisions, {counts['isr_changes']:,} isr changes, "
-            f"{counts['partition_readiness']:,} readiness changes), {counts['rejected']:,} rejected"
-            + (f" {dict(rejected_by_reason)}" if rejected_by_reason else "")
+            **{name: self._write(name, frame) for name, frame in frames.items()},
+        })
+        self.counts, self.rejected_by_reason, self.first_ts, self.last_ts = _accounting(self.done["line_counts"])
+        c = self.counts
+        self.progress.stage(
+            f"  {c['lines']:,} lines: {c['valid']:,} valid ({c['v1_events']:,} v1, "
+            f"{c['v2_events']:,} v2; {c['produce_summaries']:,} produce summaries, "
+            f"{c['produce_decisions']:,} produce decisions, {c['isr_changes']:,} isr changes, "
+            f"{c['partition_readiness']:,} readiness changes), {c['rejected']:,} rejected"
+            + (f" {dict(self.rejected_by_reason)}" if self.rejected_by_reason else "")
         )
 
-        # Then what needs them: the intervals, the timeline (its bucket follows the span) and the
-        # rejected lines.
-        span = (last_ts - first_ts).total_seconds() if first_ts and last_ts else 0.0
-        bucket = tables.timeline_bucket_seconds(span)
-        runs = single_pass.below_min_runs(granules)
-        if done["interleaved"]:
+    def cut_what_follows_the_accounting(self, agg: DataFrame, parsed: DataFrame, granule: int) -> None:
+        """The intervals, the timeline (its bucket follows the span) and the rejected lines."""
+        from insync_proxy.pipeline import schema, single_pass, tables
+
+        span = (self.last_ts - self.first_ts).total_seconds() if self.first_ts and self.last_ts else 0.0
+        self.timeline_bucket = bucket = tables.timeline_bucket_seconds(span)
+        runs = single_pass.below_min_runs(self.granules)
+        if self.done["interleaved"]:
             # Below and not-below observations interleave within these granules: their observations
             # are read again, one by one (a second scan of the input, only for them).
-            progress.stage(f"  {done['interleaved']:,} time granule(s) with interleaved ISR observations: "
-                           "reading their observations again")
-            detail = single_pass.observations_in(schema.observations(schema.valid_events(parsed)), interleaved)
+            self.progress.stage(f"  {self.done['interleaved']:,} time granule(s) with interleaved ISR observations: "
+                                "reading their observations again")
+            detail = single_pass.observations_in(schema.observations(schema.valid_events(parsed)), self.interleaved)
             runs = runs.unionByName(single_pass.observation_runs(detail))
         if bucket % granule == 0:
             timeline = single_pass.timeline_summaries(agg)
         else:  # the span estimate was wrong (cannot happen with valid first/last lines): per event
-            progress.stage(f"  timeline: {granule} s granules do not divide {bucket} s buckets; reading the events again")
+            self.progress.stage(f"  timeline: {granule} s granules do not divide {bucket} s buckets; "
+                                "reading the events again")
             timeline = schema.summaries(schema.valid_events(parsed))
-        rejected_dir = out / "rejected"
-
-        def write_rejected() -> None:
-            # JSON Lines so an operator can read the offending lines and reasons without Spark.
-            if counts["rejected"]:
-                single_pass.rejected_lines(agg).coalesce(1).write.mode("overwrite").json(str(rejected_dir))
-            else:  # known from the counts: no Spark job, an empty JSON Lines file as Spark would leave it
-                shutil.rmtree(rejected_dir, ignore_errors=True)
-                rejected_dir.mkdir(parents=True)
-                (rejected_dir / "part-00000.json").touch()
-                (rejected_dir / "_SUCCESS").touch()
-            progress.stage(f"  wrote {counts['rejected']:,} rejected lines to {rejected_dir}")
-
-        done |= _run_concurrently({
-            "isr_below_min_intervals": writer("isr_below_min_intervals",
-                                              tables.isr_below_min_intervals_from_runs(runs)),
-            "decisions_timeline": writer("decisions_timeline", tables.decisions_timeline(timeline, bucket)),
-            "rejected": write_rejected,
+        self.done |= _run_concurrently({
+            "isr_below_min_intervals": self._write("isr_below_min_intervals",
+                                                   tables.isr_below_min_intervals_from_runs(runs)),
+            "decisions_timeline": self._write("decisions_timeline", tables.decisions_timeline(timeline, bucket)),
+            "rejected": lambda: self._write_rejected(agg),
         })
-        collected: dict[str, list[dict[str, Any]]] = {
-            name: done[name] for name in (*table_paths, "latency_overall")
-        }
-    finally:
-        for frame in cached:
-            frame.unpersist()
-        shutil.rmtree(staging_dir, ignore_errors=True)
 
-    for name, keys in {
-        "partition_traffic": ("date", "topic", "partition"),
-        "decisions_by_kind": ("date", "topic", "partition", "decision"),
-        "decisions_by_acks": ("date", "topic", "partition", "acks_requested", "acks_sent"),
-        "isr_below_min_intervals": ("topic", "partition", "start"),
-        "latency_by_acks": ("date", "topic", "partition", "acks_requested", "acks_sent"),
-        "latency_overall": ("acks_requested", "acks_sent"),
-        "durability_exposure": ("date", "topic", "partition"),
-        "top_clients": ("date", "topic", "partition", "client_id"),
-        "decisions_timeline": ("bucket_start", "decision"),
-    }.items():
-        collected[name].sort(key=lambda r, k=keys: _sort_key(r, k))  # type: ignore[misc]
-    collected.update(_derived_views(collected))
+    def _write_rejected(self, agg: DataFrame) -> None:
+        """The rejected lines as JSON Lines, so an operator can read them and their reasons without Spark."""
+        from insync_proxy.pipeline import single_pass
+
+        if self.counts["rejected"]:
+            single_pass.rejected_lines(agg).coalesce(1).write.mode("overwrite").json(str(self.rejected_dir))
+        else:  # known from the counts: no Spark job, an empty JSON Lines file as Spark would leave it
+            shutil.rmtree(self.rejected_dir, ignore_errors=True)
+            self.rejected_dir.mkdir(parents=True)
+            (self.rejected_dir / "part-00000.json").touch()
+            (self.rejected_dir / "_SUCCESS").touch()
+        self.progress.stage(f"  wrote {self.counts['rejected']:,} rejected lines to {self.rejected_dir}")
+
+    def release(self) -> None:
+        """Drop what the run cached and staged."""
+        for frame in self.cached:
+            frame.unpersist()
+        shutil.rmtree(self.staging_dir, ignore_errors=True)
+
+    def sorted_rows(self) -> dict[str, list[dict[str, Any]]]:
+        """Every table's rows in its order (:data:`TABLE_ORDER`), plus the report's derived views."""
+        collected: dict[str, list[dict[str, Any]]] = {name: self.done[name] for name in (*TABLE_ORDER, "latency_overall")}
+        for name, keys in {**TABLE_ORDER, "latency_overall": ("acks_requested", "acks_sent")}.items():
+            collected[name].sort(key=lambda r, k=keys: _sort_key(r, k))  # type: ignore[misc]
+        collected.update(_derived_views(collected))
+        return collected
+
+
+def _summary(collected: dict[str, list[dict[str, Any]]], first_ts: datetime | None, last_ts: datetime | None,
+             timeline_bucket: int) -> dict[str, Any]:
+    """The report's headline figures (summary.json's ``summary``)."""
+    from insync_proxy.pipeline import tables
 
     exposure = collected["exposure_by_topic"]
     bytes_sent = sum(r["bytes_sent"] for r in exposure)
     traffic = collected["partition_traffic"]
-    summary: dict[str, Any] = {
+    intervals = collected["isr_below_min_intervals"]
+    return {
         "first_ts": first_ts,
         "last_ts": last_ts,
         "topic_partitions": len({(r["topic"], r["partition"]) for r in traffic}
-                                | {(r["topic"], r["partition"]) for r in collected["isr_below_min_intervals"]}),
+                                | {(r["topic"], r["partition"]) for r in intervals}),
         "requests": sum(r["requests"] for r in traffic),
         "records": sum(r["records"] for r in traffic if r["records"] is not None),
         "record_bytes": sum(r["record_bytes"] for r in traffic),
         "proxy_answered_errors": sum(r["answered_errors"] for r in collected["top_clients_overall"]),
         "exposed_share": (sum(r["bytes_acks_0"] + r["bytes_acks_1"] for r in exposure) / bytes_sent) if bytes_sent else None,
-        "below_min_intervals": len(collected["isr_below_min_intervals"]),
-        "open_intervals": sum(1 for r in collected["isr_below_min_intervals"] if r["open"]),
-        "timeline_bucket_seconds": bucket,
+        "below_min_intervals": len(intervals),
+        "open_intervals": sum(1 for r in intervals if r["open"]),
+        "timeline_bucket_seconds": timeline_bucket,
         "latency_relative_error": tables.PERCENTILE_RELATIVE_ERROR,
     }
+
+
+def _write_report_files(out: Path, run: _ReportTables, collected: dict[str, list[dict[str, Any]]],
+                        summary: dict[str, Any], inputs: list[str], progress: Progress) -> tuple[Path, Path]:
+    """report.html and summary.json."""
+    from insync_proxy.pipeline import html_report
 
     html_path = out / "report.html"
     progress.stage(f"rendering {html_path}")
     html_path.write_text(
-        html_report.render_html(counts=counts, rejected_by_reason=rejected_by_reason, tables=collected,
-                                summary=summary, inputs=inputs + ([f"kafka:{kafka.topic}"] if kafka else [])),
+        html_report.render_html(counts=run.counts, rejected_by_reason=run.rejected_by_reason, tables=collected,
+                                summary=summary, inputs=inputs),
         encoding="utf-8",
     )
     summary_path = out / "summary.json"
     summary_path.write_text(
-        json.dumps({"counts": counts, "rejected_by_reason": rejected_by_reason, "summary": summary,
+        json.dumps({"counts": run.counts, "rejected_by_reason": run.rejected_by_reason, "summary": summary,
                     "latency_overall": collected["latency_overall"], "top_clients": collected["top_clients_overall"][:20],
                     "below_min_by_partition": collected["below_min_by_partition"]},
                    indent=2, default=_json_default),
         encoding="utf-8",
     )
-    return ReportResult(
-        output_dir=out, html_path=html_path, summary_path=summary_path, counts=counts,
-        rejected_by_reason=dict(rejected_by_reason), tables=collected, table_paths=table_paths,
-        summary=summary, elapsed_s=time.monotonic() - started,
-    )
+    return html_path, summary_path
 
 
 def console_summary(result: ReportResult) -> str:

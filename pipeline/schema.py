@@ -1,7 +1,7 @@
 """The audit event schemas (v1 and v2) as Spark sees them, the parse/validate step shared by batch and
 streaming, and the normalisation of both versions into one aggregate shape.
 
-The authoritative schemas are ``proxy/audit/schema-v1.json`` and ``proxy/audit/schema-v2.json``
+The authoritative schemas are ``audit/schema-v1.json`` and ``audit/schema-v2.json``
 (documented in ``docs/audit-events.md``); this module mirrors their union with an explicit Spark
 schema so nothing is inferred. Every input line ends up either as a typed, valid event or as a
 rejected record carrying a reason: nothing is dropped silently.
@@ -19,32 +19,16 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from insync_proxy.proxy.audit import buckets
-
-SCHEMA_VERSIONS = (1, 2)
-
-EVENT_PRODUCE_DECISION = "produce_decision"
-EVENT_ISR_CHANGE = "isr_change"
-EVENT_PRODUCE_SUMMARY = "produce_summary"
-EVENT_PARTITION_READINESS = "partition_readiness"
-#: Event kinds each schema version knows.
-EVENT_KINDS_BY_VERSION: dict[int, tuple[str, ...]] = {
-    1: (EVENT_PRODUCE_DECISION, EVENT_ISR_CHANGE),
-    2: (EVENT_PRODUCE_SUMMARY, EVENT_ISR_CHANGE, EVENT_PARTITION_READINESS, EVENT_PRODUCE_DECISION),
-}
-EVENT_KINDS = (EVENT_PRODUCE_DECISION, EVENT_ISR_CHANGE, EVENT_PRODUCE_SUMMARY, EVENT_PARTITION_READINESS)
-
-DECISION_FORWARDED = "forwarded"
-DECISION_RAISED_BY_FLOOR = "raised_by_floor"
-DECISION_ANSWERED_NOT_ENOUGH_REPLICAS = "answered_not_enough_replicas"
-DECISION_ANSWERED_INVALID_REQUIRED_ACKS = "answered_invalid_required_acks"
-DECISIONS = (
-    DECISION_FORWARDED,
-    DECISION_RAISED_BY_FLOOR,
-    DECISION_ANSWERED_NOT_ENOUGH_REPLICAS,
-    DECISION_ANSWERED_INVALID_REQUIRED_ACKS,
+from insync_proxy.audit import buckets
+from insync_proxy.audit.events import (
+    DECISIONS,
+    EVENT_ISR_CHANGE,
+    EVENT_KINDS_BY_VERSION,
+    EVENT_PARTITION_READINESS,
+    EVENT_PRODUCE_DECISION,
+    EVENT_PRODUCE_SUMMARY,
+    SCHEMA_VERSIONS,
 )
-PROXY_ANSWERED_DECISIONS = (DECISION_ANSWERED_NOT_ENOUGH_REPLICAS, DECISION_ANSWERED_INVALID_REQUIRED_ACKS)
 
 # Name of the column Spark's JSON parser fills with the raw text when a line does not fit the schema.
 _CORRUPT = "_corrupt_record"
@@ -103,8 +87,6 @@ REQUIRED_NULLABLE_BY_KIND: dict[tuple[int, str], tuple[str, ...]] = {
     (2, EVENT_PRODUCE_DECISION): ("isr_size", "min_isr"),
     (2, EVENT_ISR_CHANGE): ("isr_size", "min_isr"),
 }
-#: Kept for readers of v1's module: v1's nullable required keys.
-REQUIRED_NULLABLE = ("isr_size", "min_isr")
 
 #: The JSON parsing schema: the v1+v2 fields plus the parser's corrupt-record column.
 RAW_SCHEMA = T.StructType(
@@ -409,7 +391,7 @@ OBSERVATION_COLUMNS = ("topic", "partition", "ts", "proxy_id", "event", "isr_siz
 
 
 def bucket_index(latency_ms: Column) -> Column:
-    """The latency bucket of ``latency_ms`` (see ``insync_proxy.proxy.audit.buckets``) as a Spark column.
+    """The latency bucket of ``latency_ms`` (see ``insync_proxy.audit.buckets``) as a Spark column.
 
     The smallest i with latency <= BOUNDS_MS[i] (0 at or below the first bound, OVERFLOW above the
     last): a logarithm gives the index, then one comparison with the bounds on each side corrects

@@ -58,17 +58,21 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from insync_proxy.pipeline.schema import (
-    BUCKETS_TYPE,
+from insync_proxy.audit.events import (
     EVENT_ISR_CHANGE,
     EVENT_KINDS_BY_VERSION,
     EVENT_PARTITION_READINESS,
     EVENT_PRODUCE_DECISION,
     EVENT_PRODUCE_SUMMARY,
     PROXY_ANSWERED_DECISIONS,
-    bucket_index,
 )
-from insync_proxy.pipeline.tables import LATENCY_KEYS, PARTITION_KEYS, TIMELINE_BUCKETS_S
+from insync_proxy.pipeline.schema import BUCKETS_TYPE, bucket_index
+from insync_proxy.pipeline.tables import (
+    LATENCY_KEYS,
+    PARTITION_KEYS,
+    TIMELINE_BUCKETS_S,
+    timeline_bucket_seconds,
+)
 
 #: Time granule of the below-min observations' aggregation (seconds). Intervals are exact whatever it
 #: is; a granule only needs a second look when below and not-below observations interleave in it.
@@ -213,8 +217,6 @@ def aggregate(parsed: DataFrame, timeline_seconds: int = 1) -> DataFrame:
 def timeline_granule(span_lower_bound_s: float | None) -> int:
     """The timeline granule for data whose time span is at least ``span_lower_bound_s``: the bucket
     the report would pick for that span, which divides the bucket it picks for any longer span."""
-    from insync_proxy.pipeline.tables import timeline_bucket_seconds
-
     if not span_lower_bound_s or span_lower_bound_s <= 0:
         return TIMELINE_BUCKETS_S[0]
     return timeline_bucket_seconds(span_lower_bound_s)
@@ -248,8 +250,7 @@ CUBE_KEYS = ("date", "topic", "partition", "acks_requested", "acks_sent", "decis
 
 def cube(agg: DataFrame) -> DataFrame:
     """Traffic per (date, topic, partition, acks_requested, acks_sent, decision, error_code): requests,
-    records, record bytes, first interval start and last end (:func:`tables.traffic_cube` without the
-    client)."""
+    records, record bytes, first interval start and last end, summed over the traffic rows."""
     return _traffic(agg).groupBy(*CUBE_KEYS).agg(
         F.sum("requests").alias("requests"), F.sum("records").alias("records"),
         F.sum("record_bytes").alias("record_bytes"), _ts_min("first_us").alias("first_seen"),
@@ -275,8 +276,10 @@ def clients(agg: DataFrame) -> DataFrame:
 
 
 def histograms(agg: DataFrame) -> DataFrame:
-    """:func:`tables.latency_histograms`' output, from the traffic rows' buckets (the latency count is
-    the sum of the bucket counts: validation checks that a summary's buckets add up to it)."""
+    """Merged latency histograms per :data:`tables.LATENCY_KEYS` of the requests with a measured latency:
+    latency count, sum, min, max and ``hist``, the sparse (bucket, count) array sorted by bucket, from
+    the traffic rows' buckets (the latency count is the sum of the bucket counts: validation checks that
+    a summary's buckets add up to it)."""
     per_bucket = _traffic(agg).filter(F.col("bucket").isNotNull()).groupBy(*LATENCY_KEYS, "bucket").agg(
         F.sum("bucket_count").alias("count"), F.sum("latency_sum_ms").alias("latency_sum_ms"),
         F.min("latency_min_ms").alias("latency_min_ms"), F.max("latency_max_ms").alias("latency_max_ms"),
@@ -316,12 +319,6 @@ def rejected_lines(agg: DataFrame) -> DataFrame:
     row = F.struct("reason", "source", "line")
     rejected = _of(agg, SET_TRAFFIC).filter(F.col("reason").isNotNull())
     return rejected.select(F.explode(F.array_repeat(row, F.col("lines").cast("int"))).alias("r")).select("r.*")
-
-
-#: Columns of the runs :func:`below_min_runs` and :func:`observation_runs` give (see
-#: :func:`tables.isr_below_min_intervals_from_runs`).
-RUN_COLUMNS = ("topic", "partition", "ts", "proxy_id", "event", "isr_size", "below", "last_ts", "n", "min_isr",
-               "lowest_isr", "proxies")
 
 
 def granule_summaries(agg: DataFrame) -> DataFrame:

@@ -77,7 +77,7 @@ def spark_path(path: str) -> str:
     return _HADOOP_GLOB_CHARS.sub(r"\\\1", path) if _is_local(path) else path
 
 
-#: How far from a file's end :func:`span_lower_bound` looks for its last line.
+#: How far from a file's end :func:`sample_times` looks for its last line.
 _TAIL_BYTES = 64 * 1024
 
 
@@ -111,25 +111,12 @@ def _first_and_last_times(path: str) -> list[float]:
 
 
 def sample_times(files: Sequence[str]) -> list[float]:
-    """Epoch seconds of the local files' first and last lines (those that carry a time)."""
+    """Epoch seconds of the local files' first and last lines (those that carry a time).
+
+    Any two events' times bound the input's time span from below; the report picks its timeline
+    granule from that bound (:func:`pipeline.single_pass.timeline_granule`) and checks it against the
+    real span afterwards."""
     return [t for f in files if _is_local(f) for t in _first_and_last_times(_local(f))]
-
-
-def span_lower_bound(files: Sequence[str]) -> float | None:
-    """A lower bound of the input's time span in seconds, from its local files' first and last lines
-    (the latest minus the earliest of those times), or None when no such time could be read.
-
-    Any two events' times bound the span from below; the report picks its timeline granule from it
-    (:func:`pipeline.single_pass.timeline_granule`) and checks it against the real span afterwards.
-    """
-    times = sample_times(files)
-    return max(times) - min(times) if len(times) >= 2 else None
-
-
-def check_inputs(inputs: Sequence[str]) -> list[str]:
-    """Check that every local input exists (see :func:`resolve_inputs`); returns the inputs unchanged."""
-    resolve_inputs(inputs)
-    return list(inputs)
 
 
 def read_audit_files(spark: SparkSession, files: Sequence[str]) -> DataFrame:
@@ -138,12 +125,6 @@ def read_audit_files(spark: SparkSession, files: Sequence[str]) -> DataFrame:
     from insync_proxy.pipeline.schema import read_audit_json
 
     return read_audit_json(spark, [spark_path(f) for f in files])
-
-
-def read_audit_file_events(spark: SparkSession, inputs: Sequence[str]) -> DataFrame:
-    """Parsed, validated audit events from JSON Lines files, directories (read recursively for
-    ``*.jsonl``) and globs."""
-    return read_audit_files(spark, resolve_inputs(inputs))
 
 
 def _kafka_options(bootstrap: str, topic: str) -> dict[str, str]:

@@ -52,14 +52,10 @@ def windowed_aggregates(events: DataFrame, window: str = DEFAULT_WINDOW, waterma
     """
     from pyspark.sql import functions as F
 
-    from insync_proxy.pipeline.schema import (
-        BUCKETS_TYPE,
-        EVENT_PRODUCE_DECISION,
-        PROXY_ANSWERED_DECISIONS,
-        summaries,
-    )
+    from insync_proxy.audit.buckets import OVERFLOW
+    from insync_proxy.audit.events import EVENT_PRODUCE_DECISION, PROXY_ANSWERED_DECISIONS
+    from insync_proxy.pipeline.schema import BUCKETS_TYPE, summaries
     from insync_proxy.pipeline.tables import PERCENTILES, percentile_from_buckets
-    from insync_proxy.proxy.audit.buckets import OVERFLOW
 
     below = (F.col("event") == EVENT_PRODUCE_DECISION) & (F.col("isr_size") < F.col("min_isr"))
     flagged = events.withColumn("_below", F.when(below, 1).otherwise(0).cast("long"))

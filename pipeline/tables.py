@@ -7,10 +7,12 @@ written partitioned by date, and has a fixed schema (:data:`TABLE_SCHEMAS`) so a
 still written with its columns. Keeping the functions pure makes every table testable on a handful
 of hand-built events.
 
-Tables that share a grouping are derived from one small intermediate aggregate,
-:func:`traffic_cube` (per date, partition, client, acks mode, decision and error code), instead of
-each scanning the summaries again; latency tables from :func:`latency_histograms` (merged bucket
-counts per date, partition and acks mode).
+The traffic tables are cut from one small intermediate, the traffic *cube* (summaries summed per
+date, partition, acks mode, decision and error code: :func:`pipeline.single_pass.cube`), the latency
+tables from merged histograms (bucket counts per :data:`LATENCY_KEYS`:
+:func:`pipeline.single_pass.histograms`), the below-min intervals from time-ordered runs
+(:func:`isr_below_min_intervals_from_runs`). The one pass builds those intermediates
+(:mod:`pipeline.single_pass`); tests/pipeline/reference.py says what they are from the events one by one.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from insync_proxy.pipeline.schema import (
-    BUCKETS_TYPE,
+from insync_proxy.audit import buckets
+from insync_proxy.audit.events import (
     DECISION_ANSWERED_INVALID_REQUIRED_ACKS,
     DECISION_ANSWERED_NOT_ENOUGH_REPLICAS,
     PROXY_ANSWERED_DECISIONS,
 )
-from insync_proxy.proxy.audit import buckets
+from insync_proxy.pipeline.schema import BUCKETS_TYPE
 
 PERCENTILES = (0.5, 0.95, 0.99)
 #: The largest relative error of a latency percentile read from merged buckets (+18.9%).
@@ -38,7 +40,6 @@ MAX_TIMELINE_BUCKETS = 120
 
 PARTITION_KEYS = ("topic", "partition")
 ACKS_KEYS = ("acks_requested", "acks_sent")
-CUBE_KEYS = ("date", "topic", "partition", "client_id", "acks_requested", "acks_sent", "decision", "error_code")
 
 _S, _I, _L, _D, _TS, _B = T.StringType(), T.IntegerType(), T.LongType(), T.DoubleType(), T.TimestampType(), T.BooleanType()
 _DATE = T.DateType()
@@ -108,20 +109,6 @@ def _sum0(column: Column) -> Column:
 
 
 # --------------------------------------------------------------------------- traffic
-
-
-def traffic_cube(summaries: DataFrame) -> DataFrame:
-    """Summaries summed per :data:`CUBE_KEYS`: the small intermediate every traffic table is cut from.
-
-    ``records`` stays null when no summary of a group carried a record count (v1 decisions).
-    """
-    return summaries.groupBy(*CUBE_KEYS).agg(
-        F.sum("requests").alias("requests"),
-        F.sum("records").alias("records"),
-        F.sum("record_bytes").alias("record_bytes"),
-        F.min("interval_start").alias("first_seen"),
-        F.max("ts").alias("last_seen"),
-    )
 
 
 def _traffic_sums() -> list[Column]:
@@ -269,18 +256,10 @@ def _histograms(rows: DataFrame, keys: tuple[str, ...], buckets_col: str) -> Dat
     )
 
 
-def latency_histograms(summaries: DataFrame, keys: tuple[str, ...] = LATENCY_KEYS) -> DataFrame:
-    """Merged latency histograms per ``keys``: ``keys`` + latency count/sum/min/max + ``hist``.
-
-    ``hist`` is the sparse array of (bucket, count), sorted by bucket, summed over every summary of
-    the group: bucket bounds are fixed, so merging is adding counts. Groups without a measured
-    latency (acks=0 only) are left out.
-    """
-    return _histograms(summaries.filter(F.col("latency_count") > 0), keys, "latency_buckets")
-
-
 def merge_histograms(histograms: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """Re-group :func:`latency_histograms` output by fewer ``keys`` (e.g. over all dates and partitions)."""
+    """Re-group merged histograms (:func:`pipeline.single_pass.histograms`: per :data:`LATENCY_KEYS`,
+    latency count/sum/min/max and ``hist``, the sparse (bucket, count) array) by fewer ``keys``
+    (e.g. over all dates and partitions): bucket bounds are fixed, so merging is adding counts."""
     return _histograms(histograms, keys, "hist")
 
 
@@ -320,7 +299,7 @@ def _latency_columns() -> list[Column]:
 
 def latency_by_acks(histograms: DataFrame) -> DataFrame:
     """Produce latency p50/p95/p99 per (date, topic, partition, acks_requested, acks_sent) from the
-    merged histograms of :func:`latency_histograms`; ``requests`` counts requests with a measured
+    merged histograms (:func:`pipeline.single_pass.histograms`); ``requests`` counts requests with a measured
     latency (acks=0 requests have none)."""
     return conform(histograms.select(*LATENCY_KEYS, *_latency_columns()), TABLE_SCHEMAS["latency_by_acks"])
 
@@ -334,24 +313,18 @@ def latency_overall(histograms: DataFrame) -> DataFrame:
 # --------------------------------------------------------------------------- below min ISR
 
 
-def isr_below_min_intervals(observations: DataFrame) -> DataFrame:
+def isr_below_min_intervals_from_runs(runs: DataFrame) -> DataFrame:
     """Intervals during which the proxies saw a partition's ISR below its effective min ISR.
 
-    ``observations`` are :func:`pipeline.schema.observations` (v2 ``partition_readiness``, and
+    The observations (:func:`pipeline.schema.observations`: v2 ``partition_readiness``, and
     ``isr_change``/``produce_decision`` with a known ISR), merged across sidecars and ordered by time
     per (topic, partition). Gaps and islands: a run of consecutive below-min observations is one
     interval. It starts at the run's first observation and ends at the first observation after it
     that is not below min (when the proxy saw it recover); a run still below min at the partition's
     last observation ends there and is flagged ``open``. ``min_isr`` is the highest effective min ISR
     seen in the run, ``lowest_isr`` the smallest ISR. ``date`` is the start's date.
-    """
-    from insync_proxy.pipeline.single_pass import observation_runs
 
-    return isr_below_min_intervals_from_runs(observation_runs(observations))
-
-
-def isr_below_min_intervals_from_runs(runs: DataFrame) -> DataFrame:
-    """:func:`isr_below_min_intervals` from *runs*: time-ordered items that are either a run of below-min
+    The observations come as *runs*: time-ordered items that are either a run of below-min
     observations (``below``; first and last time ``ts``/``last_ts``, count ``n``, highest ``min_isr``,
     ``lowest_isr``, ``proxies``) or a separator (not below: only its first time ``ts`` matters).
 

@@ -31,18 +31,21 @@ class CompiledModule:
 
 
 def compiled_modules(package: Path | None = None) -> list[CompiledModule]:
-    """The package's modules that have a C extension beside their source, by module name."""
-    return list(_find(package if package is not None else _installed_package()))
+    """The package's modules that have a C extension beside their source, by module name.
+
+    `package` is an installed package's folder (insync_proxy/ with its subpackages inside, as in a
+    wheel); by default, the folders the running package is imported from."""
+    roots = ((("insync_proxy",), package),) if package is not None else _installed_folders()
+    return sorted((m for name, folder in roots for m in _find(name, folder)), key=lambda m: m.name)
 
 
 @functools.cache
-def _find(root: Path) -> tuple[CompiledModule, ...]:
-    """Walked once per process and package (startup log, build_info, every ProxyMetrics); `stale` is
+def _find(package: tuple[str, ...], root: Path) -> tuple[CompiledModule, ...]:
+    """Walked once per process and folder (startup log, build_info, every ProxyMetrics); `stale` is
     read from the files each time it is asked."""
     in_place = (root.parent / "setup.py").is_file()  # a source checkout, not site-packages
     found: list[CompiledModule] = []
-    # os.walk, not rglob: a source checkout links protocol/, proxy/ and pipeline/ into the package
-    for directory, _dirs, files in os.walk(root, followlinks=True):
+    for directory, _dirs, files in os.walk(root):
         relative = Path(directory).relative_to(root).parts
         for file in files:
             suffix = next((s for s in importlib.machinery.EXTENSION_SUFFIXES if file.endswith(s)), None)
@@ -52,15 +55,29 @@ def _find(root: Path) -> tuple[CompiledModule, ...]:
             if stem.endswith("__mypyc"):  # the runtime library the compiled modules share: no source
                 continue
             extension = Path(directory) / file
-            found.append(CompiledModule(".".join(("insync_proxy", *relative, stem)), extension,
+            found.append(CompiledModule(".".join((*package, *relative, stem)), extension,
                                         extension.with_name(stem + ".py") if in_place else None))
-    return tuple(sorted(found, key=lambda m: m.name))
+    return tuple(found)
 
 
-def _installed_package() -> Path:
+def _installed_folders() -> tuple[tuple[tuple[str, ...], Path], ...]:
+    """insync_proxy's folder and each subpackage's folder outside it: in a source checkout the
+    subpackages are the top-level folders protocol/, audit/, proxy/, pipeline/ (pyproject.toml's
+    package-dir); in a wheel they sit inside the package."""
+    import importlib.util
+
     import insync_proxy
 
-    return Path(str(insync_proxy.__file__)).parent
+    package = Path(str(insync_proxy.__file__)).parent
+    folders: list[tuple[tuple[str, ...], Path]] = [(("insync_proxy",), package)]
+    for name in insync_proxy.SOURCE_FOLDERS:
+        spec = importlib.util.find_spec(f"insync_proxy.{name}")
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        folder = Path(list(spec.submodule_search_locations)[0])
+        if not folder.is_relative_to(package):
+            folders.append((("insync_proxy", name), folder))
+    return tuple(folders)
 
 
 def describe(modules: list[CompiledModule]) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import Any
 
+from insync_proxy.audit.events import isr_change_event, partition_readiness_event
 from insync_proxy.protocol import MetadataResponse
 from insync_proxy.proxy.admin import AdminServer
 from insync_proxy.proxy.audit import AuditLog
@@ -264,27 +265,15 @@ class InsyncProxy:
         if was is None and ready:
             return  # first sight of a healthy partition: nothing turned
         if was != ready:
-            self.audit.emit({
-                "event": "partition_readiness",
-                "topic": topic,
-                "partition": partition,
-                "ready": ready,
-                "isr_size": readiness.isr_size,
-                "min_isr": readiness.min_isr,
-                "leader_id": state.leader_id,
-            })
+            self.audit.emit(partition_readiness_event(topic, partition, ready, readiness.isr_size, readiness.min_isr,
+                                                      state.leader_id))
 
     def _audit_isr_change(self, topic: str, partition: int, old: PartitionState | None, new: PartitionState) -> None:
         """An `isr_change` audit event whenever the proxy's view of a partition's ISR or leader changes."""
         assert self.audit is not None
-        self.audit.emit({
-            "event": "isr_change",
-            "topic": topic,
-            "partition": partition,
-            "isr_size": len(new.isr),
-            "min_isr": effective_min_isr(self.min_insync.peek(topic), len(new.replicas)),
-            "leader_id": new.leader_id,
-        })
+        self.audit.emit(isr_change_event(topic, partition, len(new.isr),
+                                         effective_min_isr(self.min_insync.peek(topic), len(new.replicas)),
+                                         new.leader_id))
         self._audit_readiness(topic, partition, new)
 
     async def resolve_topic_ids(self, topic_ids: Iterable[uuid.UUID]) -> None:

@@ -1,6 +1,6 @@
 """The audit stream: JSON Lines of what the proxy decided and saw, in volume proportional to decisions.
 
-Schema v2 (docs/audit-events.md, proxy/audit/schema-v2.json): `produce_summary` per interval and key
+Schema v2 (docs/audit-events.md, audit/schema-v2.json; names and builders in `insync_proxy.audit.events`): `produce_summary` per interval and key
 (proxy/audit/summary.py), `isr_change` and `partition_readiness` when the proxy's view changes, and
 `produce_decision` per request only with `detail = "every_request"`. Writing never blocks
 or slows the produce path: events go through a bounded queue to a writer thread; when the queue is
@@ -20,19 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from insync_proxy.audit.events import envelope
 from insync_proxy.proxy.config import AuditConfig
 from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.audit")
 
-SCHEMA_VERSION = 2
-SCHEMA_FILE = Path(__file__).with_name("schema-v2.json")
 _STOP = object()
-
-
-def format_ts(epoch_seconds: float) -> str:
-    """RFC 3339 UTC with microseconds, e.g. 2026-11-21T07:33:16.123456Z."""
-    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class AuditLog:
@@ -107,9 +101,7 @@ class AuditLog:
             for event in batch:
                 if event is _STOP:
                     continue
-                t = event.pop("_t")
-                record = {"schema_version": SCHEMA_VERSION, "ts": format_ts(t), "proxy_id": self.proxy_id, **event}
-                lines.append(json.dumps(record, separators=(",", ":")))
+                lines.append(json.dumps(envelope(event, event.pop("_t"), self.proxy_id), separators=(",", ":")))
             if lines:
                 self._write("\n".join(lines) + "\n", len(lines))
                 if self.kafka_sink is not None:

@@ -2,7 +2,7 @@
 
 Every Produce partition the proxy handles adds a few integers to the accumulator of its key
 (listener, client id, topic, partition, acks requested, acks sent, decision, error code) and one to a
-latency bucket (proxy/audit/buckets.py). Every `interval_seconds` the event loop swaps the
+latency bucket (audit/buckets.py). Every `interval_seconds` the event loop swaps the
 accumulators out and hands one event per key that saw traffic to the audit writer, which formats
 them off the request path. Accumulated and drained on the event loop only: exact, no locks.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from insync_proxy.proxy.audit import format_ts
-from insync_proxy.proxy.audit.buckets import bucket_index
+from insync_proxy.audit.buckets import bucket_index
+from insync_proxy.audit.events import format_ts
 
 #: (listener, client_id, topic, partition, acks_requested, acks_sent, decision, error_code)
 SummaryKey = tuple[str, str | None, str, int, int, int | None, str, int | None]

@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
+from insync_proxy.audit.events import SCHEMA_FILES
 from insync_proxy.protocol import ApiKey, ErrorCode
-from insync_proxy.proxy.audit import SCHEMA_FILE
 from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
@@ -240,7 +240,7 @@ def test_audit_files_match_the_documented_schema(proxy: ProxyProcess, kafka_clus
     # The proxy's view of the new topic's partitions shows up as isr_change events (next refresh at the latest)
     wait_until(lambda: {e["partition"] for e in proxy.audit_events() if e["topic"] == topic
                         and e["event"] == "isr_change"} == {0, 1}, 30, what="isr_change events")
-    schema = json.loads(SCHEMA_FILE.read_text())
+    schema = json.loads(SCHEMA_FILES[2].read_text())
     events = proxy.audit_events()
     for event in events:
         jsonschema.validate(event, schema)
@@ -278,7 +278,7 @@ def test_audit_events_also_reach_the_audit_topic(proxy: ProxyProcess, kafka_clus
     consumer = Consumer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "group.id": f"g-{topic}",
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(AUDIT_TOPIC, 0, 0)])
-    schema = json.loads(SCHEMA_FILE.read_text())
+    schema = json.loads(SCHEMA_FILES[2].read_text())
     found: list[dict[str, Any]] = []
 
     def decision_arrived() -> bool:

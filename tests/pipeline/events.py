@@ -87,7 +87,7 @@ def summary(
 ) -> dict[str, Any]:
     """A v2 ``produce_summary`` for the interval [t, t + interval_s); ``latencies_ms`` are bucketed as the
     proxy does (default: ``requests`` latencies of 5 ms; ``[]`` for acks=0)."""
-    from insync_proxy.proxy.audit.buckets import bucket_index
+    from insync_proxy.audit.buckets import bucket_index
 
     lat = [5.0] * requests if latencies_ms is None else latencies_ms
     counts: dict[int, int] = {}

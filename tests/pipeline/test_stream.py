@@ -10,9 +10,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from insync_proxy.audit.buckets import RELATIVE_ERROR
 from insync_proxy.pipeline.report import _collect
 from insync_proxy.pipeline.stream import start_streams
-from insync_proxy.proxy.audit.buckets import RELATIVE_ERROR
 
 from .events import at, decision, readiness, summary, write_jsonl
 

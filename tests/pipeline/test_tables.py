@@ -9,24 +9,33 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from insync_proxy.pipeline import tables
+from insync_proxy.pipeline import single_pass, tables
 from insync_proxy.pipeline.report import _collect
-from insync_proxy.pipeline.schema import observations, parse_audit_events, summaries, valid_events
+from insync_proxy.pipeline.schema import observations, parse_audit_events, valid_events
 
 from .events import at, decision, isr_change
+from .reference import isr_below_min_intervals
+
+
+def _parsed(spark: SparkSession, events: list[dict[str, Any]]) -> DataFrame:
+    return parse_audit_events(spark.createDataFrame([(json.dumps(e),) for e in events], "value string"))
 
 
 def _events(spark: SparkSession, events: list[dict[str, Any]]) -> DataFrame:
-    df = spark.createDataFrame([(json.dumps(e),) for e in events], "value string")
-    return valid_events(parse_audit_events(df))
+    return valid_events(_parsed(spark, events))
+
+
+def _aggregate(spark: SparkSession, events: list[dict[str, Any]]) -> DataFrame:
+    """The one pass's aggregate, which the report cuts every table from."""
+    return single_pass.aggregate(_parsed(spark, events))
 
 
 def _cube(spark: SparkSession, events: list[dict[str, Any]]) -> DataFrame:
-    return tables.traffic_cube(summaries(_events(spark, events)))
+    return single_pass.cube(_aggregate(spark, events))
 
 
 def _hist(spark: SparkSession, events: list[dict[str, Any]]) -> DataFrame:
-    return tables.latency_histograms(summaries(_events(spark, events)))
+    return single_pass.histograms(_aggregate(spark, events))
 
 
 def test_decisions_counted_by_kind_and_by_acks(spark: SparkSession) -> None:
@@ -64,7 +73,7 @@ def test_below_min_intervals_have_exact_boundaries(spark: SparkSession) -> None:
           decision(7.5, partition=2, isr_size=3, proxy_id="sidecar-b")]
     events = _events(spark, p0 + p1 + p2)
     # When the intervals are computed
-    rows = sorted(_collect(tables.isr_below_min_intervals(observations(events))), key=lambda r: (r["partition"], r["start"]))
+    rows = sorted(_collect(isr_below_min_intervals(observations(events))), key=lambda r: (r["partition"], r["start"]))
     got = [(r["partition"], r["start"], r["end"], r["duration_s"], r["min_isr"], r["lowest_isr"], r["open"],
             r["observations"]) for r in rows]
     # Then
@@ -117,7 +126,7 @@ def test_top_clients_ranked_by_proxy_answered_errors(spark: SparkSession) -> Non
     evs = [decision(i, client_id="a", **ner) for i in range(3)] + [decision(4, client_id="a", **ira)]
     evs += [decision(5 + i, client_id="b", partition=i, **ner) for i in range(2)]
     evs += [decision(8, client_id=None, **ira), decision(9, client_id="c")]
-    rows = _collect(tables.top_clients(_cube(spark, evs)))
+    rows = _collect(tables.top_clients(single_pass.clients(_aggregate(spark, evs))))
     # Then ordered by errors, with the split by kind
     got = [(r["client_id"], r["partition"], r["not_enough_replicas"], r["invalid_required_acks"], r["answered_errors"])
            for r in rows]

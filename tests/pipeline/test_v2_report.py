@@ -13,10 +13,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from insync_proxy.audit import buckets
 from insync_proxy.pipeline import report, tables
 from insync_proxy.pipeline.schema import bucket_index
 from insync_proxy.pipeline.spark_env import Progress
-from insync_proxy.proxy.audit import buckets
 
 from .events import at, decision, isr_change, isr_change_v2, readiness, summary, write_jsonl
 
@@ -225,7 +225,7 @@ def test_v2_schema_file_accepts_the_documented_example_and_the_test_events() -> 
     import jsonschema
 
     root = Path(__file__).resolve().parents[2]
-    validator = jsonschema.Draft202012Validator(json.loads((root / "proxy/audit/schema-v2.json").read_text()))
+    validator = jsonschema.Draft202012Validator(json.loads((root / "audit/schema-v2.json").read_text()))
     doc = (root / "docs/audit-events.md").read_text(encoding="utf-8")
     example = json.loads(re.search(r"```json\n(.*?)\n```", doc, re.S).group(1))  # type: ignore[union-attr]
     assert sum(n for _, n in example["latency_buckets"]) == example["latency_count"]

@@ -1,29 +1,49 @@
-"""The proxy's structure, read from its source with ast: no import cycles, narrow behaviours, sans-IO cores."""
+"""The package's structure, read from its source with ast: one-way doors between the rooms, no import
+cycles, narrow behaviours, sans-IO cores, real folders."""
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import insync_proxy
 
 ROOT = Path(__file__).resolve().parents[2]
 PROXY = ROOT / "proxy"
 PACKAGE = "insync_proxy.proxy"
+#: The folders mapped into insync_proxy (pyproject.toml: package-dir), by subpackage name.
+FOLDERS = {name: ROOT / name for name in insync_proxy.SOURCE_FOLDERS}
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PROXY).with_suffix("").parts)
-    if parts[-1] == "__init__":
+    """The module a source file is, e.g. proxy/audit/summary.py -> insync_proxy.proxy.audit.summary."""
+    relative = path.relative_to(ROOT)
+    parts = list(relative.with_suffix("").parts)
+    if parts[0] == "insync_proxy":
+        parts = parts[1:]
+    if parts and parts[-1] == "__init__":
         parts = parts[:-1]
-    return ".".join([PACKAGE, *parts])
+    return ".".join(["insync_proxy", *parts])
+
+
+def _package_modules() -> dict[str, Path]:
+    """Every module of the package: insync_proxy/ itself and the folders mapped into it."""
+    files = [*(ROOT / "insync_proxy").glob("*.py"), *(p for folder in FOLDERS.values() for p in folder.rglob("*.py"))]
+    return {_module_name(p): p for p in files}
 
 
 def _runtime_modules() -> dict[str, Path]:
     """proxy/'s modules, without the dev cluster and the producer-side tools (not the proxy's runtime)."""
-    return {_module_name(p): p for p in PROXY.rglob("*.py") if "devcluster" not in p.parts}
+    return {name: p for name, p in _package_modules().items()
+            if name.startswith(PACKAGE) and "devcluster" not in p.parts}
 
 
 def _imports(path: Path, package: str) -> set[str]:
-    """Every module a file imports, TYPE_CHECKING imports included (they are still arrows)."""
+    """Every module a file imports, wherever the import stands (in a function, under TYPE_CHECKING: an
+    arrow all the same); `from m import n` names both m and m.n (n may be a module)."""
     tree = ast.parse(path.read_text(), str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -40,8 +60,7 @@ def _imports(path: Path, package: str) -> set[str]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = _runtime_modules()
+def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
@@ -71,11 +90,107 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_import_graph_of_proxy_has_no_cycle() -> None:
-    graph = _graph()
-    assert len(graph) > 15  # the walk really saw the package
+def _project_imports(folder: str) -> dict[str, set[str]]:
+    """Each module of a folder and the project modules it imports (function-level imports included)."""
+    modules = _package_modules()
+    graph = _graph(modules)
+    return {name: targets for name, targets in graph.items() if name.startswith(f"insync_proxy.{folder}")}
+
+
+def test_the_import_graph_of_the_package_has_no_cycle() -> None:
+    # Given every module of the package and every import in it, function-level ones included
+    graph = _graph(_package_modules())
+    assert len(graph) > 60  # the walk really saw the package
+    # Then no module reaches itself through its imports
     cycle = _find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_import_graph_of_the_proxy_runtime_has_no_cycle() -> None:
+    graph = _graph(_runtime_modules())
+    assert len(graph) > 15
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_protocol_imports_nothing_else_of_the_project() -> None:
+    # The codec is the bottom room: neither the proxy, nor the pipeline, nor the audit contract.
+    offenders = {name: sorted(t for t in targets if not t.startswith("insync_proxy.protocol"))
+                 for name, targets in _project_imports("protocol").items()}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_audit_contract_imports_nothing_else_of_the_project_and_no_runtime() -> None:
+    # Both the proxy and the pipeline import it: it carries neither's runtime (standard library only).
+    for name, path in _package_modules().items():
+        if not name.startswith("insync_proxy.audit"):
+            continue
+        imports = _imports(path, "insync_proxy.audit")
+        project = {m for m in imports if m.startswith("insync_proxy") and not m.startswith("insync_proxy.audit")}
+        assert not project, (name, project)
+        third_party = {m.split(".")[0] for m in imports if not m.startswith("insync_proxy")} - set(sys.stdlib_module_names)
+        assert third_party <= {"__future__"}, (name, third_party)
+
+
+def test_nothing_in_proxy_imports_the_pipeline() -> None:
+    # The command line (insync_proxy/cli.py) is the application above both rooms: only it reaches into the
+    # pipeline, for `report`.
+    offenders = {name: sorted(t for t in targets if t.startswith("insync_proxy.pipeline"))
+                 for name, targets in _project_imports("proxy").items()}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_pipeline_imports_no_proxy_module() -> None:
+    offenders = {name: sorted(t for t in targets if t.startswith("insync_proxy.proxy"))
+                 for name, targets in _project_imports("pipeline").items()}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_importing_the_pipeline_loads_no_proxy_runtime() -> None:
+    # Given a fresh interpreter; When every pipeline module is imported; Then sys.modules holds none of
+    # the proxy's modules and none of its runtime dependencies (what the source check cannot see:
+    # imports of imports, package __init__s).
+    modules = sorted(n for n in _package_modules() if n.startswith("insync_proxy.pipeline"))
+    assert "insync_proxy.pipeline.report" in modules
+    code = ("import importlib, json, sys\n"
+            f"for m in {modules!r}:\n"
+            "    importlib.import_module(m)\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    loaded = set(__import__("json").loads(out.stdout))
+    assert "insync_proxy.pipeline.report" in loaded and "insync_proxy.audit.buckets" in loaded
+    runtime = sorted(m for m in loaded if m.startswith("insync_proxy.proxy") or m.split(".")[0] in
+                     {"prometheus_client", "uvloop"})
+    assert runtime == []
+
+
+def test_the_cycle_check_follows_function_level_imports(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("import b\n")
+    b.write_text("def f():\n    from a import x\n")
+    graph = {"a": _imports(a, "") & {"a", "b"}, "b": _imports(b, "") & {"a", "b"}}
+    assert _find_cycle(graph) == ["a", "b", "a"]
+
+
+def test_the_package_holds_no_symlink() -> None:
+    # Tools that read a tree without following links must see the whole package, each file once.
+    links = [str(Path(d, n).relative_to(ROOT))
+             for folder in [ROOT / "insync_proxy", *FOLDERS.values()]
+             for d, dirs, files in os.walk(folder) for n in dirs + files if Path(d, n).is_symlink()]
+    assert links == []
+    tracked = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert [line for line in tracked.splitlines() if line.startswith("120000")] == []
+
+
+def test_every_source_folder_is_mapped_by_package_dir() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"] == {"insync_proxy": "insync_proxy",
+                                     **{f"insync_proxy.{name}": name for name in FOLDERS}}
+    packages = {_module_name(p.parent) for folder in FOLDERS.values() for p in folder.rglob("__init__.py")}
+    assert set(config["packages"]) == packages | {"insync_proxy"}
 
 
 def test_the_cycle_check_finds_a_cycle_when_there_is_one() -> None:

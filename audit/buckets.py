@@ -40,7 +40,3 @@ def bucket_index(latency_ms: float) -> int:
         i -= 1
     return i
 
-
-def upper_bound_ms(index: int) -> float:
-    """The upper bound of a bucket (math.inf for OVERFLOW)."""
-    return BOUNDS_MS[index] if index <= LAST_BOUNDED else math.inf
