@@ -38,6 +38,7 @@ from insync_proxy.proxy.devcluster.distribution import (
     KAFKA_39_VERSION,
     selected_version,
 )
+from tests import jvm_census
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
@@ -135,6 +136,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    census = jvm_census.census_dir()
+    if census is not None:  # INSYNC_TEST_JVM_CENSUS=DIR: count the JVMs each test starts (tests/jvm_census.py)
+        jvm_census.install(census)
+        config.pluginmanager.register(jvm_census.JvmCensus(census), "jvm_census")
     stale = [m.name for m in compiled_modules() if m.stale]
     if stale:
         pytest.exit(f"compiled modules older than their source would be tested instead of it: {', '.join(stale)}; "
@@ -150,14 +155,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _run_order(item: pytest.Item) -> int:
-    """0: the selected version's shared cluster; 1: own clusters; then 3.9, the older 3.x, 2.8."""
+    """0: the selected version's shared cluster, 1: the tests that bounce its brokers; 2: own clusters;
+    then 3.9, the older 3.x, 2.8."""
     callspec = getattr(item, "callspec", None)
     version = callspec.params.get("kafka_version") if callspec is not None else None
     if item.get_closest_marker("kafka39"):
         version = KAFKA_39_VERSION
     if version is not None and version != selected_version():
-        return {KAFKA_39_VERSION: 2, KAFKA_3X_VERSION: 3, KAFKA_28_VERSION: 4}.get(version, 5)
-    return 1 if item.get_closest_marker("own_cluster") else 0
+        return {KAFKA_39_VERSION: 3, KAFKA_3X_VERSION: 4, KAFKA_28_VERSION: 5}.get(version, 6)
+    if item.get_closest_marker("own_cluster"):
+        return 2
+    return 1 if item.get_closest_marker("bounces_brokers") else 0
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
