@@ -34,6 +34,7 @@ _SHORT = {
     "org.apache.spark.deploy.master.Master": "Spark master",
     "org.apache.spark.deploy.worker.Worker": "Spark worker",
     "com.sun.tools.javac.Main": "javac",
+    "org.apache.spark.launcher.Main": "Spark's launcher (builds the spark-submit command)",
 }
 
 
@@ -56,7 +57,7 @@ def _jvms(directory: Path) -> list[tuple[float, str]]:
         text = path.read_text(errors="replace")
         started = re.search(r"<hotspot_log [^>]*time_ms='(\d+)'", text)
         command = re.search(r"sun\.java\.command=(\S*)", text)
-        main = command.group(1) if command and command.group(1) else "?"
+        main = command.group(1) if command and command.group(1) else "no main class (java -version)"
         if main.endswith(".java"):
             main = "java " + Path(main).name  # source-file mode
         found.append((int(started.group(1)) / 1000 if started else 0.0, _SHORT.get(main, main)))
