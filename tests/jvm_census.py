@@ -27,7 +27,7 @@ ENV = "INSYNC_TEST_JVM_CENSUS"
 #: Main classes shown by a short name (the rest as they are).
 _SHORT = {
     "kafka.Kafka": "Kafka broker/controller",
-    "org.apache.zookeeper.server.quorum.QuorumPeerMain": "ZooKeeper",
+    "org.apache.zookeeper.server.ZooKeeperServerMain": "ZooKeeper",
     "kafka.tools.StorageTool": "kafka-storage format",
     "org.apache.spark.deploy.SparkSubmit": "Spark driver (spark-submit)",
     "org.apache.spark.executor.CoarseGrainedExecutorBackend": "Spark executor",
