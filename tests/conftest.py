@@ -38,6 +38,7 @@ from insync_proxy.proxy.devcluster.distribution import (
     KAFKA_39_VERSION,
     selected_version,
 )
+from tests import jvm_census
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
@@ -57,6 +58,7 @@ class ClusterPool:
         if self.current is not None and self.current.version == version:
             return self.current
         _PROXIES.release()
+        _OWN.release()
         self.release()
         cls: type[LocalKafkaCluster]
         if self.backend == "testcontainers":
@@ -92,6 +94,58 @@ class ClusterPool:
 _POOL = ClusterPool()
 
 
+class OwnClusterPool:
+    """Clusters with settings of their own (SASL, TLS, custom node ids, ...), each shared by every test that
+    names it: one start per name and run, not one per test.
+
+    How a test uses one::
+
+        @pytest.mark.own_cluster("secured")      # the name: tests of one name run one after the other
+        def test_x(own_clusters: OwnClusterPool) -> None:
+            cluster = own_clusters.get("secured", ClusterSettings(sasl_plain_users=USERS))
+
+    The first `get` of a name stops the shared cluster and proxy (one cluster at a time on 2 cores) and
+    starts it; later tests of that name get the running one; it stops when a test asks for another name,
+    for the shared pool's cluster, or for a cluster of its own (`exclusive_cluster_slot`), and at the end.
+    One name, one set of settings: `get` fails when a name comes back with other settings. A test on a
+    named cluster does not stop it, and leaves it as it found it (brokers running, no cluster-wide config
+    changed); a test whose cluster cannot be shared keeps the bare `own_cluster` marker and starts it itself.
+    Named own clusters run after the tests on the shared cluster, grouped by name (pytest_collection_modifyitems).
+    """
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.settings: ClusterSettings | None = None
+        self.current: LocalKafkaCluster | None = None
+        self.started: dict[str, ClusterSettings] = {}
+
+    def get(self, name: str, settings: ClusterSettings) -> LocalKafkaCluster:
+        known = self.started.get(name)
+        if known is not None and known != settings:
+            raise pytest.UsageError(f"own cluster {name!r} asked for with other settings: {settings} != {known}")
+        if self.current is not None and self.name == name:
+            return self.current
+        _PROXIES.release()
+        _POOL.release()
+        self.release()
+        cluster = LocalKafkaCluster(settings)
+        _POOL.started_cluster_ids.add(cluster.cluster_id)
+        self.started[name] = settings
+        cluster.start()
+        self.name, self.settings, self.current = name, settings, cluster
+        return cluster
+
+    def release(self) -> None:
+        if self.current is None:
+            return
+        cluster, self.current, self.name = self.current, None, None
+        cluster.stop()
+        cluster.cleanup()
+
+
+_OWN = OwnClusterPool()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
@@ -101,7 +155,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 #: Fixtures that start JVMs: a Kafka cluster (or stop the shared one for a test's own), the Java client.
-KAFKA_FIXTURES = frozenset({"kafka_cluster", "proxy", "cluster_pool", "exclusive_cluster_slot", "java_client"})
+KAFKA_FIXTURES = frozenset({
+    "kafka_cluster", "proxy", "cluster_pool", "exclusive_cluster_slot", "java_client", "own_clusters",
+})
 #: Fixtures that start a Spark session (a JVM too).
 SPARK_FIXTURES = frozenset({"spark"})
 
@@ -135,6 +191,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    census = jvm_census.census_dir()
+    if census is not None:  # INSYNC_TEST_JVM_CENSUS=DIR: count the JVMs each test starts (tests/jvm_census.py)
+        jvm_census.install(census)
+        config.pluginmanager.register(jvm_census.JvmCensus(census), "jvm_census")
     stale = [m.name for m in compiled_modules() if m.stale]
     if stale:
         pytest.exit(f"compiled modules older than their source would be tested instead of it: {', '.join(stale)}; "
@@ -149,15 +209,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("kafka_version", versions, indirect=True, ids=_version_id)
 
 
-def _run_order(item: pytest.Item) -> int:
-    """0: the selected version's shared cluster; 1: own clusters; then 3.9, the older 3.x, 2.8."""
+def _run_order(item: pytest.Item) -> tuple[int, str]:
+    """0: the selected version's shared cluster, 1: the tests that bounce its brokers; 2: own clusters
+    (those started by the test first, then the named ones of the own-cluster pool, by name); then 3.9,
+    the older 3.x, 2.8."""
     callspec = getattr(item, "callspec", None)
     version = callspec.params.get("kafka_version") if callspec is not None else None
     if item.get_closest_marker("kafka39"):
         version = KAFKA_39_VERSION
     if version is not None and version != selected_version():
-        return {KAFKA_39_VERSION: 2, KAFKA_3X_VERSION: 3, KAFKA_28_VERSION: 4}.get(version, 5)
-    return 1 if item.get_closest_marker("own_cluster") else 0
+        return {KAFKA_39_VERSION: 3, KAFKA_3X_VERSION: 4, KAFKA_28_VERSION: 5}.get(version, 6), ""
+    own = item.get_closest_marker("own_cluster")
+    if own is not None:
+        return 2, str(own.args[0]) if own.args else ""
+    return (1 if item.get_closest_marker("bounces_brokers") else 0), ""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -178,6 +243,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _PROXIES.release()
     _POOL.release()
+    _OWN.release()
     if _PROXIES.leaks_seen:
         print(f"\nFAILED: the proxy sent {_PROXIES.leaks_seen:.0f} response(s) carrying a real broker address",
               file=sys.stderr)
@@ -206,6 +272,13 @@ def exclusive_cluster_slot() -> None:
     """Stops the shared proxy and cluster: the test starts a cluster of its own (2 cores, one at a time)."""
     _PROXIES.release()
     _POOL.release()
+    _OWN.release()
+
+
+@pytest.fixture(scope="session")
+def own_clusters() -> OwnClusterPool:
+    """Named clusters with settings of their own, each started once per run (see OwnClusterPool)."""
+    return _OWN
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """`insync-proxy chaos`: Kafka's own VerifiableProducer through the proxy while brokers are killed and restarted.
 
-1. A local 3-broker cluster of its own (it kills brokers) and a topic with replication factor 3 and
+1. A local 3-broker cluster of its own (it kills brokers; or a running cluster handed to ChaosRun, which is
+   left running: the test suite's shared one) and a topic with replication factor 3 and
    min.insync.replicas=2; the proxy (`insync-proxy run`, a separate process) in front of it.
 2. org.apache.kafka.tools.VerifiableProducer (idempotent, acks=all, retries until delivery.timeout.ms)
    writes sequential values through the proxy and reports every acknowledged record.
@@ -27,6 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 import zipfile
 from collections import Counter
 from collections.abc import Callable
@@ -163,12 +165,17 @@ class ChaosRun:
         throughput: int = 300,
         say: Callable[[str], None] | None = None,
         work_dir: Path | None = None,
+        cluster: LocalKafkaCluster | None = None,
     ) -> None:
+        """`cluster`: a running cluster to bounce instead of starting one of its own; it is left running, with
+        every broker back, and the run writes to a topic of its own name (chaos-<random>)."""
         self.bounces = bounces
-        self.version = version
+        self.version = cluster.version if cluster is not None else version
         self.throughput = throughput
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.dir = work_dir or Path(tempfile.mkdtemp(prefix="insync-chaos-"))
+        self.given_cluster = cluster
+        self.topic = TOPIC if cluster is None else f"{TOPIC}-{uuid.uuid4().hex[:8]}"
         self.cluster: LocalKafkaCluster | None = None
         self.proxy: subprocess.Popen[bytes] | None = None
         self.producer: subprocess.Popen[str] | None = None
@@ -214,7 +221,7 @@ class ChaosRun:
         stderr = open(self.dir / "producer.log", "ab")  # noqa: SIM115 - the child keeps it
         self.producer = subprocess.Popen(
             self._java(
-                "org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server", bootstrap, "--topic", TOPIC,
+                "org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server", bootstrap, "--topic", self.topic,
                 "--acks", "-1", "--max-messages", "-1", "--throughput", str(self.throughput),
                 "--producer.config", str(self.dir / "producer.properties"),
             ),
@@ -239,7 +246,7 @@ class ChaosRun:
     def _consume(self, bootstrap: str, expected: int) -> Counter[int]:
         """Every value of the topic, read from the beginning through the proxy by Kafka's ConsoleConsumer."""
         assert self.cluster is not None and self.cluster.libs is not None
-        args = ["--bootstrap-server", bootstrap, "--topic", TOPIC, "--from-beginning", "--timeout-ms", "20000",
+        args = ["--bootstrap-server", bootstrap, "--topic", self.topic, "--from-beginning", "--timeout-ms", "20000",
                 "--group", f"chaos-check-{os.getpid()}-{time.monotonic_ns()}"]
         with open(self.dir / "consumer.log", "ab") as stderr:
             result = subprocess.run(
@@ -260,12 +267,13 @@ class ChaosRun:
         (self.dir / "log4j.properties").write_text(_LOG4J)
         (self.dir / "log4j2.properties").write_text(_LOG4J2)
         kafka_libs(self.version)  # fetched before anything starts (first run only)
-        self.cluster = cluster = LocalKafkaCluster(
+        self.cluster = cluster = self.given_cluster or LocalKafkaCluster(
             ClusterSettings(version=self.version, replica_lag_time_max_ms=5000), progress=self.say
         )
         try:
-            cluster.start()
-            cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+            if self.given_cluster is None:
+                cluster.start()
+            cluster.create_topic(self.topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
             bootstrap = self._start_proxy(cluster)
             self.say(f"proxy at {bootstrap}; VerifiableProducer (idempotent, acks=all, "
                      f"{self.throughput} records/s) through it; {self.bounces} bounce(s)")
@@ -312,10 +320,10 @@ class ChaosRun:
         t0 = time.monotonic()
         cluster.kill_broker(victim)
         for partition in range(PARTITIONS):
-            cluster.wait_for_isr(TOPIC, partition, 2)
+            cluster.wait_for_isr(self.topic, partition, 2)
         cluster.start_broker(victim)
         for partition in range(PARTITIONS):
-            cluster.wait_for_isr(TOPIC, partition, 3)
+            cluster.wait_for_isr(self.topic, partition, 3)
         self._wait_for_progress(report, len(report.acked))
         self.say(f"bounce {number}/{self.bounces}: broker {victim} killed and back in every ISR "
                  f"({time.monotonic() - t0:.0f}s); {len(report.acked)} acknowledged so far")
@@ -329,9 +337,13 @@ class ChaosRun:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(10)
-        if self.cluster is not None:
+        if self.cluster is not None and self.given_cluster is None:
             self.cluster.stop()
             self.cluster.cleanup()
+        elif self.cluster is not None:  # a cluster we were lent goes back with every broker running
+            for node_id, node in self.cluster.brokers.items():
+                if not node.alive():
+                    self.cluster.start_broker(node_id)
 
 
 def main(bounces: int, version: str | None, throughput: int) -> int:

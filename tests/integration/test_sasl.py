@@ -13,14 +13,16 @@ from insync_proxy.proxy.devcluster.distribution import KAFKA_28_VERSION
 from tests.helpers import consume_values
 from tests.proxy_harness import ProxyProcess
 
-USERS = {"alice": "alice-secret", "insync-proxy": "proxy-secret"}
+from .conftest import PLAIN_USERS as USERS
+from .conftest import SCRAM_USERS, SECURED, SecuredCluster
 
 
-@pytest.mark.own_cluster
+@pytest.mark.own_cluster(SECURED)
 def test_client_sasl_plain_passes_through_and_the_proxy_logs_in_with_its_own_credentials(
-    exclusive_cluster_slot: None, monkeypatch: pytest.MonkeyPatch
+    secured_cluster: SecuredCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster = LocalKafkaCluster(ClusterSettings(sasl_plain_users=USERS)).start()
+    # Given the secured cluster: brokers with a SASL listener offering PLAIN for USERS
+    cluster = secured_cluster.cluster
     # The proxy reaches the brokers only through their SASL listeners, as the user insync-proxy
     monkeypatch.setenv("INSYNC_PROXY_CONTROL_SASL_PASSWORD", USERS["insync-proxy"])
     control = '\n[control_sasl]\nmechanism = "PLAIN"\nusername = "insync-proxy"\n'
@@ -50,20 +52,23 @@ def test_client_sasl_plain_passes_through_and_the_proxy_logs_in_with_its_own_cre
         assert proxy.alive()
     finally:
         proxy.stop()
-        cluster.stop()
-        cluster.cleanup()
 
 
-SCRAM_USERS = {"alice": "alice-scram-secret", "insync-proxy": "proxy-scram-secret"}
-
-
-@pytest.mark.own_cluster
-@pytest.mark.parametrize("version", [None, KAFKA_28_VERSION], ids=["kafka-default", "kafka-2.8.2-zookeeper"])
+@pytest.mark.parametrize("version", [
+    # the default version's is the secured cluster (the PLAIN test's); 2.8 (ZooKeeper) has its own
+    pytest.param(None, id="kafka-default", marks=pytest.mark.own_cluster(SECURED)),
+    pytest.param(KAFKA_28_VERSION, id="kafka-2.8.2-zookeeper", marks=pytest.mark.own_cluster),
+])
 def test_control_connection_logs_in_with_scram_sha_512_and_a_wrong_password_fails_clearly(
-    exclusive_cluster_slot: None, monkeypatch: pytest.MonkeyPatch, version: str | None
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, version: str | None
 ) -> None:
     # Given brokers whose SASL listener offers SCRAM-SHA-512 (credentials made at format time, or in ZooKeeper)
-    cluster = LocalKafkaCluster(ClusterSettings(version=version, sasl_scram_users=SCRAM_USERS)).start()
+    own: LocalKafkaCluster | None = None
+    if version is None:
+        cluster = request.getfixturevalue("secured_cluster").cluster
+    else:
+        request.getfixturevalue("exclusive_cluster_slot")
+        cluster = own = LocalKafkaCluster(ClusterSettings(version=version, sasl_scram_users=SCRAM_USERS)).start()
     control = '\n[control_sasl]\nmechanism = "SCRAM-SHA-512"\nusername = "insync-proxy"\n'
     proxies: list[ProxyProcess] = []
     try:
@@ -101,5 +106,6 @@ def test_control_connection_logs_in_with_scram_sha_512_and_a_wrong_password_fail
     finally:
         for p in proxies:
             p.stop()
-        cluster.stop()
-        cluster.cleanup()
+        if own is not None:
+            own.stop()
+            own.cleanup()

@@ -2,42 +2,25 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
-from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from tests.helpers import consume_values
 from tests.proxy_harness import ProxyProcess
 
-
-def self_signed(openssl: str, directory: Path, name: str) -> tuple[Path, Path]:
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )
-    return cert, key
+from .conftest import SECURED, SecuredCluster
 
 
-@pytest.mark.own_cluster
-def test_proxy_reaches_tls_brokers_with_verification_and_a_client_certificate(
-    exclusive_cluster_slot: None, tmp_path: Path
-) -> None:
-    openssl = shutil.which("openssl")
-    if openssl is None:
+@pytest.mark.own_cluster(SECURED)
+def test_proxy_reaches_tls_brokers_with_verification_and_a_client_certificate(secured_cluster: SecuredCluster) -> None:
+    # Given the secured cluster: brokers with an SSL listener that requires the proxy's certificate
+    if secured_cluster.certs is None:
         pytest.skip("openssl is not installed: cannot make test certificates")
-    broker_cert, broker_key = self_signed(openssl, tmp_path, "broker")
-    proxy_cert, proxy_key = self_signed(openssl, tmp_path, "insync-proxy")
-    keystore = tmp_path / "broker-keystore.pem"  # Kafka's PEM keystore: private key, then certificate chain
-    keystore.write_text(broker_key.read_text() + broker_cert.read_text())
-    cluster = LocalKafkaCluster(ClusterSettings(tls_keystore_pem=keystore, tls_client_ca_pem=proxy_cert)).start()
+    cluster, certs = secured_cluster.cluster, secured_cluster.certs
+    broker_cert, proxy_cert, proxy_key = certs.broker_cert, certs.proxy_cert, certs.proxy_key
     upstream = (f'\n[upstream_tls]\nenabled = true\nca_file = "{broker_cert}"\ncert_file = "{proxy_cert}"\n'
                 f'key_file = "{proxy_key}"\ncheck_hostname = true\n')
     proxy = ProxyProcess(cluster, extra_toml=upstream, groups=("default",),
@@ -58,5 +41,3 @@ def test_proxy_reaches_tls_brokers_with_verification_and_a_client_certificate(
         assert all(str(p) in proxy.log_file.read_text() for p in cluster.tls_ports.values())
     finally:
         proxy.stop()
-        cluster.stop()
-        cluster.cleanup()

@@ -1,9 +1,20 @@
-"""Shared fixtures for the pipeline tests: one real local Spark session for the whole run."""
+"""Shared fixtures for the pipeline tests: one real local Spark session for the whole run.
+
+Spark sessions the tests start in child processes (`python -m insync_proxy.pipeline.stream`, the report
+command, the standalone cluster's driver) read spark-defaults.conf from SPARK_CONF_DIR, set here for the
+run: the shared session's 4 shuffle partitions instead of Spark's 200. The report command sets its own;
+the stream command keeps Spark's, and its stateful window aggregate then runs 200 state-store tasks per
+micro-batch (test_stream.py's command test, back to back on the 2 shared cores: 323 s with 200, 51 s with
+4 at load 7-10; at load 22-27, over 600 s (timed out) with 200, 198 s with 4).
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,6 +25,21 @@ if TYPE_CHECKING:
 if importlib.util.find_spec("pyspark") is None:
     # One line in the output says why the whole directory was skipped.
     pytest.skip("pyspark is not installed (pip install 'insync-proxy[pipeline]')", allow_module_level=True)
+
+#: What the child processes' Spark sessions get (the shared session's sizing); a SPARK_CONF_DIR of the
+#: developer's own is left alone.
+CHILD_SPARK_DEFAULTS = {"spark.sql.shuffle.partitions": "4"}
+
+
+def _spark_defaults_for_child_sessions() -> None:
+    if "SPARK_CONF_DIR" in os.environ:
+        return
+    conf_dir = Path(tempfile.mkdtemp(prefix="insync-spark-conf-"))
+    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in CHILD_SPARK_DEFAULTS.items()))
+    os.environ["SPARK_CONF_DIR"] = str(conf_dir)
+
+
+_spark_defaults_for_child_sessions()  # before the test modules build their child processes' environments
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -49,6 +50,8 @@ class StandaloneCluster:
         self.workers = workers
         self.port, self.ui_port, *self.worker_ports = _free_ports(2 + 2 * workers)
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
         self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(work / "logs"),
                     "SPARK_HOME": str(self.spark_home), "PYSPARK_PYTHON": sys.executable}
 
@@ -75,6 +78,26 @@ class StandaloneCluster:
                         "--work-dir", str(self.work / f"worker-{i}"))
         wait_until(lambda: (self._state() or {}).get("aliveworkers") == self.workers, 180,
                    what=f"{self.workers} workers registered with the master")
+
+    def start_in_background(self) -> None:
+        """Start the daemons while the test does other work (2 cores: the JVMs' start overlaps it)."""
+
+        def start() -> None:
+            try:
+                self.start()
+            except BaseException as exc:  # re-raised by ready()
+                self._start_error = exc
+
+        self._starting = threading.Thread(target=start, name="spark-standalone-start", daemon=True)
+        self._starting.start()
+
+    def ready(self) -> StandaloneCluster:
+        """Wait until start_in_background() is done (its own bounds: 180 s each); raise what it raised."""
+        if self._starting is not None:
+            self._starting.join()
+        if self._start_error is not None:
+            raise self._start_error
+        return self
 
     def _state(self) -> dict[str, Any] | None:
         for proc in self.procs:
@@ -105,9 +128,11 @@ def standalone_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
     cluster = StandaloneCluster(tmp_path / "spark-cluster")
     cluster.work.mkdir(parents=True)
     try:
-        cluster.start()
+        cluster.start_in_background()  # the test calls ready() before it uses the cluster
         yield cluster
     finally:
+        if cluster._starting is not None:  # not ready() here: a start error is the test's to report
+            cluster._starting.join()
         cluster.stop()
     assert all(proc.poll() is not None for proc in cluster.procs)
 
@@ -128,8 +153,10 @@ def test_report_on_a_standalone_cluster_equals_local_mode(
     write_jsonl(audit / "audit-new-1.jsonl", [summary(10 * k, proxy_id="new", partition=k % 3) for k in range(30)]
                 + [readiness(100, False, 1, partition=2, proxy_id="new"), readiness(160, True, 3, partition=2,
                                                                                   proxy_id="new")])
-    # When the report runs in local mode and, through the command line, on the standalone cluster
+    # When the report runs in local mode (while the cluster's daemons start) and, through the command line,
+    # on the standalone cluster
     local = report.run_report(spark, [str(audit)], tmp_path / "local", progress=Progress(enabled=False))
+    standalone_cluster.ready()
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "insync_proxy.pipeline.report", "--master", standalone_cluster.url, "--quiet",
