@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Final
 
 from .api_keys import ApiKey
+from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import response_header_version
 from .messages import NodeEndpoint
@@ -115,26 +115,29 @@ def rewrite_fetch_node_endpoints(
         raise
     except (struct.error, IndexError, ValueError) as e:
         raise TruncatedData(f"cannot walk Fetch response: {e!r}") from None
-    changed = False
-    new_fields: list[tuple[int, bytes]] = []
-    for tag, data in fields:
-        if tag == FETCH_NODE_ENDPOINTS_TAG:
-            endpoints: tuple[NodeEndpoint, ...] = decode_value(_NODE_ENDPOINTS, api_version, True, data)
-            rewritten = []
-            for ep in endpoints:
-                new = addresses.get(ep.node_id)
-                if new is not None and (ep.host, ep.port) != new:
-                    ep = replace(ep, host=new[0], port=new[1])
-                    changed = True
-                rewritten.append(ep)
-            new_fields.append((tag, encode_value(_NODE_ENDPOINTS, api_version, True, tuple(rewritten))))
-        else:
-            new_fields.append((tag, bytes(data)))
-    if not changed:
+    new_fields = _rewrite_node_endpoints_field(fields, api_version, addresses)
+    if new_fields is None:
         return frame
     w = Writer()
     w.tagged_fields(new_fields)
     return bytes(mv[:start]) + bytes(w.out)
+
+
+def _rewrite_node_endpoints_field(fields: list[tuple[int, memoryview]], api_version: int,
+                                  addresses: Mapping[int, tuple[str, int]]) -> list[tuple[int, bytes]] | None:
+    """The top-level tagged fields with ``node_endpoints`` rewritten, or None when no endpoint changes."""
+    new_fields: list[tuple[int, bytes]] = []
+    changed = False
+    for tag, data in fields:
+        if tag == FETCH_NODE_ENDPOINTS_TAG:
+            endpoints: tuple[NodeEndpoint, ...] = decode_value(_NODE_ENDPOINTS, api_version, True, data)
+            rewritten = rewrite_endpoints(endpoints, addresses)
+            if rewritten is not None:
+                changed = True
+                new_fields.append((tag, encode_value(_NODE_ENDPOINTS, api_version, True, rewritten)))
+                continue
+        new_fields.append((tag, bytes(data)))
+    return new_fields if changed else None
 
 
 # ---------------------------------------------------------------------------------------------- streaming
@@ -290,21 +293,8 @@ class FetchEndpointsTap:
             raise
         except (struct.error, IndexError, ValueError) as e:
             raise TruncatedData(f"cannot read the Fetch response's tagged fields: {e!r}") from None
-        changed = False
-        new_fields: list[tuple[int, bytes]] = []
-        for tag, data in fields:
-            if tag == FETCH_NODE_ENDPOINTS_TAG:
-                endpoints: tuple[NodeEndpoint, ...] = decode_value(_NODE_ENDPOINTS, self.api_version, True, data)
-                rewritten = []
-                for ep in endpoints:
-                    new = self.addresses.get(ep.node_id)
-                    if new is not None and (ep.host, ep.port) != new:
-                        ep = replace(ep, host=new[0], port=new[1])
-                        changed = True
-                    rewritten.append(ep)
-                data = memoryview(encode_value(_NODE_ENDPOINTS, self.api_version, True, tuple(rewritten)))
-            new_fields.append((tag, bytes(data)))
-        if not changed:
+        new_fields = _rewrite_node_endpoints_field(fields, self.api_version, self.addresses)
+        if new_fields is None:
             return held
         out = _tagged_fields_of_length(new_fields, len(held))
         if out is None:
