@@ -73,7 +73,7 @@ def _request_head(frame: Buffer) -> tuple[int, int, int]:
     n: int
     try:
         api_key, version, _, n = _HEAD.unpack_from(frame, 0)
-        if api_key != ApiKey.PRODUCE:
+        if api_key != 0:  # ApiKey.PRODUCE, as a literal: a native compare in the compiled build
             raise MalformedFrame(f"not a Produce request (api_key {api_key})")
         if version < 0 or version > _MAX_PRODUCE_VERSION:
             raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{_MAX_PRODUCE_VERSION})")
@@ -172,26 +172,30 @@ class TopicSpan(SlottedRecord):
 class ProduceRequestIndex(SlottedRecord):
     """A Produce request located byte by byte, without copying any record. ``tagged_start``/``tagged_end``:
     the top-level tagged-field section (empty span in non-flexible versions). ``client_id`` and
-    ``transactional_id`` (and ``header_size``) are read from the frame when asked for (the data path never
-    asks)."""
+    ``transactional_id`` (and ``correlation_id``, ``header_size``) are read from the frame when asked for (the
+    hot path never asks)."""
 
-    __slots__ = ("frame", "api_version", "correlation_id", "acks_offset", "acks", "timeout_ms", "topics",
-                 "tagged_start", "tagged_end")
+    __slots__ = ("frame", "api_version", "acks_offset", "acks", "timeout_ms", "topics", "tagged_start", "tagged_end")
     _fields: ClassVar[tuple[str, ...]] = ("frame", "api_version", "correlation_id", "client_id", "header_size",
                                           "transactional_id", "acks_offset", "acks", "timeout_ms", "topics",
                                           "tagged_start", "tagged_end")
 
-    def __init__(self, *, frame: memoryview, api_version: int, correlation_id: int, acks_offset: int, acks: int, timeout_ms: int, topics: tuple[TopicSpan, ...], tagged_start: int,
+    def __init__(self, *, frame: memoryview, api_version: int, acks_offset: int, acks: int, timeout_ms: int, topics: tuple[TopicSpan, ...], tagged_start: int,
                  tagged_end: int) -> None:
         self.frame = frame
         self.api_version = api_version
-        self.correlation_id = correlation_id
         self.acks_offset = acks_offset
         self.acks = acks
         self.timeout_ms = timeout_ms
         self.topics = topics
         self.tagged_start = tagged_start
         self.tagged_end = tagged_end
+
+    @property
+    def correlation_id(self) -> int:
+        """The request header's correlation id."""
+        correlation_id: int = _I32.unpack_from(self.frame, 4)[0]
+        return correlation_id
 
     @property
     def header_size(self) -> int:
@@ -235,19 +239,17 @@ def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceReques
     and the topic-id resolution each read of a request. ``acks_offset``: the frame's `produce_acks_offset`,
     when the caller has it already (the header is then not read again).
     """
-    mv = frame if isinstance(frame, memoryview) else memoryview(frame)
-    if mv.format != "B" or mv.ndim != 1:
-        mv = mv.cast("B")
+    mv = frame if isinstance(frame, memoryview) else memoryview(frame)  # a memoryview of bytes, as Buffer says
     version: int
     if acks_offset < 0:
         version, _, acks_offset = _request_head(mv)
     else:
-        version = _I16.unpack_from(mv, 2)[0]
+        version = mv[3]  # the caller read the header: a version it accepted (0-13) fits the low byte
     flexible = version >= 9
-    unpack_i32 = _I32.unpack_from
     n = len(mv)
+    batch_length: int
+    magic: int
     try:
-        correlation_id: int = unpack_i32(mv, 4)[0]
         acks: int
         timeout_ms: int
         acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(mv, acks_offset)
@@ -265,13 +267,13 @@ def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceReques
             parts: list[PartitionSpan] = []
             for _ in range(partitions):
                 start = pos
-                partition: int = unpack_i32(mv, pos)[0]
+                partition: int = _I32.unpack_from(mv, pos)[0]
                 size: int
                 if flexible:
                     size, pos = read_uvarint_at(mv, pos + 4)
                     size -= 1
                 else:
-                    size = unpack_i32(mv, pos + 4)[0]
+                    size = _I32.unpack_from(mv, pos + 4)[0]
                     pos += 8
                     if size < -1:
                         raise MalformedFrame(f"negative records length {size}")
@@ -281,7 +283,14 @@ def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceReques
                     pos += size
                     if pos > n:
                         raise TruncatedData("Produce request records run past the frame end")
-                    records = _record_count(mv, records_start, size)
+                    records = -1
+                    if size >= _BATCH_HEADER:
+                        # One batch (what producers send) is counted from its header in one read.
+                        batch_length, magic, records = _BATCH_HEAD.unpack_from(mv, records_start)
+                        if magic < 2 or batch_length + _LOG_OVERHEAD != size:
+                            records = -1
+                    if records < 0:
+                        records = _record_count(mv, records_start, size)
                 if flexible:
                     pos = skip_tagged_fields_at(mv, pos)
                 parts.append(PartitionSpan(topic, partition, start, pos, records_start, size, records))
@@ -301,7 +310,6 @@ def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceReques
     return ProduceRequestIndex(
         frame=mv,
         api_version=version,
-        correlation_id=correlation_id,
         acks_offset=acks_offset,
         acks=acks,
         timeout_ms=timeout_ms,
@@ -337,6 +345,9 @@ _MAGIC_AT: Final = 16
 _RECORDS_COUNT_AT: Final = 57
 _BATCH_HEADER: Final = 61
 _LOG_OVERHEAD: Final = 12  # baseOffset + batchLength (or offset + size in message sets v0/v1)
+#: batchLength, magic and recordsCount of a record batch's header, in one read.
+_BATCH_HEAD: Final = struct.Struct(f">{_BATCH_LENGTH_AT}xi{_MAGIC_AT - _BATCH_LENGTH_AT - 4}xb"
+                                   f"{_RECORDS_COUNT_AT - _MAGIC_AT - 1}xi")
 
 
 def count_records(frame: Buffer, start: int, size: int) -> int:
@@ -367,13 +378,7 @@ def count_records(frame: Buffer, start: int, size: int) -> int:
 
 
 def _record_count(frame: memoryview, start: int, size: int) -> int:
-    """`count_records` of a non-empty record set, -1 where it does not read cleanly; a set of exactly one
-    batch (what producers send) is read from that batch's header without a call."""
-    if size >= _BATCH_HEADER and frame[start + _MAGIC_AT] >= 2:
-        batch_length: int = _I32.unpack_from(frame, start + _BATCH_LENGTH_AT)[0]
-        if batch_length + _LOG_OVERHEAD == size:
-            records: int = _I32.unpack_from(frame, start + _RECORDS_COUNT_AT)[0]
-            return records
+    """`count_records` of a non-empty record set, -1 where it does not read cleanly (the broker judges)."""
     try:
         return count_records(frame, start, size)
     except ProtocolError:
@@ -399,7 +404,11 @@ def _topic_at(buf: Buffer, pos: int, version: int) -> tuple[str | uuid.UUID, int
         if pos + 16 > len(buf):
             raise TruncatedData("Produce topic_id runs past the frame end")
         return _topic_id(bytes(buf[pos:pos + 16])), pos + 16
-    length, pos = _string_length_at(buf, pos, version >= 9)
+    if version >= 9:
+        length, pos = read_uvarint_at(buf, pos)
+        length -= 1
+    else:
+        length, pos = _string_length_at(buf, pos, False)
     if length < 0 or pos + length > len(buf):
         raise MalformedFrame("bad topic name length in Produce")
     return str(buf[pos:pos + length], "utf-8"), pos + length
@@ -682,9 +691,10 @@ def _walk_response(frame: Buffer, version: int, failed_only: bool
     flexible = version >= 9
     fixed = _PARTITION_FIXED[version]
     out: list[tuple[str | uuid.UUID, int, int]] = []
-    unpack_i32, unpack_i16 = _I32.unpack_from, _I16.unpack_from
     n = len(frame)
     answered = 0
+    partition: int
+    code: int
     try:
         pos = skip_tagged_fields_at(frame, 4) if flexible else 4  # correlation id, response header v1 tags
         topics, pos = read_array_length_at(frame, pos, flexible)
@@ -698,11 +708,11 @@ def _walk_response(frame: Buffer, version: int, failed_only: bool
             partitions, pos = read_array_length_at(frame, pos, flexible)
             for _ in range(partitions):
                 answered += 1
-                code: int = unpack_i16(frame, pos + 4)[0]
-                if code or not failed_only:
+                # error_code 0 (nearly every answer) is told by its two bytes, without a struct read
+                if frame[pos + 4] or frame[pos + 5] or not failed_only:
                     if topic is None:
                         topic = _topic_at(frame, topic_at, version)[0]
-                    partition: int = unpack_i32(frame, pos)[0]
+                    partition, code = _PARTITION_ERROR.unpack_from(frame, pos)
                     out.append((topic, partition, code))
                 pos += fixed
                 if version < 8:
@@ -742,7 +752,11 @@ def _skip_topic_at(buf: Buffer, pos: int, version: int) -> int:
     """Past a topic name or id without decoding it."""
     if version >= 13:
         return pos + 16
-    length, pos = _string_length_at(buf, pos, version >= 9)
+    if version >= 9:
+        length, pos = read_uvarint_at(buf, pos)
+        length -= 1
+    else:
+        length, pos = _string_length_at(buf, pos, False)
     if length < 0:
         raise MalformedFrame("null topic name in Produce response")
     return pos + length
