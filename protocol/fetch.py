@@ -22,7 +22,7 @@ from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import response_header_version
 from .messages import NodeEndpoint
-from .primitives import Buffer, Reader, Writer
+from .primitives import Buffer, Reader, Writer, read_uvarint_at, skip_tagged_fields_at
 from .schema import ArrayOf, decode_value, encode_value
 
 __all__ = [
@@ -145,31 +145,6 @@ class _Short(Exception):
     """The structure being read runs past the bytes at hand."""
 
 
-def _uv(b: Buffer, p: int) -> tuple[int, int]:
-    """An unsigned varint at ``b[p]``: (value, position after it)."""
-    x = b[p]
-    if x < 0x80:
-        return x, p + 1
-    value, shift = x & 0x7F, 7
-    for q in range(p + 1, p + 5):
-        x = b[q]
-        value |= (x & 0x7F) << shift
-        if x < 0x80:
-            return value, q + 1
-        shift += 7
-    raise MalformedFrame("varint longer than 5 bytes in a Fetch response")
-
-
-def _tags_end(b: Buffer, p: int) -> int:
-    """The position after the tagged-field section at ``b[p]``."""
-    count, p = _uv(b, p)
-    for _ in range(count):
-        _, p = _uv(b, p)
-        size, p = _uv(b, p)
-        p += size
-    return p
-
-
 # Where the walk of a Fetch v13+ response is: before the header, a topic, a partition, the tags after a
 # partition's records, a topic's closing tags; done = at the top-level tagged fields.
 _HEADER, _TOPIC, _PARTITION, _PARTITION_TAGS, _TOPIC_TAGS, _DONE = range(6)
@@ -226,7 +201,7 @@ class FetchEndpointsTap:
                     try:
                         end = self._step(buf, 0)
                         break
-                    except (_Short, IndexError):
+                    except (_Short, IndexError, TruncatedData):
                         if pos + window >= n:
                             self._carry = buf
                             return n
@@ -236,7 +211,7 @@ class FetchEndpointsTap:
             else:
                 try:
                     pos = self._step(data, pos)
-                except (_Short, IndexError):
+                except (_Short, IndexError, TruncatedData):
                     self._carry = bytes(data[pos:])
                     return n
             if self._state == _DONE:
@@ -247,37 +222,37 @@ class FetchEndpointsTap:
         state = self._state
         if state == _PARTITION:
             p += 30  # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
-            aborted, p = _uv(b, p)
+            aborted, p = read_uvarint_at(b, p)
             for _ in range(aborted - 1):
-                p = _tags_end(b, p + 16)  # producer_id, first_offset, tagged fields
-            records, p = _uv(b, p + 4)  # after preferred_read_replica: compact nullable bytes
+                p = skip_tagged_fields_at(b, p + 16)  # producer_id, first_offset, tagged fields
+            records, p = read_uvarint_at(b, p + 4)  # after preferred_read_replica: compact nullable bytes
             if p > len(b):
                 raise _Short
             self._skip = records - 1 if records > 1 else 0
             self._state = _PARTITION_TAGS
             return p
         if state == _PARTITION_TAGS:
-            p = _tags_end(b, p)
+            p = skip_tagged_fields_at(b, p)
             if p > len(b):
                 raise _Short
             self._parts -= 1
             self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
             return p
         if state == _TOPIC:
-            parts, p = _uv(b, p + 16)  # after topic_id
+            parts, p = read_uvarint_at(b, p + 16)  # after topic_id
             self._parts = parts - 1
             self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
             return p
         if state == _TOPIC_TAGS:
-            p = _tags_end(b, p)
+            p = skip_tagged_fields_at(b, p)
             if p > len(b):
                 raise _Short
             self._topics -= 1
             self._state = _TOPIC if self._topics > 0 else _DONE
             return p
         # _HEADER: correlation id, header tags, throttle_time_ms, error_code, session_id, topic count
-        p = _tags_end(b, p + 4)
-        topics, p = _uv(b, p + 10)
+        p = skip_tagged_fields_at(b, p + 4)
+        topics, p = read_uvarint_at(b, p + 10)
         self._topics = topics - 1
         self._state = _TOPIC if self._topics > 0 else _DONE
         return p
