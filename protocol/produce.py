@@ -180,8 +180,8 @@ class ProduceRequestIndex(SlottedRecord):
                                           "transactional_id", "acks_offset", "acks", "timeout_ms", "topics",
                                           "tagged_start", "tagged_end")
 
-    def __init__(self, *, frame: memoryview, api_version: int, acks_offset: int, acks: int, timeout_ms: int, topics: tuple[TopicSpan, ...], tagged_start: int,
-                 tagged_end: int) -> None:
+    def __init__(self, *, frame: memoryview, api_version: int, acks_offset: int, acks: int, timeout_ms: int,
+                 topics: tuple[TopicSpan, ...], tagged_start: int, tagged_end: int) -> None:
         self.frame = frame
         self.api_version = api_version
         self.acks_offset = acks_offset
