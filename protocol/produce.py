@@ -235,10 +235,20 @@ class ProduceRequestIndex(SlottedRecord):
 def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceRequestIndex:
     """Index a Produce request frame (header + body): topics, partitions, record-set spans and record counts.
 
-    The one walk of the Produce request grammar (every version): what the acks decision, the accounting
-    and the topic-id resolution each read of a request. ``acks_offset``: the frame's `produce_acks_offset`,
-    when the caller has it already (the header is then not read again).
+    What the acks decision, the accounting and the topic-id resolution each read of a request, from the
+    one walk of the request grammar. ``acks_offset``: the frame's `produce_acks_offset`, when the caller
+    has it already (the header is then not read again).
     """
+    index = _walk_request(frame, acks_offset, None)[1]
+    assert index is not None
+    return index
+
+
+def _walk_request(frame: Buffer, acks_offset: int, lean: list[tuple[str | uuid.UUID, int, int, int]] | None
+                  ) -> tuple[int, ProduceRequestIndex | None]:
+    """The one walk of the Produce request grammar (every version): (acks, the index). With ``lean``, each
+    partition is appended there as (topic, partition, record bytes, records) and no index is built (the
+    accounting's hot path: no span objects)."""
     mv = frame if isinstance(frame, memoryview) else memoryview(frame)  # a memoryview of bytes, as Buffer says
     version: int
     if acks_offset < 0:
@@ -293,11 +303,17 @@ def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceReques
                         records = _record_count(mv, records_start, size)
                 if flexible:
                     pos = skip_tagged_fields_at(mv, pos)
-                parts.append(PartitionSpan(topic, partition, start, pos, records_start, size, records))
+                if lean is None:
+                    parts.append(PartitionSpan(topic, partition, start, pos, records_start, size, records))
+                elif records < 0:
+                    raise MalformedFrame(f"unreadable record batch headers in partition {partition}")
+                else:
+                    lean.append((topic, partition, size if size > 0 else 0, records))
             tagged_start = pos
             if flexible:
                 pos = skip_tagged_fields_at(mv, pos)
-            topics.append(TopicSpan(topic, key_start, key_end, tuple(parts), tagged_start, pos))
+            if lean is None:
+                topics.append(TopicSpan(topic, key_start, key_end, tuple(parts), tagged_start, pos))
         tagged_start = pos
         if flexible:
             pos = skip_tagged_fields_at(mv, pos)
@@ -307,7 +323,9 @@ def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceReques
         raise TruncatedData(f"cannot index Produce request: {e!r}") from None
     if pos != n:
         raise MalformedFrame(f"{n - pos} unexpected trailing bytes at offset {pos}")
-    return ProduceRequestIndex(
+    if lean is not None:
+        return acks, None
+    return acks, ProduceRequestIndex(
         frame=mv,
         api_version=version,
         acks_offset=acks_offset,
@@ -324,18 +342,14 @@ def produce_partition_records(
 ) -> tuple[int, list[tuple[str | uuid.UUID, int, int, int]]]:
     """(acks, [(topic or topic_id, partition, record bytes, record count), ...]) of a Produce request frame.
 
-    `index_produce_request`'s walk as plain tuples (what the accounting reads today): ``record bytes`` is 0
-    for null records. ``acks_offset``: the frame's `produce_acks_offset`, when the caller has it already.
-    Raises ProtocolError where a record set's batch headers do not read cleanly.
+    The request's one walk (`index_produce_request`'s) as plain tuples, without span objects: what the
+    accounting reads of every forwarded request. ``record bytes`` is 0 for null records. ``acks_offset``: the
+    frame's `produce_acks_offset`, when the caller has it already. Raises ProtocolError where a record set's
+    batch headers do not read cleanly.
     """
-    index = index_produce_request(frame, -1 if acks_offset is None else acks_offset)
     out: list[tuple[str | uuid.UUID, int, int, int]] = []
-    for t in index.topics:
-        for p in t.partitions:
-            if p.records < 0:
-                raise MalformedFrame(f"unreadable record batch headers in partition {p.partition}")
-            out.append((p.topic, p.partition, p.records_size if p.records_size > 0 else 0, p.records))
-    return index.acks, out
+    acks = _walk_request(frame, -1 if acks_offset is None else acks_offset, out)[0]
+    return acks, out
 
 
 _ACKS_TIMEOUT: Final = struct.Struct(">hi")
