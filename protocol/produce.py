@@ -128,8 +128,8 @@ class PartitionSpan(SlottedRecord):
 
     ``start``/``end``: the whole partition entry (index, records, tagged fields), what a forward request
     copies. ``records_start``/``records_size``: the record set bytes; ``records_size`` is -1 for null records.
-    ``records``: how many records the set holds, from its batch headers (0 for null or empty records, -1
-    when the batch headers do not read cleanly: the broker judges those).
+    ``records``: how many records the set holds when it is one record batch (from its header; 0 for null or
+    empty records), else -1: `ProduceRequestIndex.record_count` counts every batch header on demand.
     """
 
     __slots__ = ("topic", "partition", "start", "end", "records_start", "records_size", "records")
@@ -225,6 +225,12 @@ class ProduceRequestIndex(SlottedRecord):
         for t in self.topics:
             yield from t.partitions
 
+    def record_count(self, span: PartitionSpan) -> int:
+        """How many records a partition's record set holds, from its batch headers (`count_records`)."""
+        if span.records >= 0:
+            return span.records
+        return count_records(self.frame, span.records_start, span.records_size)
+
     def records(self, span: PartitionSpan) -> memoryview | None:
         """The record set of a partition (a view into the frame) or None."""
         if span.records_size < 0:
@@ -233,7 +239,7 @@ class ProduceRequestIndex(SlottedRecord):
 
 
 def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceRequestIndex:
-    """Index a Produce request frame (header + body): topics, partitions, record-set spans and record counts.
+    """Index a Produce request frame (header + body): topics, partitions, record-set spans, one-batch record counts.
 
     What the acks decision, the accounting and the topic-id resolution each read of a request, from the
     one walk of the request grammar. ``acks_offset``: the frame's `produce_acks_offset`, when the caller
@@ -299,7 +305,8 @@ def _walk_request(frame: Buffer, acks_offset: int, lean: list[tuple[str | uuid.U
                         batch_length, magic, records = _BATCH_HEAD.unpack_from(mv, records_start)
                         if magic < 2 or batch_length + _LOG_OVERHEAD != size:
                             records = -1
-                    if records < 0:
+                    if records < 0 and lean is not None:
+                        # Several batches or an old message set: every header (the index counts on demand).
                         records = _record_count(mv, records_start, size)
                 if flexible:
                     pos = skip_tagged_fields_at(mv, pos)
