@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Final
 
 from .api_keys import ApiKey
+from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import response_header_version
 from .messages import NodeEndpoint
-from .primitives import Buffer, Reader, Writer
+from .primitives import Buffer, Reader, Writer, read_uvarint_at, skip_tagged_fields_at
 from .schema import ArrayOf, decode_value, encode_value
 
 __all__ = [
@@ -115,56 +115,34 @@ def rewrite_fetch_node_endpoints(
         raise
     except (struct.error, IndexError, ValueError) as e:
         raise TruncatedData(f"cannot walk Fetch response: {e!r}") from None
-    changed = False
-    new_fields: list[tuple[int, bytes]] = []
-    for tag, data in fields:
-        if tag == FETCH_NODE_ENDPOINTS_TAG:
-            endpoints: tuple[NodeEndpoint, ...] = decode_value(_NODE_ENDPOINTS, api_version, True, data)
-            rewritten = []
-            for ep in endpoints:
-                new = addresses.get(ep.node_id)
-                if new is not None and (ep.host, ep.port) != new:
-                    ep = replace(ep, host=new[0], port=new[1])
-                    changed = True
-                rewritten.append(ep)
-            new_fields.append((tag, encode_value(_NODE_ENDPOINTS, api_version, True, tuple(rewritten))))
-        else:
-            new_fields.append((tag, bytes(data)))
-    if not changed:
+    new_fields = _rewrite_node_endpoints_field(fields, api_version, addresses)
+    if new_fields is None:
         return frame
     w = Writer()
     w.tagged_fields(new_fields)
     return bytes(mv[:start]) + bytes(w.out)
 
 
+def _rewrite_node_endpoints_field(fields: list[tuple[int, memoryview]], api_version: int,
+                                  addresses: Mapping[int, tuple[str, int]]) -> list[tuple[int, bytes]] | None:
+    """The top-level tagged fields with ``node_endpoints`` rewritten, or None when no endpoint changes."""
+    new_fields: list[tuple[int, bytes]] = []
+    changed = False
+    for tag, data in fields:
+        if tag == FETCH_NODE_ENDPOINTS_TAG:
+            endpoints: tuple[NodeEndpoint, ...] = decode_value(_NODE_ENDPOINTS, api_version, True, data)
+            rewritten = rewrite_endpoints(endpoints, addresses)
+            if rewritten is not None:
+                changed = True
+                new_fields.append((tag, encode_value(_NODE_ENDPOINTS, api_version, True, rewritten)))
+                continue
+        new_fields.append((tag, bytes(data)))
+    return new_fields if changed else None
+
+
 # ---------------------------------------------------------------------------------------------- streaming
 class _Short(Exception):
     """The structure being read runs past the bytes at hand."""
-
-
-def _uv(b: Buffer, p: int) -> tuple[int, int]:
-    """An unsigned varint at ``b[p]``: (value, position after it)."""
-    x = b[p]
-    if x < 0x80:
-        return x, p + 1
-    value, shift = x & 0x7F, 7
-    for q in range(p + 1, p + 5):
-        x = b[q]
-        value |= (x & 0x7F) << shift
-        if x < 0x80:
-            return value, q + 1
-        shift += 7
-    raise MalformedFrame("varint longer than 5 bytes in a Fetch response")
-
-
-def _tags_end(b: Buffer, p: int) -> int:
-    """The position after the tagged-field section at ``b[p]``."""
-    count, p = _uv(b, p)
-    for _ in range(count):
-        _, p = _uv(b, p)
-        size, p = _uv(b, p)
-        p += size
-    return p
 
 
 # Where the walk of a Fetch v13+ response is: before the header, a topic, a partition, the tags after a
@@ -223,7 +201,7 @@ class FetchEndpointsTap:
                     try:
                         end = self._step(buf, 0)
                         break
-                    except (_Short, IndexError):
+                    except (_Short, IndexError, TruncatedData):
                         if pos + window >= n:
                             self._carry = buf
                             return n
@@ -233,7 +211,7 @@ class FetchEndpointsTap:
             else:
                 try:
                     pos = self._step(data, pos)
-                except (_Short, IndexError):
+                except (_Short, IndexError, TruncatedData):
                     self._carry = bytes(data[pos:])
                     return n
             if self._state == _DONE:
@@ -244,37 +222,37 @@ class FetchEndpointsTap:
         state = self._state
         if state == _PARTITION:
             p += 30  # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
-            aborted, p = _uv(b, p)
+            aborted, p = read_uvarint_at(b, p)
             for _ in range(aborted - 1):
-                p = _tags_end(b, p + 16)  # producer_id, first_offset, tagged fields
-            records, p = _uv(b, p + 4)  # after preferred_read_replica: compact nullable bytes
+                p = skip_tagged_fields_at(b, p + 16)  # producer_id, first_offset, tagged fields
+            records, p = read_uvarint_at(b, p + 4)  # after preferred_read_replica: compact nullable bytes
             if p > len(b):
                 raise _Short
             self._skip = records - 1 if records > 1 else 0
             self._state = _PARTITION_TAGS
             return p
         if state == _PARTITION_TAGS:
-            p = _tags_end(b, p)
+            p = skip_tagged_fields_at(b, p)
             if p > len(b):
                 raise _Short
             self._parts -= 1
             self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
             return p
         if state == _TOPIC:
-            parts, p = _uv(b, p + 16)  # after topic_id
+            parts, p = read_uvarint_at(b, p + 16)  # after topic_id
             self._parts = parts - 1
             self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
             return p
         if state == _TOPIC_TAGS:
-            p = _tags_end(b, p)
+            p = skip_tagged_fields_at(b, p)
             if p > len(b):
                 raise _Short
             self._topics -= 1
             self._state = _TOPIC if self._topics > 0 else _DONE
             return p
         # _HEADER: correlation id, header tags, throttle_time_ms, error_code, session_id, topic count
-        p = _tags_end(b, p + 4)
-        topics, p = _uv(b, p + 10)
+        p = skip_tagged_fields_at(b, p + 4)
+        topics, p = read_uvarint_at(b, p + 10)
         self._topics = topics - 1
         self._state = _TOPIC if self._topics > 0 else _DONE
         return p
@@ -290,21 +268,8 @@ class FetchEndpointsTap:
             raise
         except (struct.error, IndexError, ValueError) as e:
             raise TruncatedData(f"cannot read the Fetch response's tagged fields: {e!r}") from None
-        changed = False
-        new_fields: list[tuple[int, bytes]] = []
-        for tag, data in fields:
-            if tag == FETCH_NODE_ENDPOINTS_TAG:
-                endpoints: tuple[NodeEndpoint, ...] = decode_value(_NODE_ENDPOINTS, self.api_version, True, data)
-                rewritten = []
-                for ep in endpoints:
-                    new = self.addresses.get(ep.node_id)
-                    if new is not None and (ep.host, ep.port) != new:
-                        ep = replace(ep, host=new[0], port=new[1])
-                        changed = True
-                    rewritten.append(ep)
-                data = memoryview(encode_value(_NODE_ENDPOINTS, self.api_version, True, tuple(rewritten)))
-            new_fields.append((tag, bytes(data)))
-        if not changed:
+        new_fields = _rewrite_node_endpoints_field(fields, self.api_version, self.addresses)
+        if new_fields is None:
             return held
         out = _tagged_fields_of_length(new_fields, len(held))
         if out is None:

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Container, Mapping
 from typing import Literal
 
+from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .messages import MIN_INSYNC_REPLICAS_TAG
 from .metadata_scan import MetadataScan, scan_metadata_response
@@ -123,12 +124,12 @@ def _splice(
         # Response header v1 with no tagged fields, as the generic encoder writes it.
         out.append(_I32.pack(scan.correlation_id) + b"\x00")
         copied = scan.body_start
-    if addresses:
-        for broker, (host_start, port_end) in zip(scan.brokers, scan.broker_spans, strict=True):
-            new = addresses.get(broker.node_id)
-            if new is not None:
+    moved = rewrite_endpoints(scan.brokers, addresses) if addresses else None
+    if moved is not None:
+        for broker, new, (host_start, port_end) in zip(scan.brokers, moved, scan.broker_spans, strict=True):
+            if new is not broker:
                 out.append(buf[copied:host_start])
-                out.append(_encoded_address(new[0], new[1], flexible))
+                out.append(_encoded_address(new.host, new.port, flexible))
                 copied = port_end
     unpack_i32 = _I32.unpack_from
     for topic in scan.topics:

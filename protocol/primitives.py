@@ -21,7 +21,9 @@ __all__ = [
     "encode_uvarint",
     "encode_varint",
     "encode_varlong",
+    "read_array_length_at",
     "read_uvarint_at",
+    "skip_tagged_fields_at",
     "zigzag_decode",
     "zigzag_encode",
 ]
@@ -36,7 +38,6 @@ _I64: Final = struct.Struct(">q")
 _U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
 _F64: Final = struct.Struct(">d")
-_UUID: Final = struct.Struct(">16s")
 
 _NULL_UUID: Final = uuid.UUID(int=0)
 
@@ -82,12 +83,21 @@ def encode_varlong(value: int) -> bytes:
 def read_uvarint_at(buf: Buffer, pos: int, max_bytes: int = 5) -> tuple[int, int]:
     """Read an unsigned varint at ``pos``; return (value, position after it).
 
-    ``max_bytes`` = 5 bounds a 32-bit value (lengths, counts, tags), 10 a 64-bit one.
+    ``max_bytes`` = 5 bounds a 32-bit value (lengths, counts, tags), 10 a 64-bit one. The one-byte
+    case (nearly every count and length) returns at once: the varint fast path of every walker.
     """
+    try:
+        b = buf[pos]
+    except IndexError:
+        raise TruncatedData(f"varint truncated at offset {pos}") from None
+    if b < 0x80:
+        return b, pos + 1
     n = len(buf)
-    result = 0
-    shift = 0
-    for i in range(max_bytes):
+    result = b & 0x7F
+    shift = 7
+    start = pos
+    pos += 1
+    for _ in range(max_bytes - 1):
         if pos >= n:
             raise TruncatedData(f"varint truncated at offset {pos}")
         b = buf[pos]
@@ -95,10 +105,42 @@ def read_uvarint_at(buf: Buffer, pos: int, max_bytes: int = 5) -> tuple[int, int
         result |= (b & 0x7F) << shift
         if b < 0x80:
             if max_bytes == 5 and result > 0xFFFFFFFF:
-                raise MalformedFrame(f"unsigned varint exceeds 32 bits at offset {pos - i - 1}")
+                raise MalformedFrame(f"unsigned varint exceeds 32 bits at offset {start}")
             return result, pos
         shift += 7
-    raise MalformedFrame(f"varint longer than {max_bytes} bytes at offset {pos - max_bytes}")
+    raise MalformedFrame(f"varint longer than {max_bytes} bytes at offset {start}")
+
+
+def read_array_length_at(buf: Buffer, pos: int, compact: bool) -> tuple[int, int]:
+    """Element count of an ARRAY (int32, -1 = null) or COMPACT_ARRAY (uvarint N+1, 0 = null) at ``pos``:
+    (count, position after it). A count that cannot fit in the bytes left (each element takes one at
+    least) is refused, so a hostile length never makes a walker loop or allocate."""
+    if compact:
+        n, pos = read_uvarint_at(buf, pos)
+        n -= 1
+    else:
+        try:
+            n = _I32.unpack_from(buf, pos)[0]
+        except struct.error:
+            raise TruncatedData(f"array length truncated at offset {pos}") from None
+        pos += 4
+        if n < -1:
+            raise MalformedFrame(f"negative array length {n} at offset {pos - 4}")
+    if n > len(buf) - pos:
+        raise TruncatedData(f"array of {n} elements cannot fit in {len(buf) - pos} bytes")
+    return n, pos
+
+
+def skip_tagged_fields_at(buf: Buffer, pos: int) -> int:
+    """The position after the tagged-field section at ``pos`` (an empty one, the common case, in one step)."""
+    try:
+        if buf[pos] == 0:
+            return pos + 1
+    except IndexError:
+        raise TruncatedData(f"tagged fields truncated at offset {pos}") from None
+    r = Reader(buf, pos)
+    r.tagged_fields()
+    return r.pos
 
 
 class SlottedRecord:
@@ -200,13 +242,7 @@ class Reader:
     # -- variable width ----------------------------------------------------------------------
     def uvarint(self) -> int:
         """Unsigned varint of at most 32 bits."""
-        pos = self.pos
-        if pos < len(self.buf):
-            b = self.buf[pos]
-            if b < 0x80:  # the common one-byte case, without the general loop
-                self.pos = pos + 1
-                return b
-        v, self.pos = read_uvarint_at(self.buf, pos, 5)
+        v, self.pos = read_uvarint_at(self.buf, self.pos, 5)
         return v
 
     def varint(self) -> int:
@@ -295,16 +331,7 @@ class Reader:
 
     def array_length(self, compact: bool) -> int:
         """Element count of an ARRAY (int32, -1 = null) or COMPACT_ARRAY (uvarint N+1, 0 = null)."""
-        if compact:
-            n = self.uvarint() - 1
-        else:
-            n = _I32.unpack_from(self.buf, self._need(4))[0]
-            if n < -1:
-                raise MalformedFrame(f"negative array length {n} at offset {self.pos - 4}")
-        # Each element takes at least one byte: a bigger count is corrupt, and refusing it early
-        # keeps a hostile length from making us loop or allocate.
-        if n > len(self.buf) - self.pos:
-            raise TruncatedData(f"array of {n} elements cannot fit in {len(self.buf) - self.pos} bytes")
+        n, self.pos = read_array_length_at(self.buf, self.pos, compact)
         return n
 
     def tagged_fields(self) -> list[tuple[int, memoryview]]:

@@ -16,8 +16,9 @@ from dataclasses import replace
 from typing import ClassVar, Final
 
 from .api_keys import ApiKey
+from .endpoints import rewrite_endpoints
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
-from .headers import RequestHeaderPeek, encode_response_with_header, peek_request_header, split_response
+from .headers import encode_response_with_header, peek_request_header, split_response
 from .messages import (
     PartitionProduceResponse,
     ProduceResponse,
@@ -25,7 +26,15 @@ from .messages import (
     decode_response,
     encode_response,
 )
-from .primitives import Buffer, Reader, SlottedRecord, encode_uvarint, read_uvarint_at
+from .primitives import (
+    Buffer,
+    Reader,
+    SlottedRecord,
+    encode_uvarint,
+    read_array_length_at,
+    read_uvarint_at,
+    skip_tagged_fields_at,
+)
 
 __all__ = [
     "produce_response_error_codes",
@@ -55,19 +64,16 @@ _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 
 
-def produce_acks_offset(frame: Buffer) -> int:
-    """Offset of the int16 ``acks`` inside a Produce request frame (header + body).
-
-    v0-v2: the body starts with acks; v3+: after ``transactional_id`` (int16-length nullable
-    string, compact for the flexible v9+).
-    """
+def _request_head(frame: Buffer) -> tuple[int, int, int]:
+    """(api_version, header_size, acks_offset) of a Produce request frame: the header and
+    ``transactional_id`` (v3+: int16-length nullable string, compact for the flexible v9+) read once."""
     # Typed locals: the compiled build then compares and adds native ints (struct's results are Any).
     api_key: int
     version: int
     n: int
     try:
         api_key, version, _, n = _HEAD.unpack_from(frame, 0)
-        if api_key != ApiKey.PRODUCE:
+        if api_key != 0:  # ApiKey.PRODUCE, as a literal: a native compare in the compiled build
             raise MalformedFrame(f"not a Produce request (api_key {api_key})")
         if version < 0 or version > _MAX_PRODUCE_VERSION:
             raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{_MAX_PRODUCE_VERSION})")
@@ -75,30 +81,32 @@ def produce_acks_offset(frame: Buffer) -> int:
             raise MalformedFrame(f"negative client_id length {n}")
         pos = 10 + n if n > 0 else 10
         if version >= 9:
-            # Header v2 tagged fields, then a compact nullable transactional_id.
-            c = frame[pos]
-            if c == 0:
-                pos += 1
-            else:
-                r = Reader(frame, pos)
-                r.tagged_fields()
-                pos = r.pos
-            c = frame[pos]
-            if c < 0x80:
-                pos += c if c else 1
-            else:
-                length, pos = read_uvarint_at(frame, pos)
-                pos += length - 1 if length else 0
-        elif version >= 3:
-            tl: int = _I16.unpack_from(frame, pos)[0]
-            if tl < -1:
-                raise MalformedFrame(f"negative transactional_id length {tl}")
-            pos += 2 + tl if tl > 0 else 2
+            pos = skip_tagged_fields_at(frame, pos)  # request header v2
+            header_size = pos
+            length, pos = read_uvarint_at(frame, pos)
+            if length:
+                pos += length - 1
+        else:
+            header_size = pos
+            if version >= 3:
+                tl: int = _I16.unpack_from(frame, pos)[0]
+                if tl < -1:
+                    raise MalformedFrame(f"negative transactional_id length {tl}")
+                pos += 2 + tl if tl > 0 else 2
     except (struct.error, IndexError):
         raise TruncatedData("Produce request ends before acks") from None
     if pos + 2 > len(frame):
         raise TruncatedData("Produce request ends before acks")
-    return pos
+    return version, header_size, pos
+
+
+def produce_acks_offset(frame: Buffer) -> int:
+    """Offset of the int16 ``acks`` inside a Produce request frame (header + body).
+
+    v0-v2: the body starts with acks; v3+: after ``transactional_id``. Reads the header only: what the
+    acks decision needs of every request before (or without) walking the topics.
+    """
+    return _request_head(frame)[2]
 
 
 def read_produce_acks(frame: Buffer) -> int:
@@ -120,19 +128,23 @@ class PartitionSpan(SlottedRecord):
 
     ``start``/``end``: the whole partition entry (index, records, tagged fields), what a forward request
     copies. ``records_start``/``records_size``: the record set bytes; ``records_size`` is -1 for null records.
+    ``records``: how many records the set holds when it is one record batch (from its header; 0 for null or
+    empty records), else -1: `ProduceRequestIndex.record_count` counts every batch header on demand.
     """
 
-    __slots__ = ("topic", "partition", "start", "end", "records_start", "records_size")
-    _fields: ClassVar[tuple[str, ...]] = ("topic", "partition", "start", "end", "records_start", "records_size")
+    __slots__ = ("topic", "partition", "start", "end", "records_start", "records_size", "records")
+    _fields: ClassVar[tuple[str, ...]] = ("topic", "partition", "start", "end", "records_start", "records_size",
+                                          "records")
 
     def __init__(self, topic: str | uuid.UUID, partition: int, start: int, end: int, records_start: int,
-                 records_size: int) -> None:
+                 records_size: int, records: int = 0) -> None:
         self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
         self.records_start = records_start
         self.records_size = records_size
+        self.records = records
 
     @property
     def key(self) -> PartitionKey:
@@ -159,28 +171,49 @@ class TopicSpan(SlottedRecord):
 
 class ProduceRequestIndex(SlottedRecord):
     """A Produce request located byte by byte, without copying any record. ``tagged_start``/``tagged_end``:
-    the top-level tagged-field section (empty span in non-flexible versions)."""
+    the top-level tagged-field section (empty span in non-flexible versions). ``client_id`` and
+    ``transactional_id`` (and ``correlation_id``, ``header_size``) are read from the frame when asked for (the
+    hot path never asks)."""
 
-    __slots__ = ("frame", "api_version", "correlation_id", "client_id", "header_size", "transactional_id",
-                 "acks_offset", "acks", "timeout_ms", "topics", "tagged_start", "tagged_end")
-    _fields: ClassVar[tuple[str, ...]] = ("frame", "api_version", "correlation_id", "client_id", "header_size", "transactional_id",
-                 "acks_offset", "acks", "timeout_ms", "topics", "tagged_start", "tagged_end")
+    __slots__ = ("frame", "api_version", "acks_offset", "acks", "timeout_ms", "topics", "tagged_start", "tagged_end")
+    _fields: ClassVar[tuple[str, ...]] = ("frame", "api_version", "correlation_id", "client_id", "header_size",
+                                          "transactional_id", "acks_offset", "acks", "timeout_ms", "topics",
+                                          "tagged_start", "tagged_end")
 
-    def __init__(self, *, frame: memoryview, api_version: int, correlation_id: int, client_id: str | None,
-                 header_size: int, transactional_id: str | None, acks_offset: int, acks: int, timeout_ms: int,
+    def __init__(self, *, frame: memoryview, api_version: int, acks_offset: int, acks: int, timeout_ms: int,
                  topics: tuple[TopicSpan, ...], tagged_start: int, tagged_end: int) -> None:
         self.frame = frame
         self.api_version = api_version
-        self.correlation_id = correlation_id
-        self.client_id = client_id
-        self.header_size = header_size
-        self.transactional_id = transactional_id
         self.acks_offset = acks_offset
         self.acks = acks
         self.timeout_ms = timeout_ms
         self.topics = topics
         self.tagged_start = tagged_start
         self.tagged_end = tagged_end
+
+    @property
+    def correlation_id(self) -> int:
+        """The request header's correlation id."""
+        correlation_id: int = _I32.unpack_from(self.frame, 4)[0]
+        return correlation_id
+
+    @property
+    def header_size(self) -> int:
+        """Where the body starts (after the request header)."""
+        return _request_head(self.frame)[1]
+
+    @property
+    def client_id(self) -> str | None:
+        """The request header's client_id."""
+        return peek_request_header(self.frame).client_id
+
+    @property
+    def transactional_id(self) -> str | None:
+        """The request's transactional_id (None before v3)."""
+        if self.api_version < 3:
+            return None
+        r = Reader(self.frame, self.header_size)
+        return r.compact_nullable_string() if self.api_version >= 9 else r.nullable_string()
 
     @property
     def flexible(self) -> bool:
@@ -192,6 +225,12 @@ class ProduceRequestIndex(SlottedRecord):
         for t in self.topics:
             yield from t.partitions
 
+    def record_count(self, span: PartitionSpan) -> int:
+        """How many records a partition's record set holds, from its batch headers (`count_records`)."""
+        if span.records >= 0:
+            return span.records
+        return count_records(self.frame, span.records_start, span.records_size)
+
     def records(self, span: PartitionSpan) -> memoryview | None:
         """The record set of a partition (a view into the frame) or None."""
         if span.records_size < 0:
@@ -199,156 +238,103 @@ class ProduceRequestIndex(SlottedRecord):
         return self.frame[span.records_start : span.records_start + span.records_size]
 
 
-def index_produce_request(frame: Buffer) -> ProduceRequestIndex:
-    """Index a Produce request frame (header + body): topics, partitions, record-set spans."""
-    mv = frame if isinstance(frame, memoryview) else memoryview(frame)
-    if mv.format != "B" or mv.ndim != 1:
-        mv = mv.cast("B")
-    peek = peek_request_header(mv)
-    version = peek.api_version
-    if peek.api_key == ApiKey.PRODUCE and 9 <= version <= _MAX_PRODUCE_VERSION:
-        return _index_flexible_produce_request(mv, peek)
-    acks_offset = produce_acks_offset(mv)
+def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceRequestIndex:
+    """Index a Produce request frame (header + body): topics, partitions, record-set spans, one-batch record counts.
+
+    What the acks decision, the accounting and the topic-id resolution each read of a request, from the
+    one walk of the request grammar. ``acks_offset``: the frame's `produce_acks_offset`, when the caller
+    has it already (the header is then not read again).
+    """
+    index = _walk_request(frame, acks_offset, None)[1]
+    assert index is not None
+    return index
+
+
+def _walk_request(frame: Buffer, acks_offset: int, lean: list[tuple[str | uuid.UUID, int, int, int]] | None
+                  ) -> tuple[int, ProduceRequestIndex | None]:
+    """The one walk of the Produce request grammar (every version): (acks, the index). With ``lean``, each
+    partition is appended there as (topic, partition, record bytes, records) and no index is built (the
+    accounting's hot path: no span objects)."""
+    mv = frame if isinstance(frame, memoryview) else memoryview(frame)  # a memoryview of bytes, as Buffer says
+    version: int
+    if acks_offset < 0:
+        version, _, acks_offset = _request_head(mv)
+    else:
+        version = mv[3]  # the caller read the header: a version it accepted (0-13) fits the low byte
     flexible = version >= 9
+    n = len(mv)
+    batch_length: int
+    magic: int
     try:
-        r = Reader(mv, peek.header_size)
-        transactional_id: str | None = None
-        if version >= 3:
-            transactional_id = r.compact_nullable_string() if flexible else r.nullable_string()
-        acks = r.int16()
-        timeout_ms = r.int32()
-        topics: list[TopicSpan] = []
-        n_topics = r.array_length(flexible)
-        if n_topics < 0:
+        acks: int
+        timeout_ms: int
+        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(mv, acks_offset)
+        count, pos = read_array_length_at(mv, acks_offset + 6, flexible)
+        if count < 0:
             raise MalformedFrame("null topic_data in Produce request")
-        for _ in range(n_topics):
-            key_start = r.pos
-            topic: str | uuid.UUID
-            if version >= 13:
-                topic = r.uuid()
-            else:
-                topic = r.compact_string() if flexible else r.string()
-            key_end = r.pos
-            n_parts = r.array_length(flexible)
-            if n_parts < 0:
+        topics: list[TopicSpan] = []
+        for _ in range(count):
+            key_start = pos
+            topic, pos = _topic_at(mv, pos, version)
+            key_end = pos
+            partitions, pos = read_array_length_at(mv, pos, flexible)
+            if partitions < 0:
                 raise MalformedFrame("null partition_data in Produce request")
             parts: list[PartitionSpan] = []
-            for _ in range(n_parts):
-                start = r.pos
-                index = r.int32()
+            for _ in range(partitions):
+                start = pos
+                partition: int = _I32.unpack_from(mv, pos)[0]
+                size: int
                 if flexible:
-                    size = r.uvarint() - 1
+                    size, pos = read_uvarint_at(mv, pos + 4)
+                    size -= 1
                 else:
-                    size = r.int32()
+                    size = _I32.unpack_from(mv, pos + 4)[0]
+                    pos += 8
                     if size < -1:
                         raise MalformedFrame(f"negative records length {size}")
-                records_start = r.pos
-                if size > 0:
-                    r.take(size)
-                if flexible:
-                    r.tagged_fields()
-                parts.append(PartitionSpan(topic, index, start, r.pos, records_start, size))
-            tagged_start = r.pos
-            if flexible:
-                r.tagged_fields()
-            topics.append(TopicSpan(topic, key_start, key_end, tuple(parts), tagged_start, r.pos))
-        tagged_start = r.pos
-        if flexible:
-            r.tagged_fields()
-        r.expect_end()
-    except ProtocolError:
-        raise
-    except (struct.error, ValueError, IndexError) as e:
-        raise MalformedFrame(f"cannot index Produce request: {e!r}") from None
-    return ProduceRequestIndex(
-        frame=mv,
-        api_version=version,
-        correlation_id=peek.correlation_id,
-        client_id=peek.client_id,
-        header_size=peek.header_size,
-        transactional_id=transactional_id,
-        acks_offset=acks_offset,
-        acks=acks,
-        timeout_ms=timeout_ms,
-        topics=tuple(topics),
-        tagged_start=tagged_start,
-        tagged_end=r.pos,
-    )
-
-
-def _index_flexible_produce_request(mv: memoryview, peek: RequestHeaderPeek) -> ProduceRequestIndex:
-    """index_produce_request for v9+ with direct reads: every decided request (acks=-2, policies) is indexed."""
-    version = peek.api_version
-    unpack_i32 = _I32.unpack_from
-    n = len(mv)
-    pos = peek.header_size
-    try:
-        length = mv[pos]
-        if length < 0x80:
-            pos += 1
-        else:
-            length, pos = read_uvarint_at(mv, pos)
-        transactional_id: str | None = None
-        if length:
-            transactional_id = str(mv[pos:pos + length - 1], "utf-8")
-            pos += length - 1
-        acks_offset = pos
-        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(mv, pos)
-        pos += 6
-        count = mv[pos]
-        if count < 0x80:
-            pos += 1
-        else:
-            count, pos = read_uvarint_at(mv, pos)
-        if count == 0:
-            raise MalformedFrame("null topic_data in Produce request")
-        topics: list[TopicSpan] = []
-        for _ in range(count - 1):
-            key_start = pos
-            topic, pos = _flexible_topic(mv, pos, version)
-            key_end = pos
-            partitions = mv[pos]
-            if partitions < 0x80:
-                pos += 1
-            else:
-                partitions, pos = read_uvarint_at(mv, pos)
-            if partitions == 0:
-                raise MalformedFrame("null partition_data in Produce request")
-            parts: list[PartitionSpan] = []
-            for _ in range(partitions - 1):
-                start = pos
-                partition = unpack_i32(mv, pos)[0]
-                size = mv[pos + 4]
-                if size < 0x80:
-                    pos += 5
-                else:
-                    size, pos = read_uvarint_at(mv, pos + 4)
-                size -= 1
                 records_start = pos
+                records = 0
                 if size > 0:
                     pos += size
                     if pos > n:
                         raise TruncatedData("Produce request records run past the frame end")
-                pos = pos + 1 if mv[pos] == 0 else _skip_tags(mv, pos)
-                parts.append(PartitionSpan(topic, partition, start, pos, records_start, size))
+                    records = -1
+                    if size >= _BATCH_HEADER:
+                        # One batch (what producers send) is counted from its header in one read.
+                        batch_length, magic, records = _BATCH_HEAD.unpack_from(mv, records_start)
+                        if magic < 2 or batch_length + _LOG_OVERHEAD != size:
+                            records = -1
+                    if records < 0 and lean is not None:
+                        # Several batches or an old message set: every header (the index counts on demand).
+                        records = _record_count(mv, records_start, size)
+                if flexible:
+                    pos = skip_tagged_fields_at(mv, pos)
+                if lean is None:
+                    parts.append(PartitionSpan(topic, partition, start, pos, records_start, size, records))
+                elif records < 0:
+                    raise MalformedFrame(f"unreadable record batch headers in partition {partition}")
+                else:
+                    lean.append((topic, partition, size if size > 0 else 0, records))
             tagged_start = pos
-            pos = pos + 1 if mv[pos] == 0 else _skip_tags(mv, pos)
-            topics.append(TopicSpan(topic, key_start, key_end, tuple(parts), tagged_start, pos))
+            if flexible:
+                pos = skip_tagged_fields_at(mv, pos)
+            if lean is None:
+                topics.append(TopicSpan(topic, key_start, key_end, tuple(parts), tagged_start, pos))
         tagged_start = pos
-        pos = pos + 1 if mv[pos] == 0 else _skip_tags(mv, pos)
+        if flexible:
+            pos = skip_tagged_fields_at(mv, pos)
     except ProtocolError:
         raise
     except (struct.error, ValueError, IndexError, UnicodeError) as e:
         raise TruncatedData(f"cannot index Produce request: {e!r}") from None
     if pos != n:
         raise MalformedFrame(f"{n - pos} unexpected trailing bytes at offset {pos}")
-    return ProduceRequestIndex(
+    if lean is not None:
+        return acks, None
+    return acks, ProduceRequestIndex(
         frame=mv,
         api_version=version,
-        correlation_id=peek.correlation_id,
-        client_id=peek.client_id,
-        header_size=peek.header_size,
-        transactional_id=transactional_id,
         acks_offset=acks_offset,
         acks=acks,
         timeout_ms=timeout_ms,
@@ -358,7 +344,106 @@ def _index_flexible_produce_request(mv: memoryview, peek: RequestHeaderPeek) -> 
     )
 
 
+def produce_partition_records(
+    frame: Buffer, acks_offset: int | None = None
+) -> tuple[int, list[tuple[str | uuid.UUID, int, int, int]]]:
+    """(acks, [(topic or topic_id, partition, record bytes, record count), ...]) of a Produce request frame.
+
+    The request's one walk (`index_produce_request`'s) as plain tuples, without span objects: what the
+    accounting reads of every forwarded request. ``record bytes`` is 0 for null records. ``acks_offset``: the
+    frame's `produce_acks_offset`, when the caller has it already. Raises ProtocolError where a record set's
+    batch headers do not read cleanly.
+    """
+    out: list[tuple[str | uuid.UUID, int, int, int]] = []
+    acks = _walk_request(frame, -1 if acks_offset is None else acks_offset, out)[0]
+    return acks, out
+
+
 _ACKS_TIMEOUT: Final = struct.Struct(">hi")
+#: Offsets inside a record batch (magic 2): batchLength, magic, recordsCount.
+_BATCH_LENGTH_AT: Final = 8
+_MAGIC_AT: Final = 16
+_RECORDS_COUNT_AT: Final = 57
+_BATCH_HEADER: Final = 61
+_LOG_OVERHEAD: Final = 12  # baseOffset + batchLength (or offset + size in message sets v0/v1)
+#: batchLength, magic and recordsCount of a record batch's header, in one read.
+_BATCH_HEAD: Final = struct.Struct(f">{_BATCH_LENGTH_AT}xi{_MAGIC_AT - _BATCH_LENGTH_AT - 4}xb"
+                                   f"{_RECORDS_COUNT_AT - _MAGIC_AT - 1}xi")
+
+
+def count_records(frame: Buffer, start: int, size: int) -> int:
+    """How many records a record set holds, from its batch headers only (nothing decompressed).
+
+    Record batches (magic 2) carry the count in their header. Old message sets (magic 0/1, Produce
+    v0-v2) count one per entry (a compressed wrapper counts as one).
+    """
+    end = start + size
+    count = 0
+    pos = start
+    unpack = _I32.unpack_from
+    try:
+        while pos + _LOG_OVERHEAD <= end:
+            length = unpack(frame, pos + _BATCH_LENGTH_AT)[0]
+            if length < 0:
+                raise MalformedFrame(f"negative record batch length {length}")
+            if frame[pos + _MAGIC_AT] >= 2:
+                if pos + _BATCH_HEADER > end:
+                    raise TruncatedData("record batch header runs past its record set")
+                count += unpack(frame, pos + _RECORDS_COUNT_AT)[0]
+            else:
+                count += 1
+            pos += _LOG_OVERHEAD + length
+    except (struct.error, IndexError):
+        raise TruncatedData("record set is truncated") from None
+    return count
+
+
+def _record_count(frame: memoryview, start: int, size: int) -> int:
+    """`count_records` of a non-empty record set, -1 where it does not read cleanly (the broker judges)."""
+    try:
+        return count_records(frame, start, size)
+    except ProtocolError:
+        return -1
+
+
+#: Topic ids seen on the wire, by their 16 bytes (uuid.UUID() costs a microsecond; ids repeat).
+_TOPIC_IDS: Final[dict[bytes, uuid.UUID]] = {}
+
+
+def _topic_id(raw: bytes) -> uuid.UUID:
+    topic_id = _TOPIC_IDS.get(raw)
+    if topic_id is None:
+        if len(_TOPIC_IDS) >= 100_000:
+            _TOPIC_IDS.clear()
+        topic_id = _TOPIC_IDS[raw] = uuid.UUID(bytes=raw)
+    return topic_id
+
+
+def _topic_at(buf: Buffer, pos: int, version: int) -> tuple[str | uuid.UUID, int]:
+    """A topic of a Produce request or response: its topic_id (v13+) or name (compact in v9+)."""
+    if version >= 13:
+        if pos + 16 > len(buf):
+            raise TruncatedData("Produce topic_id runs past the frame end")
+        return _topic_id(bytes(buf[pos:pos + 16])), pos + 16
+    if version >= 9:
+        length, pos = read_uvarint_at(buf, pos)
+        length -= 1
+    else:
+        length, pos = _string_length_at(buf, pos, False)
+    if length < 0 or pos + length > len(buf):
+        raise MalformedFrame("bad topic name length in Produce")
+    return str(buf[pos:pos + length], "utf-8"), pos + length
+
+
+def _string_length_at(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
+    """(length, position after it) of a (compact) nullable string at ``pos``; -1 for null."""
+    if flexible:
+        length, pos = read_uvarint_at(buf, pos)
+        return length - 1, pos
+    length = _I16.unpack_from(buf, pos)[0]
+    if length < -1:
+        raise MalformedFrame(f"negative string length {length} at offset {pos}")
+    return length, pos + 2
 
 
 def _count(n: int, flexible: bool) -> bytes:
@@ -562,13 +647,9 @@ def rewrite_produce_node_endpoints(
     correlation_id, body = split_response(frame, ApiKey.PRODUCE, api_version)
     decoded = decode_response(ApiKey.PRODUCE, api_version, body)
     assert isinstance(decoded, ProduceResponse)
-    if not any(ep.node_id in addresses for ep in decoded.node_endpoints):
+    endpoints = rewrite_endpoints(decoded.node_endpoints, addresses)
+    if endpoints is None:
         return frame
-    endpoints = tuple(
-        replace(ep, host=addresses[ep.node_id][0], port=addresses[ep.node_id][1]) if ep.node_id in addresses
-        else ep
-        for ep in decoded.node_endpoints
-    )
     body_bytes = encode_response(replace(decoded, node_endpoints=endpoints), api_version)
     return encode_response_with_header(ApiKey.PRODUCE, api_version, correlation_id, body_bytes)
 
@@ -579,245 +660,7 @@ def produce_response_error_codes(frame: Buffer, api_version: int) -> list[tuple[
     ``frame`` is the response (header + body). Skips everything but the error codes: the proxy reads
     them for every acknowledged Produce request (audit, metrics), so this stays on the hot path.
     """
-    if not 0 <= api_version <= _MAX_PRODUCE_VERSION:
-        raise UnsupportedVersion(f"Produce v{api_version} is not supported (known: v0-v{_MAX_PRODUCE_VERSION})")
-    flexible = api_version >= 9
-    if flexible:
-        return _flexible_response_error_codes(frame, api_version)
-    out: list[tuple[str | uuid.UUID, int, int]] = []
-    try:
-        r = Reader(frame)
-        r.int32()  # correlation id
-        if flexible:
-            r.tagged_fields()
-        for _ in range(max(r.array_length(flexible), 0)):
-            topic: str | uuid.UUID
-            if api_version >= 13:
-                topic = r.uuid()
-            else:
-                topic = r.compact_string() if flexible else r.string()
-            for _ in range(max(r.array_length(flexible), 0)):
-                partition = r.int32()
-                out.append((topic, partition, r.int16()))
-                r.take(8)  # base_offset
-                if api_version >= 2:
-                    r.take(8)  # log_append_time_ms
-                if api_version >= 5:
-                    r.take(8)  # log_start_offset
-                if api_version >= 8:
-                    for _ in range(max(r.array_length(flexible), 0)):
-                        r.int32()
-                        r.compact_nullable_string() if flexible else r.nullable_string()
-                        if flexible:
-                            r.tagged_fields()
-                    r.compact_nullable_string() if flexible else r.nullable_string()
-                if flexible:
-                    r.tagged_fields()
-            if flexible:
-                r.tagged_fields()
-    except ProtocolError:
-        raise
-    except (struct.error, IndexError, ValueError, UnicodeError) as e:
-        raise TruncatedData(f"Produce v{api_version} response is truncated or corrupt: {e!r}") from None
-    return out
-
-
-#: Offsets inside a record batch (magic 2): batchLength, magic, recordsCount.
-_BATCH_LENGTH_AT: Final = 8
-_MAGIC_AT: Final = 16
-_RECORDS_COUNT_AT: Final = 57
-_BATCH_HEADER: Final = 61
-_LOG_OVERHEAD: Final = 12  # baseOffset + batchLength (or offset + size in message sets v0/v1)
-
-
-def count_records(frame: Buffer, start: int, size: int) -> int:
-    """How many records a record set holds, from its batch headers only (nothing decompressed).
-
-    Record batches (magic 2) carry the count in their header. Old message sets (magic 0/1, Produce
-    v0-v2) count one per entry (a compressed wrapper counts as one).
-    """
-    end = start + size
-    count = 0
-    pos = start
-    unpack = _I32.unpack_from
-    try:
-        while pos + _LOG_OVERHEAD <= end:
-            length = unpack(frame, pos + _BATCH_LENGTH_AT)[0]
-            if length < 0:
-                raise MalformedFrame(f"negative record batch length {length}")
-            if frame[pos + _MAGIC_AT] >= 2:
-                if pos + _BATCH_HEADER > end:
-                    raise TruncatedData("record batch header runs past its record set")
-                count += unpack(frame, pos + _RECORDS_COUNT_AT)[0]
-            else:
-                count += 1
-            pos += _LOG_OVERHEAD + length
-    except (struct.error, IndexError):
-        raise TruncatedData("record set is truncated") from None
-    return count
-
-
-def produce_partition_records(
-    frame: Buffer, acks_offset: int | None = None
-) -> tuple[int, list[tuple[str | uuid.UUID, int, int, int]]]:
-    """(acks, [(topic or topic_id, partition, record bytes, record count), ...]) of a Produce request frame.
-
-    The lean walk the audit summary needs for every forwarded request: no span objects, records
-    counted from batch headers. ``record bytes`` is 0 for null records. ``acks_offset``: the frame's
-    `produce_acks_offset`, when the caller has it already.
-    """
-    if acks_offset is None:
-        acks_offset = produce_acks_offset(frame)
-    version = _HEAD.unpack_from(frame, 0)[1]
-    flexible = version >= 9
-    if flexible:
-        return _flexible_partition_records(frame, acks_offset, version)
-    unpack_i32 = _I32.unpack_from
-    out: list[tuple[str | uuid.UUID, int, int, int]] = []
-    try:
-        acks = _I16.unpack_from(frame, acks_offset)[0]
-        pos = acks_offset + 6  # acks, timeout_ms
-        r = Reader(frame, pos)
-        n_topics = r.array_length(flexible)
-        for _ in range(max(n_topics, 0)):
-            topic: str | uuid.UUID
-            if version >= 13:
-                topic = r.uuid()
-            else:
-                topic = r.compact_string() if flexible else r.string()
-            for _ in range(max(r.array_length(flexible), 0)):
-                pos = r.pos
-                partition = unpack_i32(frame, pos)[0]
-                if flexible:
-                    r.pos = pos + 4
-                    size = r.uvarint() - 1
-                    pos = r.pos
-                else:
-                    size = unpack_i32(frame, pos + 4)[0]
-                    pos += 8
-                if size > 0:
-                    if pos + size > len(frame):
-                        raise TruncatedData("Produce request records run past the frame end")
-                    out.append((topic, partition, size, count_records(frame, pos, size)))
-                    pos += size
-                else:
-                    out.append((topic, partition, 0, 0))
-                r.pos = pos
-                if flexible:
-                    r.tagged_fields()
-            if flexible:
-                r.tagged_fields()
-        if flexible:
-            r.tagged_fields()
-        r.expect_end()
-    except ProtocolError:
-        raise
-    except (struct.error, ValueError, IndexError, UnicodeError) as e:
-        raise MalformedFrame(f"cannot read Produce request partitions: {e!r}") from None
-    return acks, out
-
-
-def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """An unsigned varint; one byte inline (counts and lengths almost always fit)."""
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    return read_uvarint_at(buf, pos)
-
-
-#: Topic ids seen on the wire, by their 16 bytes (uuid.UUID() costs a microsecond; ids repeat).
-_TOPIC_IDS: Final[dict[bytes, uuid.UUID]] = {}
-
-
-def _topic_id(raw: bytes) -> uuid.UUID:
-    topic_id = _TOPIC_IDS.get(raw)
-    if topic_id is None:
-        if len(_TOPIC_IDS) >= 100_000:
-            _TOPIC_IDS.clear()
-        topic_id = _TOPIC_IDS[raw] = uuid.UUID(bytes=raw)
-    return topic_id
-
-
-def _flexible_topic(buf: Buffer, pos: int, version: int) -> tuple[str | uuid.UUID, int]:
-    """A topic of a v9+ Produce request or response: its topic_id (v13+) or compact name."""
-    if version >= 13:
-        return _topic_id(bytes(buf[pos:pos + 16])), pos + 16
-    length = buf[pos]
-    if length < 0x80:
-        pos += 1
-    else:
-        length, pos = read_uvarint_at(buf, pos)
-    length -= 1
-    if length < 0 or pos + length > len(buf):
-        raise MalformedFrame("bad topic name length in Produce")
-    return str(buf[pos:pos + length], "utf-8"), pos + length
-
-
-def _skip_tags(buf: Buffer, pos: int) -> int:
-    if buf[pos] == 0:
-        return pos + 1
-    r = Reader(buf, pos)
-    r.tagged_fields()
-    return r.pos
-
-
-def _flexible_partition_records(frame: Buffer, acks_offset: int, version: int
-                                ) -> tuple[int, list[tuple[str | uuid.UUID, int, int, int]]]:
-    """produce_partition_records for v9+ with direct reads (it runs for every audited request).
-
-    One-byte varints and empty tag sections are read inline, and a record set of exactly one batch
-    (what producers send) is counted from that batch's header without a call.
-    """
-    unpack_i32 = _I32.unpack_from
-    out: list[tuple[str | uuid.UUID, int, int, int]] = []
-    append = out.append
-    n = len(frame)
-    try:
-        acks: int = _I16.unpack_from(frame, acks_offset)[0]
-        pos = acks_offset + 6
-        count = frame[pos]
-        if count < 0x80:
-            pos += 1
-        else:
-            count, pos = read_uvarint_at(frame, pos)
-        for _ in range(count - 1 if count else 0):
-            topic, pos = _flexible_topic(frame, pos, version)
-            partitions = frame[pos]
-            if partitions < 0x80:
-                pos += 1
-            else:
-                partitions, pos = read_uvarint_at(frame, pos)
-            for _ in range(partitions - 1 if partitions else 0):
-                partition: int = unpack_i32(frame, pos)[0]
-                size = frame[pos + 4]
-                if size < 0x80:
-                    pos += 5
-                else:
-                    size, pos = read_uvarint_at(frame, pos + 4)
-                size -= 1
-                if size > 0:
-                    if pos + size > n:
-                        raise TruncatedData("Produce request records run past the frame end")
-                    batch_length: int = unpack_i32(frame, pos + _BATCH_LENGTH_AT)[0] if size >= _BATCH_HEADER else 0
-                    if (size >= _BATCH_HEADER and frame[pos + _MAGIC_AT] >= 2
-                            and batch_length + _LOG_OVERHEAD == size):
-                        records: int = unpack_i32(frame, pos + _RECORDS_COUNT_AT)[0]
-                        append((topic, partition, size, records))
-                    else:
-                        append((topic, partition, size, count_records(frame, pos, size)))
-                    pos += size
-                else:
-                    append((topic, partition, 0, 0))
-                pos = pos + 1 if frame[pos] == 0 else _skip_tags(frame, pos)
-            pos = pos + 1 if frame[pos] == 0 else _skip_tags(frame, pos)
-        pos = pos + 1 if frame[pos] == 0 else _skip_tags(frame, pos)
-        if pos != n:
-            raise MalformedFrame(f"{n - pos} unexpected bytes after the Produce request")
-    except ProtocolError:
-        raise
-    except (struct.error, ValueError, IndexError, UnicodeError) as e:
-        raise TruncatedData(f"cannot read Produce request partitions: {e!r}") from None
-    return acks, out
+    return _walk_response(frame, api_version, False)[1]
 
 
 class ProduceResponseScan(SlottedRecord):
@@ -831,25 +674,90 @@ class ProduceResponseScan(SlottedRecord):
         self.answered = answered
         #: (topic or topic_id, partition, error_code) of every partition answered with an error.
         self.failed = failed
-        #: False only when the walk ended on throttle_time_ms and an empty tag section at the frame's end.
+        #: False only when the walk ended on throttle_time_ms and an empty tag section at the frame's end
+        #: (always False before the flexible v9).
         self.has_tags = has_tags
 
 
 def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseScan:
     """One lean walk of a Produce response (header + body): in the common case (no error, no tags) nothing
     is decoded, not even the topic names. Raises ProtocolError when the frame does not read cleanly."""
-    if api_version < 9 or api_version > _MAX_PRODUCE_VERSION:
-        codes = produce_response_error_codes(frame, api_version)
-        return ProduceResponseScan(len(codes), [c for c in codes if c[2]], api_version >= 9)
-    answered, failed, end = _flexible_response_walk(frame, api_version, failed_only=True)
-    return ProduceResponseScan(answered, failed, not (end + 5 == len(frame) and frame[end + 4] == 0))
+    answered, failed, end = _walk_response(frame, api_version, True)
+    return ProduceResponseScan(answered, failed,
+                               api_version >= 9 and not (end + 5 == len(frame) and frame[end + 4] == 0))
 
 
 def produce_response_errors(frame: Buffer, api_version: int) -> tuple[int, list[tuple[str | uuid.UUID, int, int]]]:
     """(partitions answered, [(topic or topic_id, partition, error_code) of those with an error]) of a Produce
     response (header + body): what the audit needs of every acknowledged request."""
-    scan = scan_produce_response(frame, api_version)
-    return scan.answered, scan.failed
+    answered, failed, _ = _walk_response(frame, api_version, True)
+    return answered, failed
+
+
+#: index, error_code and base_offset, then log_append_time_ms (v2+) and log_start_offset (v5+).
+_PARTITION_FIXED: Final = tuple(14 + (8 if v >= 2 else 0) + (8 if v >= 5 else 0) for v in range(_MAX_PRODUCE_VERSION + 1))
+
+
+def _walk_response(frame: Buffer, version: int, failed_only: bool
+                   ) -> tuple[int, list[tuple[str | uuid.UUID, int, int]], int]:
+    """The one walk of the Produce response grammar (every version): (partitions answered, (topic,
+    partition, error_code) of every partition, or of the failed ones only, where the responses end).
+    With ``failed_only`` a topic's name is decoded only for a failure.
+
+    A v9+ partition answered without record errors, message or tags (every acknowledged one) ends in
+    three bytes 1, 0, 0: skipped in one step; anything else takes the general path.
+    """
+    if not 0 <= version <= _MAX_PRODUCE_VERSION:
+        raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{_MAX_PRODUCE_VERSION})")
+    flexible = version >= 9
+    fixed = _PARTITION_FIXED[version]
+    out: list[tuple[str | uuid.UUID, int, int]] = []
+    n = len(frame)
+    answered = 0
+    partition: int
+    code: int
+    try:
+        pos = skip_tagged_fields_at(frame, 4) if flexible else 4  # correlation id, response header v1 tags
+        topics, pos = read_array_length_at(frame, pos, flexible)
+        for _ in range(topics):
+            topic_at = pos
+            topic: str | uuid.UUID | None = None
+            if failed_only:
+                pos = _skip_topic_at(frame, pos, version)
+            else:
+                topic, pos = _topic_at(frame, pos, version)
+            partitions, pos = read_array_length_at(frame, pos, flexible)
+            for _ in range(partitions):
+                answered += 1
+                # error_code 0 (nearly every answer) is told by its two bytes, without a struct read
+                if frame[pos + 4] or frame[pos + 5] or not failed_only:
+                    if topic is None:
+                        topic = _topic_at(frame, topic_at, version)[0]
+                    partition, code = _PARTITION_ERROR.unpack_from(frame, pos)
+                    out.append((topic, partition, code))
+                pos += fixed
+                if version < 8:
+                    continue
+                if flexible and frame[pos] == 1 and frame[pos + 1] == 0 and frame[pos + 2] == 0:
+                    pos += 3  # no record errors, null error message, no tags
+                    continue
+                record_errors, pos = read_array_length_at(frame, pos, flexible)
+                for _ in range(record_errors):
+                    pos = _skip_nullable_string_at(frame, pos + 4, flexible)  # batch_index, batch_index_error_message
+                    if flexible:
+                        pos = skip_tagged_fields_at(frame, pos)
+                pos = _skip_nullable_string_at(frame, pos, flexible)  # error_message
+                if flexible:
+                    pos = skip_tagged_fields_at(frame, pos)
+            if flexible:
+                pos = skip_tagged_fields_at(frame, pos)
+        if pos > n:
+            raise TruncatedData("Produce response runs past its end")
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, IndexError, UnicodeError) as e:
+        raise TruncatedData(f"Produce v{version} response is truncated or corrupt: {e!r}") from None
+    return answered, out, pos
 
 
 def _has_response_tags(frame: Buffer, version: int) -> bool:
@@ -861,82 +769,23 @@ def _has_response_tags(frame: Buffer, version: int) -> bool:
         return True
 
 
-def _skip_compact_nullable_string(buf: Buffer, pos: int) -> int:
-    length, pos = _uvarint(buf, pos)
-    return pos + length - 1 if length else pos
-
-
-def _flexible_response_error_codes(frame: Buffer, version: int) -> list[tuple[str | uuid.UUID, int, int]]:
-    """produce_response_error_codes for v9+ with direct reads (it runs for every audited request)."""
-    return _flexible_response_walk(frame, version, failed_only=False)[1]
-
-
-def _flexible_response_walk(frame: Buffer, version: int, failed_only: bool
-                            ) -> tuple[int, list[tuple[str | uuid.UUID, int, int]], int]:
-    """(partitions answered, (topic, partition, error_code) of every partition, or of the failed ones only,
-    where the responses end) of a v9+ Produce response, with direct reads; with `failed_only` a topic's name
-    is decoded only for a failure.
-
-    A partition answered without record errors, message or tags (every acknowledged one) is 33 bytes:
-    skipped in one step; anything else takes the general path.
-    """
-    out: list[tuple[str | uuid.UUID, int, int]] = []
-    append = out.append
-    unpack_i32, unpack_i16 = _I32.unpack_from, _I16.unpack_from
-    n = len(frame)
-    answered = 0
-    try:
-        pos = 5 if frame[4] == 0 else _skip_tags(frame, 4)  # correlation id, response header v1 tags
-        topics = frame[pos]
-        if topics < 0x80:
-            pos += 1
-        else:
-            topics, pos = read_uvarint_at(frame, pos)
-        for _ in range(topics - 1 if topics else 0):
-            topic_at = pos
-            topic, pos = _skip_flexible_topic(frame, pos, version) if failed_only else _flexible_topic(frame, pos, version)
-            partitions = frame[pos]
-            if partitions < 0x80:
-                pos += 1
-            else:
-                partitions, pos = read_uvarint_at(frame, pos)
-            for _ in range(partitions - 1 if partitions else 0):
-                answered += 1
-                code: int = unpack_i16(frame, pos + 4)[0]
-                if code or not failed_only:
-                    if topic is None:
-                        topic = _flexible_topic(frame, topic_at, version)[0]
-                    partition: int = unpack_i32(frame, pos)[0]
-                    append((topic, partition, code))
-                pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
-                if frame[pos] == 1 and frame[pos + 1] == 0 and frame[pos + 2] == 0:
-                    pos += 3  # no record errors, null error message, no tags
-                    continue
-                record_errors, pos = _uvarint(frame, pos)
-                for _ in range(record_errors - 1 if record_errors else 0):
-                    pos = _skip_tags(frame, _skip_compact_nullable_string(frame, pos + 4))
-                pos = _skip_tags(frame, _skip_compact_nullable_string(frame, pos))
-            pos = pos + 1 if frame[pos] == 0 else _skip_tags(frame, pos)
-        if pos > n:
-            raise TruncatedData("Produce response runs past its end")
-    except ProtocolError:
-        raise
-    except (struct.error, ValueError, IndexError, UnicodeError) as e:
-        raise TruncatedData(f"Produce v{version} response is truncated or corrupt: {e!r}") from None
-    return answered, out, pos
-
-
-def _skip_flexible_topic(buf: Buffer, pos: int, version: int) -> tuple[None, int]:
-    """Past a v9+ topic name or id without decoding it."""
+def _skip_topic_at(buf: Buffer, pos: int, version: int) -> int:
+    """Past a topic name or id without decoding it."""
     if version >= 13:
-        return None, pos + 16
-    length = buf[pos]
-    if length == 0:
+        return pos + 16
+    if version >= 9:
+        length, pos = read_uvarint_at(buf, pos)
+        length -= 1
+    else:
+        length, pos = _string_length_at(buf, pos, False)
+    if length < 0:
         raise MalformedFrame("null topic name in Produce response")
-    if length < 0x80:
-        return None, pos + length  # 1 byte of length + (length - 1) bytes of name
-    length, pos = read_uvarint_at(buf, pos)
-    return None, pos + length - 1
+    return pos + length
+
+
+def _skip_nullable_string_at(buf: Buffer, pos: int, flexible: bool) -> int:
+    length, pos = _string_length_at(buf, pos, flexible)
+    return pos + length if length > 0 else pos
 
 
 _ERROR_PARTITION_TAILS: Final = {v: _error_partition_tail(v) for v in range(_MAX_PRODUCE_VERSION + 1)}

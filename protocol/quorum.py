@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from .api_keys import ApiKey
+from .endpoints import rewrite_endpoints
 from .errors import UnsupportedVersion
 from .headers import split_response
 from .messages import NULL_UUID
@@ -186,9 +187,9 @@ def rewrite_describe_quorum_endpoints(
     changed = False
     nodes = []
     for node in response.nodes:
-        new = addresses.get(node.node_id)
-        if new is not None and any((ln.host, ln.port) != new for ln in node.listeners):
-            node = replace(node, listeners=tuple(replace(ln, host=new[0], port=new[1]) for ln in node.listeners))
+        listeners = rewrite_endpoints(node.listeners, addresses, node.node_id)
+        if listeners is not None:
+            node = replace(node, listeners=listeners)
             changed = True
         nodes.append(node)
     if not changed:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from .api_keys import ApiKey
+from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, UnsupportedVersion
 from .messages import NULL_UUID, NodeEndpoint
 from .primitives import Buffer, Reader, Writer
@@ -209,15 +210,8 @@ def find_share_node_endpoints(frame: Buffer, api_key: int, api_version: int) -> 
 def _rewrite(frame: Buffer, api_key: int, api_version: int, addresses: Mapping[int, tuple[str, int]]) -> Buffer:
     mv = _as_bytes_view(frame)
     start, end, endpoints = _walk(mv, api_key, api_version)
-    changed = False
-    rewritten = []
-    for ep in endpoints:
-        new = addresses.get(ep.node_id)
-        if new is not None and (ep.host, ep.port) != new:
-            ep = replace(ep, host=new[0], port=new[1])
-            changed = True
-        rewritten.append(ep)
-    if not changed:
+    rewritten = rewrite_endpoints(endpoints, addresses)
+    if rewritten is None:
         return frame
     w = Writer()
     w.array_length(len(rewritten), True)

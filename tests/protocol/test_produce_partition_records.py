@@ -62,6 +62,9 @@ def test_lean_walk_matches_the_index_and_the_batch_counts(
     ]
     expected_counts = [sum(batches) if batches else 0 for _, parts in layout for _, batches in parts]
     assert [p[3] for p in partitions] == expected_counts
+    # the index counts a one-batch set in the walk and any other on demand, to the same numbers
+    assert [index.record_count(s) for s in index.partitions()] == expected_counts
+    assert all(s.records in (-1, c) for s, c in zip(index.partitions(), expected_counts, strict=True))
 
 
 def test_topic_ids_are_returned_for_v13() -> None:
