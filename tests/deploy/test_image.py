@@ -288,7 +288,12 @@ def test_image_holds_the_source_under_test(built_image: BuiltImage) -> None:
     image is not a stale build (e.g. a layer cache that reused an older install)."""
     import insync_proxy
 
-    source = Path(insync_proxy.__file__).parent
+    package = Path(insync_proxy.__file__).parent
+
+    def source(relative: Path) -> Path:  # pyproject.toml's package-dir: subpackages are top-level folders
+        top = relative.parts[0]
+        return package.parent / relative if top in insync_proxy.SOURCE_FOLDERS else package / relative
+
     image = ImageProxy(built_image, bootstrap_servers="")
     try:
         image.mount()
@@ -297,8 +302,8 @@ def test_image_holds_the_source_under_test(built_image: BuiltImage) -> None:
         files = list(installed[0].rglob("*.py"))
         assert len(files) > 50, files
         differ = [str(f.relative_to(installed[0])) for f in files
-                  if not (source / f.relative_to(installed[0])).is_file()
-                  or f.read_bytes() != (source / f.relative_to(installed[0])).read_bytes()]
+                  if not source(f.relative_to(installed[0])).is_file()
+                  or f.read_bytes() != source(f.relative_to(installed[0])).read_bytes()]
         assert differ == [], f"the image's package is not the source under test: {differ[:10]}"
     finally:
         image.stop()
