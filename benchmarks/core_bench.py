@@ -74,17 +74,17 @@ def measure(version: int, variant: str, exchanges: int) -> float:
     side = Sidecar(audit_on=variant in ("every behaviour, audit on", ANSWERED))
     side.isr(orders=[BELOW_MIN if answered else HEALTHY])
     side.min_insync_replicas(2)
-    context = side.policy.context
+    context = side.context
     behaviours: list[Behaviour]
     if variant == "core only":
         behaviours = []
     elif variant == "+ address rewrite":
         behaviours = [AddressRewrite()]
-    elif variant == "+ acks policy (audit off)":
-        behaviours = [side.policy]
+    elif variant == PRODUCE_ONLY:
+        behaviours = side.behaviours
     else:  # as the proxy registers them (proxy/server.py)
         behaviours = [ApiVersionsNegotiation(), MetadataEnricher(context), AddressRewrite(),
-                      TopicConfigWatcher(context), side.policy]
+                      TopicConfigWatcher(context), *side.behaviours]
     core = ConnectionCore(BehaviourRegistry(behaviours), LISTENER, _NullIO(), max_frame_bytes=1 << 24,
                           observer=ExchangeObserver(side.metrics))
     requests = [_request(version, i, -2 if answered else -1) for i in range(64)]
@@ -106,7 +106,9 @@ def measure(version: int, variant: str, exchanges: int) -> float:
 
 
 ANSWERED = "acks=-2 answered NOT_ENOUGH_REPLICAS, audit on"
-VARIANTS = ("core only", "+ address rewrite", "+ acks policy (audit off)", "every behaviour, audit off",
+#: The four Produce behaviours (topic ids, acks decision, accounting, ISR learning), without the address rewrite.
+PRODUCE_ONLY = "+ the Produce behaviours (audit off)"
+VARIANTS = ("core only", "+ address rewrite", PRODUCE_ONLY, "every behaviour, audit off",
             "every behaviour, audit on", ANSWERED)
 
 

@@ -20,12 +20,10 @@ SummaryKey = tuple[str, str | None, str, int, int, int | None, str, int | None]
 
 
 class _Accumulator:
-    __slots__ = ("buckets", "counters", "latency_count", "latency_max", "latency_min", "latency_sum", "record_bytes",
-                 "records", "requests")
+    __slots__ = ("buckets", "latency_count", "latency_max", "latency_min", "latency_sum", "record_bytes", "records",
+                 "requests")
 
     def __init__(self) -> None:
-        #: The caller's own companions of this key (the acks policy keeps its metric children here).
-        self.counters: Any = None
         self.requests = 0
         self.records = 0
         self.record_bytes = 0
@@ -45,11 +43,8 @@ class ProduceSummaries:
         self._started = time.time()
 
     def add(self, key: SummaryKey, records: int, record_bytes: int, latency_ms: float | None,
-            bucket: int | None) -> _Accumulator:
-        """One partition of one request; `bucket` is `bucket_index(latency_ms)`, computed once per request.
-
-        Returns the key's accumulator, whose `counters` slot the caller may use to keep what it updates
-        alongside (looked up once per key and interval instead of once per partition)."""
+            bucket: int | None) -> None:
+        """One partition of one request; `bucket` is `bucket_index(latency_ms)`, computed once per request."""
         acc = self._current.get(key)
         if acc is None:
             acc = self._current[key] = _Accumulator()
@@ -64,7 +59,6 @@ class ProduceSummaries:
             if latency_ms > acc.latency_max:
                 acc.latency_max = latency_ms
             acc.buckets[bucket] = acc.buckets.get(bucket, 0) + 1
-        return acc
 
     def __len__(self) -> int:
         return len(self._current)
