@@ -27,7 +27,7 @@ COMPILED_MODULES = [
     "insync_proxy/proxy/connection.py",
     "insync_proxy/proxy/cluster_view.py",
     "insync_proxy/proxy/min_insync.py",
-    "insync_proxy/proxy/behaviours/produce_walk.py",
+    "insync_proxy/proxy/behaviours/produce_exchange.py",
     "insync_proxy/proxy/behaviours/topic_ids.py",
     "insync_proxy/proxy/behaviours/acks.py",
     "insync_proxy/proxy/behaviours/accounting.py",

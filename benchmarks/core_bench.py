@@ -14,6 +14,7 @@ as much (cold caches after each trip through the kernel).
 from __future__ import annotations
 
 import argparse
+import gc
 import struct
 import sys
 import time
@@ -101,8 +102,16 @@ def measure(version: int, variant: str, exchanges: int) -> float:
                 core.receive_upstream_data(responses[i & 63])
         return (time.thread_time_ns() - started) / n / 1000
 
-    run(min(exchanges, 2000))
-    return min(run(exchanges) for _ in range(5))
+    # No garbage collection while measuring: an exchange leaves no garbage for it (every object it builds is freed by
+    # its reference count), and when a collection falls into a run depends on the setup's objects, not on the
+    # exchange (it moved the instruction count by several thousand per exchange either way).
+    gc.collect()
+    gc.disable()
+    try:
+        run(min(exchanges, 2000))
+        return min(run(exchanges) for _ in range(5))
+    finally:
+        gc.enable()
 
 
 ANSWERED = "acks=-2 answered NOT_ENOUGH_REPLICAS, audit on"

@@ -169,7 +169,7 @@ class InsyncProxy:
             MetadataEnricher(context),
             AddressRewrite(),
             TopicConfigWatcher(context),
-            # Produce, one concern each, in this order (proxy/behaviours/produce_walk.py): topic ids named, the
+            # Produce, one concern each, in this order (proxy/behaviours/produce_exchange.py): topic ids named, the
             # acks decided, then at completion the partitions counted and the leaders' errors learnt.
             TopicIdResolution(context),
             AcksPolicy(context, config.acks_policies, rereads),

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from insync_proxy.proxy.audit import format_ts
-from insync_proxy.proxy.audit.buckets import bucket_index
+from insync_proxy.proxy.audit.buckets import OVERFLOW, bucket_index
 
 #: (listener, client_id, topic, partition, acks_requested, acks_sent, decision, error_code)
 SummaryKey = tuple[str, str | None, str, int, int, int | None, str, int | None]
@@ -31,7 +31,8 @@ class _Accumulator:
         self.latency_sum = 0.0
         self.latency_min = float("inf")
         self.latency_max = 0.0
-        self.buckets: dict[int, int] = {}
+        #: Requests per latency bucket, by bucket index (a list: one indexed add per request, no hashing).
+        self.buckets = [0] * (OVERFLOW + 1)
 
 
 class ProduceSummaries:
@@ -58,7 +59,7 @@ class ProduceSummaries:
                 acc.latency_min = latency_ms
             if latency_ms > acc.latency_max:
                 acc.latency_max = latency_ms
-            acc.buckets[bucket] = acc.buckets.get(bucket, 0) + 1
+            acc.buckets[bucket] += 1
 
     def __len__(self) -> int:
         return len(self._current)
@@ -92,7 +93,7 @@ class ProduceSummaries:
                 "latency_sum_ms": round(acc.latency_sum, 6),
                 "latency_min_ms": round(acc.latency_min, 6) if measured else None,
                 "latency_max_ms": round(acc.latency_max, 6) if measured else None,
-                "latency_buckets": [[i, c] for i, c in sorted(acc.buckets.items())],
+                "latency_buckets": [[i, c] for i, c in enumerate(acc.buckets) if c],
             })
         return end, events
 

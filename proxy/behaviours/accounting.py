@@ -9,7 +9,7 @@ counts once in `produce_partitions` (by acks requested, acks sent and decision),
 
 The partitions come from the exchange's one request walk, read while the request is fresh in the CPU's
 caches (measured: a fifth of the cost of the same walk when the response comes back); the broker's error
-codes from its one response scan (produce_walk.py). It runs after the acks decision, whose
+codes from its one response scan (produce_exchange.py). It runs after the acks decision, whose
 `ProduceDecisions` it counts (none: the request was forwarded as it came).
 """
 
@@ -17,28 +17,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable
 from typing import Final
 
 from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.protocol.produce import PartitionKey
 from insync_proxy.proxy.audit.summary import ProduceSummaries, latency_bucket
-from insync_proxy.proxy.behaviours.produce_walk import (
-    FORWARDED,
-    UNKNOWN_TOPIC_ID,
-    ProduceDecisions,
-    produce_response_scan,
-    produce_walk,
-)
+from insync_proxy.proxy.behaviours.produce_exchange import FORWARDED, UNKNOWN_TOPIC_ID, produce_exchange
 from insync_proxy.proxy.cluster_view import Readiness
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange
-from insync_proxy.proxy.metrics import TopicCounterChild
+from insync_proxy.proxy.metrics import ProxyMetrics, TopicCounterChild
 
 log: Final = logging.getLogger("insync_proxy.accounting")
 
-#: The produce_partitions, produce_records and produce_record_bytes children of one combination.
-_Counters = tuple[TopicCounterChild, TopicCounterChild, TopicCounterChild]
 #: One accounted partition, kept for the every_request events: (name, partition, acks sent, decision,
 #: error code, records, record bytes).
 _Row = tuple[str, int, int | None, str, int | None, int, int]
@@ -47,7 +38,6 @@ _Row = tuple[str, int, int | None, str, int | None, int, int]
 class ProduceAccounting(BehaviourBase):
     """Counts every Produce partition (metrics, and the audit summary when the audit is on)."""
 
-    request_keys = frozenset({ApiKey.PRODUCE})
     complete_keys = frozenset({ApiKey.PRODUCE})
 
     def __init__(self, context: BehaviourContext, summaries: ProduceSummaries | None = None,
@@ -60,57 +50,53 @@ class ProduceAccounting(BehaviourBase):
         self.summaries = summaries
         #: audit.detail = "every_request": one produce_decision event per partition per request (debugging).
         self.every_request = every_request and context.audit is not None
-        self._counters: dict[tuple[str, int, int | None, str], _Counters] = {}
-
-    def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
-        """Walk the request now, while it is fresh in the caches (not reached when the proxy answered it)."""
-        try:
-            produce_walk(exchange).partitions()
-        except ProtocolError:
-            pass  # the broker judges the request; on_complete says why it cannot be counted
-        return None
+        self._topics: dict[str, _TopicCounters] = {}
 
     def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
         try:
-            walk = produce_walk(exchange)
-            partitions = walk.partitions()
+            shared = produce_exchange(exchange)
+            partitions = shared.partitions()
         except ProtocolError as exc:  # the broker answered it, so this is the proxy's bug: count, don't fail
             log.debug("cannot account a Produce v%d request: %s", exchange.api_version, exc)
             return
-        acks = walk.acks
-        decided = exchange.get(ProduceDecisions)
+        acks = shared.acks
+        decided = shared.decisions
         # The broker's codes: every partition it answered has one (0 unless the scan says it failed).
         all_ok = False
         codes: dict[PartitionKey, int] | None = None  # None: the broker answered none of them (acks=0, proxy)
         if exchange.response is not None and (decided is None or len(decided.proxy_errors) < len(partitions)):
-            scan = produce_response_scan(exchange)
+            scan = shared.response_scan(exchange)
             answered = scan.answered if scan is not None else 0
             all_ok = answered == len(partitions) and scan is not None and not scan.failed
             if not all_ok:
                 codes = dict.fromkeys(((t, p) for t, p, _, _ in partitions), 0) if answered == len(partitions) else {}
                 if scan is not None:
                     codes.update(((t, p), c) for t, p, c in scan.failed)
-        view = self.view
-        summaries = self.summaries
+        view, topics, summaries = self.view, self._topics, self.summaries
         rows: list[_Row] | None = [] if self.every_request else None
         listener, client_id = exchange.listener.label, exchange.client_id
         latency_ms, bucket = latency_bucket(latency_seconds) if summaries is not None else (None, None)
-        for topic, partition, record_bytes, records in partitions:
+        acks_sent: int | None
+        for i, (topic, partition, record_bytes, records) in enumerate(partitions):
             name = view.topic_name(topic) or UNKNOWN_TOPIC_ID
-            decision, acks_sent, error_code = (FORWARDED, acks, None) if decided is None \
-                else decided.outcome((topic, partition), name)
-            if error_code is not None:  # the proxy's own answer
-                self.metrics.proxy_answered_errors_total.labels(self.metrics.topic(name), str(error_code)).inc()
-            elif all_ok:
-                error_code = 0
-            elif codes is not None:
-                error_code = codes.get((topic, partition))
-            counters = self._counters.get((name, acks, acks_sent, decision))
+            counters = topics.get(name)
             if counters is None:
-                counters = self._new_counters(name, acks, acks_sent, decision)
-            counters[0].inc()
-            counters[1].inc(records)
-            counters[2].inc(record_bytes)
+                counters = self._topic_counters(name)
+            if decided is None:  # forwarded as it came
+                decision, acks_sent, error_code = FORWARDED, acks, None
+                partitions_child = counters.forwarded.get(acks)
+            else:
+                decision, acks_sent, error_code = decided.outcome(i, name)
+                partitions_child = counters.decided.get((acks, acks_sent, decision))
+                if error_code is not None:  # the proxy's own answer
+                    self.metrics.proxy_answered_errors_total.labels(self.metrics.topic(name), str(error_code)).inc()
+            if error_code is None:
+                error_code = 0 if all_ok else None if codes is None else codes.get((topic, partition))
+            if partitions_child is None:
+                partitions_child = counters.partitions_child(self.metrics, acks, acks_sent, decision, decided is None)
+            partitions_child.inc()
+            counters.records.inc(records)
+            counters.record_bytes.inc(record_bytes)
             if summaries is not None:
                 summaries.add((listener, client_id, name, partition, acks, acks_sent, decision, error_code),
                               records, record_bytes, latency_ms, bucket)
@@ -120,20 +106,14 @@ class ProduceAccounting(BehaviourBase):
             self._emit_decisions(exchange, acks, rows, decided.readiness if decided is not None else None,
                                  latency_seconds)
 
-    def _new_counters(self, topic: str, acks: int, acks_sent: int | None, decision: str) -> _Counters:
-        """The produce_partitions, produce_records and produce_record_bytes children of one combination
-        (labels() costs microseconds: looked up once per combination, not per partition)."""
-        if len(self._counters) > 10_000:
-            self._counters.clear()
+    def _topic_counters(self, topic: str) -> _TopicCounters:
+        if len(self._topics) > 10_000:
+            self._topics.clear()
         metrics = self.metrics
         label = metrics.topic(topic)
-        children = self._counters[(topic, acks, acks_sent, decision)] = (
-            metrics.produce_partitions_total.labels(label, str(acks), "none" if acks_sent is None else str(acks_sent),
-                                                    decision),
-            metrics.produce_records_total.labels(label),
-            metrics.produce_record_bytes_total.labels(label),
-        )
-        return children
+        counters = self._topics[topic] = _TopicCounters(
+            label, metrics.produce_records_total.labels(label), metrics.produce_record_bytes_total.labels(label))
+        return counters
 
     def _emit_decisions(self, exchange: Exchange, acks: int, rows: list[_Row], readiness: list[Readiness] | None,
                         latency_seconds: float | None) -> None:
@@ -163,3 +143,28 @@ class ProduceAccounting(BehaviourBase):
                 "api_version": exchange.api_version,
                 "correlation_id": exchange.correlation_id,
             }, at=decided_at)
+
+
+class _TopicCounters:
+    """One topic's metric children, looked up once (labels() costs microseconds), not per partition."""
+
+    __slots__ = ("decided", "forwarded", "label", "record_bytes", "records")
+
+    def __init__(self, label: str, records: TopicCounterChild, record_bytes: TopicCounterChild) -> None:
+        self.label = label
+        self.records = records
+        self.record_bytes = record_bytes
+        #: produce_partitions of a request forwarded as it came, by its acks (the hot path: an int key).
+        self.forwarded: dict[int, TopicCounterChild] = {}
+        #: produce_partitions of a decided one, by (acks requested, acks sent, decision).
+        self.decided: dict[tuple[int, int | None, str], TopicCounterChild] = {}
+
+    def partitions_child(self, metrics: ProxyMetrics, acks: int, acks_sent: int | None, decision: str,
+                         as_it_came: bool) -> TopicCounterChild:
+        child = metrics.produce_partitions_total.labels(
+            self.label, str(acks), "none" if acks_sent is None else str(acks_sent), decision)
+        if as_it_came:
+            self.forwarded[acks] = child
+        else:
+            self.decided[(acks, acks_sent, decision)] = child
+        return child

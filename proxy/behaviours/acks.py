@@ -12,7 +12,7 @@
 
 It decides and does nothing else: topic ids are named before it (topic_ids.py); what it decided
 (`ProduceDecisions`) is counted by the accounting and the broker's answer taught to the ISR view after it
-(produce_walk.py says in which order, and how they share one walk of the request).
+(produce_exchange.py says in which order, and what they share).
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.produce import PartitionKey, ProduceRequestIndex
 from insync_proxy.proxy.behaviours.isr_learning import IsrRereads
-from insync_proxy.proxy.behaviours.produce_walk import UNKNOWN_TOPIC_ID, ProduceDecisions, produce_walk
+from insync_proxy.proxy.behaviours.produce_exchange import (
+    UNKNOWN_TOPIC_ID,
+    PartitionRecords,
+    ProduceDecisions,
+    ProduceExchange,
+    produce_exchange,
+)
 from insync_proxy.proxy.cluster_view import Readiness
 from insync_proxy.proxy.config import AcksPolicyConfig
 from insync_proxy.proxy.context import BehaviourContext
@@ -60,16 +66,16 @@ class AcksPolicy(BehaviourBase):
         self._policy_cache: dict[str, AcksPolicyConfig | None] = {}
 
     def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
-        walk = produce_walk(exchange)
-        acks = walk.acks
+        shared = produce_exchange(exchange)
+        acks = shared.acks
         if acks == 0:
             exchange.expects_response = False
         if -2 <= acks <= 1:  # a range check, not a set lookup (hash(-1) == hash(-2): a collision)
             if acks == ACKS_MIN_INSYNC or (self.has_floor and acks == 1) or (self.has_fast_fail and acks == -1):
-                self._decide(exchange, walk.index(), acks)
+                self._decide(exchange, shared, acks)
             # else the hot path: forwarded as it came
         elif exchange.api_version > 0:  # Produce v0 predates KIP-1: forwarded as it came
-            self._reject_invalid_acks(exchange, walk.index())
+            self._reject_invalid_acks(exchange, shared)
         return None
 
     def _policy(self, topic: str) -> AcksPolicyConfig | None:
@@ -80,12 +86,12 @@ class AcksPolicy(BehaviourBase):
             policy = self._policy_cache[topic] = next((p for p in self.policies if p.matches(topic)), None)
             return policy
 
-    def _floor(self, index: ProduceRequestIndex, floor_topics: set[str]) -> int:
+    def _floor(self, partitions: list[PartitionRecords], floor_topics: set[str]) -> int:
         """The acks a request of acks=1 goes with: the strongest floor of its topics, whatever their order (-2,
         checked and sent as -1, over -1); acks is per request, so a floor on any topic raises all of it."""
         acks_sent = 1
-        for t in index.topics:
-            name = self.view.topic_name(t.topic) or UNKNOWN_TOPIC_ID
+        for topic, _, _, _ in partitions:
+            name = self.view.topic_name(topic) or UNKNOWN_TOPIC_ID
             policy = self._policy(name)
             if policy is not None and policy.acks_floor is not None:
                 floor_topics.add(name)
@@ -93,19 +99,22 @@ class AcksPolicy(BehaviourBase):
                     acks_sent = policy.acks_floor
         return acks_sent
 
-    def _decide(self, exchange: Exchange, index: ProduceRequestIndex, acks: int) -> None:
+    def _decide(self, exchange: Exchange, shared: ProduceExchange, acks: int) -> None:
         view, metrics = self.view, self.metrics
+        partitions = shared.partitions()
         floor_topics: set[str] | None = None
         acks_sent = acks
         if acks == 1 and self.has_floor:
             floor_topics = set()
-            acks_sent = self._floor(index, floor_topics)
+            acks_sent = self._floor(partitions, floor_topics)
+        codes: list[int] = []
         errors: dict[PartitionKey, int] = {}
         readiness: list[Readiness] = []
-        for span in index.partitions():
-            name = view.topic_name(span.topic) or UNKNOWN_TOPIC_ID
-            ready = view.readiness(name, span.partition, self.min_insync.peek(name))
+        for topic, partition, _, _ in partitions:
+            name = view.topic_name(topic) or UNKNOWN_TOPIC_ID
+            ready = view.readiness(name, partition, self.min_insync.peek(name))
             readiness.append(ready)
+            code = 0
             if acks_sent == ACKS_MIN_INSYNC or (
                 acks_sent == -1 and self.has_fast_fail and (p := self._policy(name)) is not None and p.fast_fail
             ):
@@ -114,28 +123,32 @@ class AcksPolicy(BehaviourBase):
                     metrics.precheck_total.labels(label, "unknown").inc()
                 elif ready.isr_size < ready.min_isr:
                     metrics.precheck_total.labels(label, "failed").inc()
-                    errors[span.key] = _NOT_ENOUGH_REPLICAS
+                    code = errors[(topic, partition)] = _NOT_ENOUGH_REPLICAS
                     self.rereads.soon(name)
                 else:
                     metrics.precheck_total.labels(label, "passed").inc()
+            codes.append(code)
             if floor_topics and name in floor_topics:
                 metrics.acks_floor_applied_total.labels(metrics.topic(name)).inc()
         upstream_acks = -1 if acks_sent == ACKS_MIN_INSYNC else acks_sent
-        exchange.put(ProduceDecisions(upstream_acks, errors, floor_topics, readiness))
-        if errors and len(errors) == len(readiness):
-            exchange.answer_locally(build_produce_error_response(index, errors))
+        shared.decisions = ProduceDecisions(upstream_acks, codes, errors, floor_topics, readiness)
+        if errors and len(errors) == len(partitions):
+            exchange.answer_locally(build_produce_error_response(shared.index(), errors))
         elif errors:
-            keep = {span.key for span in index.partitions() if span.key not in errors}
+            index = shared.index()
+            keep = {(t, p) for t, p, _, _ in partitions if (t, p) not in errors}
             exchange.upstream_frame = list(build_forward_request_chunks(index, keep, acks=upstream_acks)[1:])
             exchange.response_hooks.append(functools.partial(_merge, index, errors))
         elif upstream_acks != acks:
-            frame, a = index.frame, index.acks_offset
+            frame, a = shared.frame, shared.acks_offset
             exchange.upstream_frame = [frame[:a], _I16.pack(upstream_acks), frame[a + 2:]]
 
-    def _reject_invalid_acks(self, exchange: Exchange, index: ProduceRequestIndex) -> None:
+    def _reject_invalid_acks(self, exchange: Exchange, shared: ProduceExchange) -> None:
+        index = shared.index()
         errors = {span.key: _INVALID_REQUIRED_ACKS for span in index.partitions()}
         exchange.answer_locally(build_produce_error_response(index, errors))
-        exchange.put(ProduceDecisions(None, errors, None, None))
+        shared.decisions = ProduceDecisions(None, [_INVALID_REQUIRED_ACKS] * len(shared.partitions()), errors, None,
+                                            None)
 
 
 def _merge(index: ProduceRequestIndex, errors: dict[PartitionKey, int], exchange: Exchange, frame: Frame) -> Frame:

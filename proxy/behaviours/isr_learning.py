@@ -4,7 +4,7 @@ NOT_ENOUGH_REPLICAS(_AFTER_APPEND) from a leader marks its partition below min I
 while the re-read it triggers catches up: `ClusterView.broker_said_below_min_isr`), so the next acks=-2
 request to it is answered by the proxy; leadership errors re-read the topic. Only the broker's own answers
 teach: the partitions the proxy answered itself (merged into the same response) do not. It runs at
-completion, with the audit on or off, after the accounting (produce_walk.py).
+completion, with the audit on or off, after the accounting (produce_exchange.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from insync_proxy.protocol import ApiKey, ErrorCode
-from insync_proxy.proxy.behaviours.produce_walk import ProduceDecisions, produce_response_scan
+from insync_proxy.proxy.behaviours.produce_exchange import produce_exchange
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange
 
@@ -57,11 +57,11 @@ class IsrLearning(BehaviourBase):
     def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
         if exchange.response is None or exchange.upstream_frame is None:
             return  # acks=0, or the proxy answered every partition itself: the broker said nothing
-        scan = produce_response_scan(exchange)
+        shared = produce_exchange(exchange)
+        scan = shared.response_scan(exchange)
         if scan is None or not scan.failed:
             return  # the common case: every partition acknowledged
-        decided = exchange.get(ProduceDecisions)
-        by_proxy = decided.proxy_errors if decided is not None else None
+        by_proxy = shared.decisions.proxy_errors if shared.decisions is not None else None
         view = self.view
         for topic, partition, code in scan.failed:
             if by_proxy and (topic, partition) in by_proxy:

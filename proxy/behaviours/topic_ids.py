@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Awaitable
 
 from insync_proxy.protocol import ApiKey, ProtocolError
-from insync_proxy.proxy.behaviours.produce_walk import produce_walk
+from insync_proxy.proxy.behaviours.produce_exchange import produce_exchange
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange
 
@@ -31,7 +31,7 @@ class TopicIdResolution(BehaviourBase):
         if exchange.api_version < 13:
             return None  # names on the wire
         try:
-            partitions = produce_walk(exchange).partitions()
+            partitions = produce_exchange(exchange).partitions()
         except ProtocolError:
             return None  # the decision or the broker says what is wrong with it
         known = self.view.topic_ids
