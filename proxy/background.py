@@ -6,17 +6,13 @@ A failed background task is one WARNING line with what it was doing and why it f
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.background")
-
-_running: set[asyncio.Task[Any]] = set()  # strong references: the loop keeps only weak ones
 
 
 def report_failure(metrics: ProxyMetrics, task: str, context: str, exc: BaseException) -> None:
@@ -31,16 +27,3 @@ def report_failure(metrics: ProxyMetrics, task: str, context: str, exc: BaseExce
         return
     log.warning("%s failed (%s): %s", task, context, exc or type(exc).__name__)
 
-
-def spawn(coro: Coroutine[Any, Any, Any], metrics: ProxyMetrics, task: str, context: str) -> asyncio.Task[Any]:
-    """Run `coro` in the background; its failure, if any, goes to `report_failure`."""
-    running = asyncio.get_running_loop().create_task(coro)
-    _running.add(running)
-
-    def done(t: asyncio.Task[Any]) -> None:
-        _running.discard(t)
-        if not t.cancelled() and t.exception() is not None:
-            report_failure(metrics, task, context, t.exception())  # type: ignore[arg-type]
-
-    running.add_done_callback(done)
-    return running

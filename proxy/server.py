@@ -19,11 +19,14 @@ from insync_proxy.proxy.audit import AuditLog
 from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
 from insync_proxy.proxy.audit.summary import ProduceSummaries
 from insync_proxy.proxy.background import report_failure
+from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
 from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
+from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
+from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.broker_ports import NO_PORT, BrokerPorts
 from insync_proxy.proxy.capture import FrameCapture
 from insync_proxy.proxy.cluster_view import ClusterView, PartitionState, Readiness, effective_min_isr
@@ -181,12 +184,19 @@ class InsyncProxy:
             call_soon=self._call_soon,
             resolve_topic_ids=self.resolve_topic_ids,
         )
+        #: A topic's ISR re-read at most once a second, for a failed acks precheck and a leader's error alike.
+        rereads = IsrRereads(context.refresh_topics)
         behaviours: list[Behaviour] = [
             ApiVersionsNegotiation(),
             MetadataEnricher(context),
             AddressRewrite(),
             TopicConfigWatcher(context),
-            AcksPolicy(context, config.acks_policies, self.summaries, every_request=config.audit.detail == "every_request"),
+            # Produce, one concern each, in this order (proxy/behaviours/produce_exchange.py): topic ids named, the
+            # acks decided, then at completion the partitions counted and the leaders' errors learnt.
+            TopicIdResolution(context),
+            AcksPolicy(context, config.acks_policies, rereads),
+            ProduceAccounting(context, self.summaries, every_request=config.audit.detail == "every_request"),
+            IsrLearning(context, rereads),
         ]
         self.registry = BehaviourRegistry(behaviours)
         self.connection_settings = ConnectionSettings(

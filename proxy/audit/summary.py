@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from insync_proxy.audit.buckets import bucket_index
+from insync_proxy.audit.buckets import OVERFLOW, bucket_index
 from insync_proxy.audit.events import format_ts
 
 #: (listener, client_id, topic, partition, acks_requested, acks_sent, decision, error_code)
@@ -20,12 +20,10 @@ SummaryKey = tuple[str, str | None, str, int, int, int | None, str, int | None]
 
 
 class _Accumulator:
-    __slots__ = ("buckets", "counters", "latency_count", "latency_max", "latency_min", "latency_sum", "record_bytes",
-                 "records", "requests")
+    __slots__ = ("buckets", "latency_count", "latency_max", "latency_min", "latency_sum", "record_bytes", "records",
+                 "requests")
 
     def __init__(self) -> None:
-        #: The caller's own companions of this key (the acks policy keeps its metric children here).
-        self.counters: Any = None
         self.requests = 0
         self.records = 0
         self.record_bytes = 0
@@ -33,7 +31,8 @@ class _Accumulator:
         self.latency_sum = 0.0
         self.latency_min = float("inf")
         self.latency_max = 0.0
-        self.buckets: dict[int, int] = {}
+        #: Requests per latency bucket, by bucket index (a list: one indexed add per request, no hashing).
+        self.buckets = [0] * (OVERFLOW + 1)
 
 
 class ProduceSummaries:
@@ -45,11 +44,8 @@ class ProduceSummaries:
         self._started = time.time()
 
     def add(self, key: SummaryKey, records: int, record_bytes: int, latency_ms: float | None,
-            bucket: int | None) -> _Accumulator:
-        """One partition of one request; `bucket` is `bucket_index(latency_ms)`, computed once per request.
-
-        Returns the key's accumulator, whose `counters` slot the caller may use to keep what it updates
-        alongside (looked up once per key and interval instead of once per partition)."""
+            bucket: int | None) -> None:
+        """One partition of one request; `bucket` is `bucket_index(latency_ms)`, computed once per request."""
         acc = self._current.get(key)
         if acc is None:
             acc = self._current[key] = _Accumulator()
@@ -63,8 +59,7 @@ class ProduceSummaries:
                 acc.latency_min = latency_ms
             if latency_ms > acc.latency_max:
                 acc.latency_max = latency_ms
-            acc.buckets[bucket] = acc.buckets.get(bucket, 0) + 1
-        return acc
+            acc.buckets[bucket] += 1
 
     def __len__(self) -> int:
         return len(self._current)
@@ -98,7 +93,7 @@ class ProduceSummaries:
                 "latency_sum_ms": round(acc.latency_sum, 6),
                 "latency_min_ms": round(acc.latency_min, 6) if measured else None,
                 "latency_max_ms": round(acc.latency_max, 6) if measured else None,
-                "latency_buckets": [[i, c] for i, c in sorted(acc.buckets.items())],
+                "latency_buckets": [[i, c] for i, c in enumerate(acc.buckets) if c],
             })
         return end, events
 

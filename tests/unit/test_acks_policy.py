@@ -1,6 +1,7 @@
 """Every AcksPolicy decision, driven through the sans-IO ConnectionCore with plain bytes: no sockets, no Kafka.
 
-The policy gets a real BehaviourContext: a ClusterView fed with a decoded Metadata response, a
+The decision runs among the Produce behaviours the proxy registers with it, in the proxy's order (topic-id
+resolution, the decision, the accounting whose metrics tell what was decided, the ISR learning); they get a real BehaviourContext: a ClusterView fed with a decoded Metadata response, a
 MinInsyncCache whose entries are set directly (its control connection is never used), its own
 ProxyMetrics registry, and a refresh_topics that records its calls. Requests are encoded with the
 protocol codec for Produce v0, v3, v9 and v13 (topic ids); what went upstream and what the client got
@@ -22,14 +23,15 @@ from insync_proxy.protocol.messages import (
     MetadataResponseTopic,
 )
 from insync_proxy.proxy.audit.summary import ProduceSummaries
+from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
+from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
+from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.config import AcksPolicyConfig
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.core import ConnectionCore
-from insync_proxy.proxy.exchange import (
-    BehaviourRegistry,
-)
+from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry
 from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache
 from tests.unit.produce_frames import (
@@ -89,7 +91,8 @@ def metadata_response(isr: Mapping[str, Sequence[Sequence[int]]]) -> MetadataRes
 
 
 class Sidecar:
-    """One client connection through an AcksPolicy, with the proxy's view of the cluster under the test's control."""
+    """One client connection through the Produce behaviours, with the proxy's view of the cluster under the test's
+    control."""
 
     def __init__(
         self, *policies: AcksPolicyConfig, audit_on: bool = True, clock: Callable[[], float] = time.monotonic
@@ -101,7 +104,7 @@ class Sidecar:
         self.resolved: list[list[uuid.UUID]] = []
         #: What the control connection's Metadata tells the proxy when it looks topic ids up (None: nothing).
         self.lookup_answer: dict[str, Sequence[Sequence[int]]] | None = None
-        context = BehaviourContext(
+        self.context = context = BehaviourContext(
             cluster_view=self.view,
             min_insync=self.min_insync,
             metrics=self.metrics,
@@ -113,9 +116,14 @@ class Sidecar:
         )
         # audit on: plainly forwarded requests are accounted too (audit v2 summaries)
         self.summaries = ProduceSummaries(10.0) if audit_on else None
-        self.policy = AcksPolicy(context, list(policies), self.summaries, clock=clock)
+        rereads = IsrRereads(context.refresh_topics, clock=clock)
+        self.policy = AcksPolicy(context, list(policies), rereads)
+        self.accounting = ProduceAccounting(context, self.summaries)
+        #: The Produce behaviours as the proxy registers them (proxy/server.py), in its order.
+        self.behaviours: list[Behaviour] = [
+            TopicIdResolution(context), self.policy, self.accounting, IsrLearning(context, rereads)]
         self.io = RecordingIO()
-        self.core = ConnectionCore(BehaviourRegistry([self.policy]), LISTENER, self.io, max_frame_bytes=1 << 20)
+        self.core = ConnectionCore(BehaviourRegistry(self.behaviours), LISTENER, self.io, max_frame_bytes=1 << 20)
 
     def _refresh(self, topics: Iterable[str]) -> None:
         self.refreshed.append(list(topics))
