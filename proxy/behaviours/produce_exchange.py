@@ -31,7 +31,6 @@ from insync_proxy.protocol import (
     ErrorCode,
     ProduceResponseScan,
     ProtocolError,
-    count_records,
     index_produce_request,
     produce_acks_offset,
     scan_produce_response,
@@ -115,7 +114,7 @@ class ProduceExchange:
         """The request indexed byte by byte (what the decision answers or splits it with)."""
         index = self._index
         if index is None:
-            index = self._index = index_produce_request(self.frame)
+            index = self._index = index_produce_request(self.frame, self.acks_offset)
         return index
 
     def partitions(self) -> list[PartitionRecords]:
@@ -144,9 +143,8 @@ class ProduceExchange:
 
 
 def _records(index: ProduceRequestIndex) -> list[PartitionRecords]:
-    frame = index.frame
     return [(span.topic, span.partition, max(span.records_size, 0),
-             count_records(frame, span.records_start, span.records_size) if span.records_size > 0 else 0)
+             index.record_count(span) if span.records_size > 0 else 0)
             for topic in index.topics for span in topic.partitions]
 
 
