@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import json
 import logging
 import os
@@ -12,7 +11,6 @@ import signal
 import sys
 import time
 import typing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -208,16 +206,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(f"# configuration valid ({DOCS} describes every setting)", flush=True)
     if not args.connect:
         return 0
-    try:  # loaded only here: `run` never needs it
-        preflight = importlib.import_module("insync_proxy.proxy.preflight")
-    except ImportError as exc:
-        if exc.name != "insync_proxy.proxy.preflight":
-            raise
-        print("insync-proxy: check-config --connect needs insync_proxy.proxy.preflight, which this build does not "
-              "have", file=sys.stderr)
-        return 1
+    from insync_proxy.proxy.preflight import check_connection  # loaded only here: `run` never needs it
+
     _setup_logging(config.log_level, config.log_format)
-    check_connection: Callable[[ProxyConfig, Callable[[str], None]], bool] = preflight.check_connection
     return 0 if check_connection(config, lambda line: print(line, flush=True)) else 1
 
 

@@ -348,20 +348,24 @@ def test_check_connection_says_each_step_on_one_line(secured: Secured, kind: str
         assert "TOPIC_AUTHORIZATION_FAILED" in text and "User:no-configs lacks DESCRIBE_CONFIGS" in text
 
 
-def test_check_connection_from_a_separate_process(secured: Secured, tmp_path: Path) -> None:
-    # As the CLI calls it: a process that loads a configuration (TOML + the password from the environment)
+@pytest.mark.parametrize(("password", "code"), [(PASSWORDS["insync-proxy"], 0), ("not-the-password-7", 1)])
+def test_check_config_connect_exits_by_the_checks(secured: Secured, tmp_path: Path, password: str, code: int) -> None:
+    # Given the proxy's configuration for SASL_SSL (SCRAM), its password in the environment, as `run` takes it
     config = tmp_path / "proxy.toml"
     servers = ", ".join(f'"{s}"' for s in secured.cluster.sasl_bootstrap_servers.split(","))
     config.write_text(f"bootstrap_servers = [{servers}]\n" + _tls_toml(secured.certs, False)
                       + _control_toml("insync-proxy"))
-    code = ("import sys\nfrom insync_proxy.proxy.config import load_config\n"
-            "from insync_proxy.proxy.preflight import check_connection\n"
-            f"sys.exit(0 if check_connection(load_config({str(config)!r}), print) else 1)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, PASSWORD_ENV: PASSWORDS["insync-proxy"]})
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "ok   sasl: SCRAM-SHA-512 login as 'insync-proxy'" in result.stdout
-    assert PASSWORDS["insync-proxy"] not in result.stdout + result.stderr
+    # When `insync-proxy check-config --connect` runs
+    result = subprocess.run([sys.executable, "-m", "insync_proxy", "check-config", "--config", str(config), "--connect"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, PASSWORD_ENV: password})
+    # Then it exits 0 when every step passed and 1 when the login was refused, saying which, never the secret
+    assert result.returncode == code, result.stdout + result.stderr
+    if code == 0:
+        assert "ok   sasl: SCRAM-SHA-512 login as 'insync-proxy'" in result.stdout
+    else:
+        assert "FAIL sasl: SCRAM-SHA-512 authentication failed for user 'insync-proxy'" in result.stdout
+    assert password not in result.stdout + result.stderr
 
 
 # ---------------------------------------------------------------------------------------------- the running proxy

@@ -314,16 +314,6 @@ def test_check_config_connect_calls_the_preflight_and_exits_by_its_answer(
     assert "bootstrap k:1: ok" in capsys.readouterr().out.splitlines()
 
 
-def test_check_config_connect_without_the_preflight_module_says_so_in_one_line(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "insync_proxy.proxy.preflight", None)  # as if it were not there
-    for key in [k for k in __import__("os").environ if k.startswith("INSYNC_PROXY_")]:
-        monkeypatch.delenv(key)
-    assert main(["check-config", "--connect", "--bootstrap-servers", "k:1"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "preflight" in err[0]
-
-
 def test_check_config_prints_every_setting_with_secrets_masked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     for key in [k for k in __import__("os").environ if k.startswith("INSYNC_PROXY_")]:
