@@ -112,6 +112,7 @@ def secured(cluster_pool: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     assert conftest._POOL is cluster_pool
     conftest._PROXIES.release()
     cluster_pool.release()
+    conftest._OWN.release()  # a named own cluster (the SASL/TLS tests' "secured") is not needed any more
     certs = make_test_certificates(tmp_path_factory.mktemp("pki"), ("insync-proxy", "alice"))
     cluster = LocalKafkaCluster(ClusterSettings(
         sasl_plain_users=PASSWORDS, sasl_scram_users=PASSWORDS, sasl_ssl=True,
