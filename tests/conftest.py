@@ -4,8 +4,11 @@ Backend: INSYNC_PROXY_KAFKA_BACKEND=local (default: Apache Kafka's jars as local
 testcontainers (the apache/kafka image; needs a Docker engine). Version: INSYNC_PROXY_KAFKA_VERSION
 (default the newest 4.x); tests marked `kafka39` get the 3.9.x cluster. The core checks (CORE_CHECKS,
 or the `every_kafka_version` marker) run once per supported version: 4.x, 3.9, an older 3.x (KRaft) and
-2.8 (ZooKeeper). Only one cluster runs at a time (2 cores): the pool stops one version before starting
-another, and tests run newest version first, the oldest last.
+2.8 (ZooKeeper). A process runs one cluster at a time: the pool stops one before starting another.
+
+Tests are grouped by the cluster they need (`work_unit`): `./scripts/test` spreads the groups over two
+pytest-xdist workers (`-n 2`; `-n 0` runs them in one process), so at most two clusters run at once, each
+starts once per run, and a worker that finishes its group takes the next, the biggest first.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +47,14 @@ from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
 LOG_KEEP_DIR = Path(os.environ.get("INSYNC_PROXY_TEST_LOGS", "test-logs"))
+
+#: JVM options for every JVM the suite starts (brokers, the Java client, Spark, through JAVA_TOOL_OPTIONS):
+#: the serial collector and the client compiler only. The suite's JVMs are short-lived and share 2 cores:
+#: a 3-broker cluster starts on 10.7 CPU seconds instead of 18.1, the Spark tests take 30 % less CPU.
+#: Tests check behaviour, not JVM speed; `INSYNC_TEST_JVM_OPTIONS=""` runs the JVMs' defaults.
+TEST_JVM_OPTIONS = os.environ.get("INSYNC_TEST_JVM_OPTIONS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+if TEST_JVM_OPTIONS and TEST_JVM_OPTIONS not in os.environ.get("JAVA_TOOL_OPTIONS", ""):
+    os.environ["JAVA_TOOL_OPTIONS"] = " ".join(filter(None, [os.environ.get("JAVA_TOOL_OPTIONS"), TEST_JVM_OPTIONS]))
 
 
 class ClusterPool:
@@ -192,6 +204,8 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     census = jvm_census.census_dir()
+    if census is not None and getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError(f"{jvm_census.ENV} counts the JVMs each test starts in one process: add -n 0")
     if census is not None:  # INSYNC_TEST_JVM_CENSUS=DIR: count the JVMs each test starts (tests/jvm_census.py)
         jvm_census.install(census)
         config.pluginmanager.register(jvm_census.JvmCensus(census), "jvm_census")
@@ -209,22 +223,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("kafka_version", versions, indirect=True, ids=_version_id)
 
 
-def _run_order(item: pytest.Item) -> tuple[int, str]:
-    """0: the selected version's shared cluster, 1: the tests that bounce its brokers; 2: own clusters
-    (those started by the test first, then the named ones of the own-cluster pool, by name); then 3.9,
-    the older 3.x, 2.8."""
+def _requested_version(item: pytest.Item) -> str | None:
+    """The Kafka version a test asks for (its parameter, or 3.9 when marked kafka39), else None."""
     callspec = getattr(item, "callspec", None)
     version = callspec.params.get("kafka_version") if callspec is not None else None
     if item.get_closest_marker("kafka39"):
         version = KAFKA_39_VERSION
-    if version is not None and version != selected_version():
-        return {KAFKA_39_VERSION: 3, KAFKA_3X_VERSION: 4, KAFKA_28_VERSION: 5}.get(version, 6), ""
-    own = item.get_closest_marker("own_cluster")
-    if own is not None:
-        return 2, str(own.args[0]) if own.args else ""
-    return (1 if item.get_closest_marker("bounces_brokers") else 0), ""
+    return None if version is None else str(version)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks set here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Marked from what a test uses, so no test can forget it: `-m "not needs_kafka"` starts no JVM.
     for item in items:
@@ -235,31 +243,86 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if spark or fixtures & KAFKA_FIXTURES or item.get_closest_marker("own_cluster") \
                 or item.get_closest_marker("kafka39"):
             item.add_marker(pytest.mark.needs_kafka)
-    # One cluster at a time: tests that start a cluster of their own run after the shared cluster's, then
-    # the tests on older versions, the oldest last.
-    items.sort(key=_run_order)
+    # Grouped by the cluster (or Spark session) they need, so one process runs one cluster at a time and
+    # starts each once; the biggest groups first (workers take the next group when theirs is done); within a
+    # group, the tests that bounce brokers last.
+    units = {item: work_unit(item) for item in items}
+    items.sort(key=lambda item: (_unit_rank(units[item]), units[item], bool(item.get_closest_marker("bounces_brokers"))))
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(units[item]))
+
+
+def _unit_rank(unit: str) -> int:
+    """Order of the groups: the selected version's shared cluster (the longest), Spark, the other clusters
+    (newest version first), then the groups without JVMs, which fill the workers' last minutes."""
+    if unit == f"kafka:{selected_version()}":
+        return 0
+    if unit == "spark":
+        return 1
+    if unit.startswith("kafka:"):
+        return {f"kafka:{KAFKA_39_VERSION}": 2, f"kafka:{KAFKA_3X_VERSION}": 3, f"kafka:{KAFKA_28_VERSION}": 4}.get(unit, 5)
+    if unit.startswith("own:"):
+        return 6
+    return 7
+
+
+def work_unit(item: pytest.Item) -> str:
+    """The group a test runs in when the suite is spread over workers (`./scripts/test` runs `pytest -n 2`).
+
+    A group runs whole on one worker, in the order above: every test on one cluster shares a group, so each
+    cluster still starts once per run and the tests that bounce its brokers still run last on it. Tests that
+    need Spark but no Kafka share one Spark session; every other test's group is its module.
+    """
+    module = item.nodeid.split("::", 1)[0]
+    own = item.get_closest_marker("own_cluster")
+    if own is not None:
+        return f"own:{own.args[0]}" if own.args else f"own:{module}"
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "exclusive_cluster_slot" in fixtures:
+        return f"own:{module}"
+    version = _requested_version(item)
+    if version is not None or fixtures & {"kafka_cluster", "proxy", "cluster_pool"}:
+        return f"kafka:{version or selected_version()}"
+    if fixtures & SPARK_FIXTURES:
+        return "spark"
+    return module
+
+
+#: What the workers' own end-of-run checks found (pytest-xdist: each worker runs its clusters and proxies).
+_WORKER_FAILURES: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """The controller hears of a worker's failed end-of-run checks (sent in `workeroutput`)."""
+    _WORKER_FAILURES.extend(getattr(node, "workeroutput", {}).get("insync_failures", []))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _PROXIES.release()
     _POOL.release()
     _OWN.release()
+    failures = list(_WORKER_FAILURES)
     if _PROXIES.leaks_seen:
-        print(f"\nFAILED: the proxy sent {_PROXIES.leaks_seen:.0f} response(s) carrying a real broker address",
-              file=sys.stderr)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        failures.append(f"the proxy sent {_PROXIES.leaks_seen:.0f} response(s) carrying a real broker address")
     if _PROXIES.unretrieved_seen:
-        print(f"\nFAILED: {_PROXIES.unretrieved_seen} 'Task exception was never retrieved' in the shared proxies' "
-              "logs (a background failure must be one WARNING line)", file=sys.stderr)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        failures.append(f"{_PROXIES.unretrieved_seen} 'Task exception was never retrieved' in the shared proxies' "
+                        "logs (a background failure must be one WARNING line)")
     # Only this run's clusters count: a developer's dev cluster or a parallel run is not ours to kill.
     leftovers = [(pid, cid) for pid, cid in find_devcluster_jvms() if cid in _POOL.started_cluster_ids]
     if leftovers:
         kill_pids([pid for pid, _ in leftovers])
-        print(f"\nFAILED: Kafka JVMs left running after the suite (now killed): {leftovers}", file=sys.stderr)
+        failures.append(f"Kafka JVMs left running after the suite (now killed): {leftovers}")
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller reports it
+        workeroutput["insync_failures"] = failures
+        return
+    for failure in failures:
+        print(f"\nFAILED: {failure}", file=sys.stderr)
+    if failures:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     else:
-        print("\nNo Kafka JVM left running after the suite.", file=sys.stderr)
+        print("\nNo Kafka JVM left running after the suite, no address leaked.", file=sys.stderr)
 
 
 @pytest.fixture(scope="session")

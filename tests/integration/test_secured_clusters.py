@@ -176,14 +176,16 @@ def _through_proxy(proxy: ProxyProcess, client: dict[str, Any], sasl: SaslConfig
     for topic in (checked, floored):
         wait_until(lambda t=topic: _min_insync_through(proxy.bootstrap(), t, sasl) == 2, 30,
                    what=f"tag 637 = 2 on {topic}")
-    produce(checked, "all")
-    produce(floored, "1")
+    # acks=all is prechecked (fast_fail); acks=1 is raised and checked as acks=-2 (acks_floor = -2). Just after a
+    # topic is created, a refresh from a broker that does not know it yet can leave the proxy without its ISR for
+    # a moment: that record's precheck is "unknown" (forwarded, the broker decides), so produce until one passed.
+    for topic, acks in ((checked, "all"), (floored, "1")):
+        wait_until(lambda t=topic, a=acks: produce(t, a) or proxy.metric(
+            "insync_proxy_precheck_total", topic=t, outcome="passed") > 0, 60, interval=1,
+            what=f"a precheck passed on {topic}")
     for topic in (checked, floored):
         assert len(consume_values(client, topic, 20)) >= 20
-    # acks=all was prechecked (fast_fail); acks=1 was raised and checked as acks=-2 (acks_floor = -2)
-    assert proxy.metric("insync_proxy_precheck_total", topic=checked, outcome="passed") > 0
     assert proxy.metric("insync_proxy_acks_floor_applied_total", topic=floored) > 0
-    assert proxy.metric("insync_proxy_precheck_total", topic=floored, outcome="passed") > 0
     assert proxy.metric("insync_proxy_address_leaks_total") == 0
 
 
