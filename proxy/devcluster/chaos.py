@@ -7,8 +7,9 @@
    writes sequential values through the proxy and reports every acknowledged record.
 3. Each bounce SIGKILLs one broker (round robin), waits until every partition's ISR has dropped it,
    starts it again, waits until the ISR is full again and the producer has acknowledged more records.
-4. The producer stops (flushing what it holds); Kafka's ConsoleConsumer reads the topic back from the
-   beginning through the proxy. Lost = acknowledged values never read; duplicates = values read twice.
+4. The producer stops (flushing what it holds); GetOffsetShell counts the records in the log (the sum of the
+   end offsets) and Kafka's ConsoleConsumer reads that many back from the beginning through the proxy.
+   Lost = acknowledged values never read; duplicates = values read twice.
 
 Nothing here runs inside the proxy: the CLI imports this module only for `insync-proxy chaos`.
 """
@@ -157,6 +158,15 @@ def _console_consumer_class(libs: Path) -> str:
     return "kafka.tools.ConsoleConsumer"
 
 
+def _get_offset_shell(libs: Path) -> tuple[str, str]:
+    """GetOffsetShell's class and server flag: org.apache.kafka.tools' (3.5+) or kafka.tools' (older)."""
+    for jar in libs.glob("kafka-tools-*.jar"):
+        with zipfile.ZipFile(jar) as z:
+            if "org/apache/kafka/tools/GetOffsetShell.class" in z.namelist():
+                return "org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server"
+    return "kafka.tools.GetOffsetShell", "--broker-list"
+
+
 class ChaosRun:
     def __init__(
         self,
@@ -243,16 +253,33 @@ class ChaosRun:
             self.producer.wait(30)
         report.join(30)
 
-    def _consume(self, bootstrap: str, expected: int) -> Counter[int]:
-        """Every value of the topic, read from the beginning through the proxy by Kafka's ConsoleConsumer."""
+    def _log_end_offsets(self) -> int:
+        """The records in the topic: the sum of its partitions' log end offsets (Kafka's GetOffsetShell, asked
+        of the brokers directly). A fresh topic written without transactions: one offset per record."""
+        assert self.cluster is not None and self.cluster.libs is not None
+        main, server_flag = _get_offset_shell(self.cluster.libs)
+        result = subprocess.run(
+            self._java(main, server_flag, self.cluster.bootstrap_servers, "--topic", self.topic, "--time", "-1"),
+            capture_output=True, stdin=subprocess.DEVNULL, text=True, preexec_fn=_die_with_parent, timeout=180,
+        )
+        offsets = [int(line.rsplit(":", 1)[1]) for line in result.stdout.splitlines()
+                   if line.startswith(f"{self.topic}:") and line.rsplit(":", 1)[1].isdigit()]
+        if result.returncode != 0 or len(offsets) != PARTITIONS:
+            raise ChaosError(f"GetOffsetShell gave {len(offsets)} of {PARTITIONS} partitions' end offsets "
+                             f"(exit {result.returncode}): {result.stderr.strip()[-500:]}")
+        return sum(offsets)
+
+    def _consume(self, bootstrap: str, records: int) -> Counter[int]:
+        """Every value of the topic, read from the beginning through the proxy by Kafka's ConsoleConsumer: it
+        stops after `records` values (the whole log), or after 20 s without a new one (a stalled read)."""
         assert self.cluster is not None and self.cluster.libs is not None
         args = ["--bootstrap-server", bootstrap, "--topic", self.topic, "--from-beginning", "--timeout-ms", "20000",
-                "--group", f"chaos-check-{os.getpid()}-{time.monotonic_ns()}"]
+                "--max-messages", str(records), "--group", f"chaos-check-{os.getpid()}-{time.monotonic_ns()}"]
         with open(self.dir / "consumer.log", "ab") as stderr:
             result = subprocess.run(
                 self._java(_console_consumer_class(self.cluster.libs), *args),
                 stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
-                preexec_fn=_die_with_parent, timeout=600 + expected / 500,
+                preexec_fn=_die_with_parent, timeout=600 + records / 500,
             )
         values: Counter[int] = Counter()
         for line in result.stdout.splitlines():
@@ -285,8 +312,10 @@ class ChaosRun:
                 self._bounce(victim, report, bounce + 1)
             self._stop_producer(report)
             acked = set(report.acked)
-            self.say(f"producer stopped: {len(acked)} acknowledged; reading the topic back through the proxy")
-            values = self._consume(bootstrap, len(acked))
+            records = self._log_end_offsets()
+            self.say(f"producer stopped: {len(acked)} acknowledged, {records} in the log; "
+                     "reading the topic back through the proxy")
+            values = self._consume(bootstrap, records)
         finally:
             self._shutdown()
         lost = sorted(acked - set(values))
