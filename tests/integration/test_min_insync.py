@@ -159,10 +159,12 @@ def test_hidden_unready_partition_gets_no_keyless_records_from_java_and_few_from
     assert "failed 0" in java_out
     assert sum(java_counts.values()) == 200 and 0 not in java_counts
     # And librdkafka loses nothing; its random partitioner takes a second random draw when the first
-    # lands on a leaderless partition, so about 1/9 (not 1/3) of its keyless records wait for partition 0
+    # lands on a leaderless partition, so about 1/9 (not 1/3) of its keyless records wait for partition 0.
+    # Seen: up to 63 of 300 on a busy machine (two suite workers); without the hiding it would be 1/3,
+    # 100 +- 8, so 75 still tells the two apart
     assert producer.flush(120) == 0
     assert errors == [] and sum(delivered.values()) == 300
-    assert delivered.get(0, 0) <= 60, delivered
+    assert delivered.get(0, 0) <= 75, delivered
     # And after resume, the partition is used again
     kafka_cluster.wait_for_isr(topic_name, 0, 2)
     wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") == 0, 60, what="the proxy to see recovery")
