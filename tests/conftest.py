@@ -189,7 +189,7 @@ CORE_CHECKS = frozenset({
     "test_metadata_carries_each_topics_min_insync_replicas",
     "test_kip637_listener_answers_v10_in_the_kip637_layout",
 })
-#: Versions the core checks run on, in run order (one cluster at a time: the oldest last).
+#: Versions the core checks run on, in run order (the selected one first, the oldest last).
 EVERY_KAFKA_VERSION = (None, KAFKA_39_VERSION, KAFKA_3X_VERSION, KAFKA_28_VERSION)  # None: the selected one
 
 
@@ -259,11 +259,12 @@ def _unit_rank(unit: str) -> int:
         return 0
     if unit == "spark":
         return 1
+    versions = [f"kafka:{v}" for v in EVERY_KAFKA_VERSION if v]
+    if unit in versions:
+        return 2 + versions.index(unit)
     if unit.startswith("kafka:"):
-        return {f"kafka:{KAFKA_39_VERSION}": 2, f"kafka:{KAFKA_3X_VERSION}": 3, f"kafka:{KAFKA_28_VERSION}": 4}.get(unit, 5)
-    if unit.startswith("own:"):
-        return 6
-    return 7
+        return 2 + len(versions)
+    return 3 + len(versions) if unit.startswith("own:") else 4 + len(versions)
 
 
 def work_unit(item: pytest.Item) -> str:

@@ -149,21 +149,26 @@ def _free_port_base(span: int) -> int:
     raise ChaosError("no free port range for the proxy's broker listeners")
 
 
-def _console_consumer_class(libs: Path) -> str:
-    """Kafka 3.8+ has org.apache.kafka.tools.consumer.ConsoleConsumer; older ones kafka.tools.ConsoleConsumer."""
+def _in_tools_jar(libs: Path, class_file: str) -> bool:
+    """Whether Kafka's tools jar holds `class_file` (tools moved from kafka.tools to org.apache.kafka.tools)."""
     for jar in libs.glob("kafka-tools-*.jar"):
         with zipfile.ZipFile(jar) as z:
-            if "org/apache/kafka/tools/consumer/ConsoleConsumer.class" in z.namelist():
-                return "org.apache.kafka.tools.consumer.ConsoleConsumer"
+            if class_file in z.namelist():
+                return True
+    return False
+
+
+def _console_consumer_class(libs: Path) -> str:
+    """Kafka 3.8+ has org.apache.kafka.tools.consumer.ConsoleConsumer; older ones kafka.tools.ConsoleConsumer."""
+    if _in_tools_jar(libs, "org/apache/kafka/tools/consumer/ConsoleConsumer.class"):
+        return "org.apache.kafka.tools.consumer.ConsoleConsumer"
     return "kafka.tools.ConsoleConsumer"
 
 
 def _get_offset_shell(libs: Path) -> tuple[str, str]:
     """GetOffsetShell's class and server flag: org.apache.kafka.tools' (3.5+) or kafka.tools' (older)."""
-    for jar in libs.glob("kafka-tools-*.jar"):
-        with zipfile.ZipFile(jar) as z:
-            if "org/apache/kafka/tools/GetOffsetShell.class" in z.namelist():
-                return "org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server"
+    if _in_tools_jar(libs, "org/apache/kafka/tools/GetOffsetShell.class"):
+        return "org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server"
     return "kafka.tools.GetOffsetShell", "--broker-list"
 
 
