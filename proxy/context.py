@@ -1,8 +1,10 @@
 """What a behaviour may use of the proxy: a narrow context, never the process object.
 
 Built once by the server and handed to each behaviour's constructor. Everything here is either a
-shared view (cluster, min.insync.replicas cache), a sink (metrics, audit), or one verb the behaviour
-needs (re-read topics, open listeners for newly seen brokers, defer work off the latency path).
+shared view (cluster, min.insync.replicas cache), a sink (metrics, audit), one verb the behaviour
+needs (re-read topics, open listeners for newly seen brokers, defer work off the latency path), or the
+proxy's own requests a behaviour may send on the control connection (as a Kroxylicious filter sends its
+own requests through its context).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from insync_proxy.protocol import MetadataResponse
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import MinInsyncCache
@@ -21,6 +24,14 @@ class AuditSink(Protocol):
     """Where behaviours send audit events (proxy/audit)."""
 
     def emit(self, event: dict[str, Any], at: float | None = None) -> None: ...
+
+
+class ControlRequests(Protocol):
+    """The requests a behaviour may send on the proxy's own control connection (never a client's)."""
+
+    async def metadata_by_ids(self, topic_ids: list[uuid.UUID]) -> MetadataResponse:
+        """Metadata of these topic ids (names, partitions, ISR); raises ControlError when no broker answers."""
+        ...
 
 
 @dataclass(slots=True)
@@ -36,6 +47,5 @@ class BehaviourContext:
     open_broker_listeners: Callable[[], Awaitable[None]]
     #: Run a callable soon on the event loop, after the current response is on its way.
     call_soon: Callable[[Callable[[], None]], None]
-    #: Learn the names of these topic ids (a bounded wait on the control connection's Metadata, shared
-    #: by concurrent callers); returns when they are known or the bound has passed.
-    resolve_topic_ids: Callable[[Iterable[uuid.UUID]], Awaitable[None]]
+    #: The proxy's own requests on its control connection.
+    control: ControlRequests

@@ -32,7 +32,7 @@ from insync_proxy.proxy.config import ProxyConfig, SaslConfig
 from insync_proxy.proxy.control import DESCRIBE_CONFIGS_VERSION, METADATA_VERSION, TOPIC_RESOURCE
 from insync_proxy.proxy.min_insync import CONFIG_KEY
 from insync_proxy.proxy.sasl import SaslError, authenticate
-from insync_proxy.proxy.server import client_ssl_context
+from insync_proxy.proxy.tls import client_ssl_context
 
 __all__ = ["check_connection", "sasl_login"]
 

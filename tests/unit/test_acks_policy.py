@@ -10,6 +10,7 @@ are decoded with it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -112,7 +113,7 @@ class Sidecar:
             refresh_topics=self._refresh,
             open_broker_listeners=self._no_listeners,
             call_soon=lambda f: f(),
-            resolve_topic_ids=self._resolve_topic_ids,
+            control=self,
         )
         # audit on: plainly forwarded requests are accounted too (audit v2 summaries)
         self.summaries = ProduceSummaries(10.0) if audit_on else None
@@ -131,10 +132,10 @@ class Sidecar:
     async def _no_listeners(self) -> None:
         return None
 
-    async def _resolve_topic_ids(self, topic_ids: Iterable[uuid.UUID]) -> None:
+    async def metadata_by_ids(self, topic_ids: list[uuid.UUID]) -> MetadataResponse:
+        """The control connection's Metadata by topic id, as the test sets it (lookup_answer)."""
         self.resolved.append(list(topic_ids))
-        if self.lookup_answer is not None:
-            self.isr(**self.lookup_answer)
+        return metadata_response(self.lookup_answer or {})
 
     # ------------------------------------------------------------------ the cluster as the proxy sees it
     def isr(self, **topics: Sequence[Sequence[int]]) -> None:
@@ -721,13 +722,12 @@ def test_v13_topic_id_named_by_the_lookup_is_prechecked_by_name() -> None:
 
 
 def run_to_completion(awaitable: Awaitable[object]) -> object:
-    """Drive a coroutine that never really suspends (the test's lookups answer at once)."""
-    coroutine = awaitable.__await__()
-    try:
-        while True:
-            next(coroutine)
-    except StopIteration as done:
-        return done.value
+    """Drive a lookup (the behaviour's own, against the test's control connection) on an event loop of its own."""
+
+    async def wait() -> object:
+        return await awaitable
+
+    return asyncio.run(wait())
 
 
 # ====================================================================== ISR re-reads and ordering

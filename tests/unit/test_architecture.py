@@ -220,3 +220,21 @@ def test_the_connection_core_is_sans_io() -> None:
     # and of the project, only the codec and the exchange model
     project = {m for m in imports if m.startswith("insync_proxy.")}
     assert all(m.startswith(("insync_proxy.protocol", f"{PACKAGE}.exchange")) for m in project), project
+
+
+def test_the_process_object_wires_and_starts_and_hosts_no_service() -> None:
+    # Given the process object's module
+    server = PROXY / "server.py"
+    # Then it stays small: services (listeners, the proxy's Metadata, readiness, TLS, topic-id lookups) live
+    # in rooms of their own
+    assert len(server.read_text().splitlines()) <= 250
+    tree = ast.parse(server.read_text())
+    (proxy_class,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "InsyncProxy"]
+    coroutines = {n.name for n in proxy_class.body if isinstance(n, ast.AsyncFunctionDef)}
+    assert coroutines <= {"start", "stop", "_summary_loop"}, coroutines
+    # And nothing but the command line imports it (check-config's preflight makes TLS contexts from tls.py)
+    for name, path in _package_modules().items():
+        if name in (f"{PACKAGE}.server", "insync_proxy.cli"):
+            continue
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        assert f"{PACKAGE}.server" not in _imports(path, package), f"{name} imports the process object"

@@ -335,7 +335,7 @@ async def test_proxy_serves_the_brokers_it_can_map_and_names_the_other_at_port_0
     proxy = await _proxy(broker, ListenerConfig(bootstrap_port=0, broker_port_base=base,
                                                 node_id_ranges=("1001", str(MAX_NODE_ID))))
     try:
-        group = proxy.groups[0]
+        group = proxy.listeners.groups[0]
         # Then the mapped brokers have listeners at their ports, the other none
         assert {i: listener.port for i, listener in group.brokers.items()} == {1001: base, MAX_NODE_ID: base + 1}
         assert group.unmapped == {65001}
@@ -354,7 +354,7 @@ async def test_proxy_serves_the_brokers_it_can_map_and_names_the_other_at_port_0
         via_broker_port = await _client_metadata(base + 1)
         assert {b.node_id for b in via_broker_port.brokers} == {1001, 65001, MAX_NODE_ID}
         # And a refresh says nothing new: one ERROR line per broker
-        await proxy.refresh_metadata()
+        await proxy.metadata.refresh_metadata()
         assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 1
     finally:
         await proxy.stop(drain_timeout=1)
@@ -369,7 +369,7 @@ async def test_proxy_is_not_ready_while_a_listener_has_a_port_for_no_broker() ->
         ready, reason = proxy.ready
         assert not ready
         assert "listener default" in reason and "1001, 1002, 1003" in reason and "node_id_ranges" in reason
-        assert proxy.groups[0].brokers == {}
+        assert proxy.listeners.groups[0].brokers == {}
         assert proxy.metrics.brokers_without_port.labels("default")._value.get() == 3
     finally:
         await proxy.stop(drain_timeout=1)

@@ -29,7 +29,7 @@ from insync_proxy.proxy.config import (
     reference_path,
     schema,
 )
-from insync_proxy.proxy.server import client_ssl_context
+from insync_proxy.proxy.tls import client_ssl_context
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -79,7 +79,7 @@ async def test_ready_is_logged_exactly_when_readyz_turns_ready(lines: _Lines) ->
         assert lines.starting("ready") == [True]
         assert await _readyz(proxy.admin.port) == 200
         for _ in range(2):  # more refreshes: no second "ready" line
-            await proxy.refresh_metadata()
+            await proxy.metadata.refresh_metadata()
             proxy._note_readiness()
         assert lines.starting("ready") == [True] and lines.starting("not ready") == []
     finally:

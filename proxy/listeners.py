@@ -1,0 +1,214 @@
+"""The client listeners: each listener group's bootstrap port, and one port per broker the cluster names.
+
+Broker listeners follow the cluster: a broker first seen in Metadata gets its port (node_id_ranges say
+which), a broker that left keeps its port through a grace period (a rolling restart), then it is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import Callable, Container, Iterable
+
+from insync_proxy.proxy.broker_ports import NO_PORT, BrokerPorts
+from insync_proxy.proxy.cluster_view import ClusterView
+from insync_proxy.proxy.config import ListenerConfig
+from insync_proxy.proxy.exchange import ListenerAddresses, ListenerSettings
+from insync_proxy.proxy.metrics import ProxyMetrics
+
+log = logging.getLogger("insync_proxy")
+
+#: How long a broker may be missing from Metadata before its listener is closed.
+BROKER_LISTENER_GRACE_SECONDS = 300.0
+
+#: Makes the protocol object of one accepted client connection: (the listener's settings, the broker it
+#: stands for or None for a bootstrap port).
+ConnectionFactory = Callable[[ListenerSettings, "tuple[str, int] | None"], asyncio.BaseProtocol]
+
+
+class Listener:
+    """One listening socket: a group's bootstrap port, or the port standing for one broker."""
+
+    def __init__(self, group: ListenerGroup, node_id: int | None, server: asyncio.Server, port: int) -> None:
+        self.group = group
+        self.node_id = node_id
+        self.server = server
+        self.port = port
+        config = group.config
+        #: What behaviours see of this listener.
+        self.settings = ListenerSettings(
+            name=group.name, label=self.label, metadata_schema=config.metadata_schema,
+            hide_unready_partitions=config.hide_unready_partitions, addresses=group.addresses,
+            broker_listeners=group.settled,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.group.name
+
+    @property
+    def label(self) -> str:
+        """`bootstrap` or `broker-<id>`, prefixed by the group name when it is not `default`."""
+        part = "bootstrap" if self.node_id is None else f"broker-{self.node_id}"
+        return part if self.group.name == "default" else f"{self.group.name}/{part}"
+
+
+class ListenerGroup:
+    """A bootstrap listener plus one listener per broker, at the port its node_id_ranges give its node id."""
+
+    def __init__(self, config: ListenerConfig, advertised_host: str) -> None:
+        self.config = config
+        #: The one node id -> port mapping of this listener: listeners opened, addresses rewritten.
+        self.ports = BrokerPorts.from_settings(
+            config.broker_port_base, config.node_id_ranges, f"listener {config.name}: node_id_ranges")
+        self.addresses = ListenerAddresses(advertised_host, self.ports)
+        self.bootstrap: Listener | None = None
+        self.brokers: dict[int, Listener] = {}
+        #: Brokers of the latest Metadata that node_id_ranges do not cover (named at port 0, logged once).
+        self.unmapped: set[int] = set()
+        #: Node ids there is nothing more to open for: a listener is open, or the node id has no port.
+        self.settled = _SettledNodeIds(self)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def all(self) -> list[Listener]:
+        """Every open listener of the group."""
+        return ([self.bootstrap] if self.bootstrap else []) + list(self.brokers.values())
+
+
+class _SettledNodeIds(Container[int]):
+    """A live view: node ids with a broker listener open, or that the listener's node_id_ranges leave out."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group: ListenerGroup) -> None:
+        self.group = group
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self.group.brokers or node_id in self.group.unmapped
+
+
+class Listeners:
+    """Every client listener of the process, opened and closed as the cluster view's brokers come and go."""
+
+    def __init__(self, configs: Iterable[ListenerConfig], *, bind_host: str, advertised_host: str,
+                 ssl_context: Callable[[], ssl.SSLContext | None], cluster_view: ClusterView,
+                 metrics: ProxyMetrics, connection_factory: ConnectionFactory) -> None:
+        self.groups = [ListenerGroup(c, advertised_host) for c in configs]
+        self.bind_host = bind_host
+        self.advertised_host = advertised_host
+        #: The downstream TLS context new listeners use (None: plaintext).
+        self.ssl_context = ssl_context
+        self.cluster_view = cluster_view
+        self.metrics = metrics
+        self.connection_factory = connection_factory
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._missing_since: dict[int, float] = {}
+
+    @property
+    def bootstrap_port(self) -> int:
+        """The first listener group's bootstrap port (resolved if configured as 0)."""
+        bootstrap = self.groups[0].bootstrap
+        assert bootstrap is not None
+        return bootstrap.port
+
+    async def open_bootstrap(self) -> None:
+        """Bind every group's bootstrap port (an OSError when one cannot be bound)."""
+        for group in self.groups:
+            group.bootstrap = await self._listen(group, None, group.config.bootstrap_port)
+            log.info(
+                "listener %s: bootstrap %s:%d (advertised %s), brokers at %s:%s, metadata_schema=%s%s",
+                group.name, self.bind_host, group.bootstrap.port, self.advertised_host,
+                self.advertised_host, group.ports.describe(), group.config.metadata_schema,
+                ", hide_unready_partitions" if group.config.hide_unready_partitions else "",
+            )
+
+    async def _listen(self, group: ListenerGroup, node_id: int | None, port: int) -> Listener:
+        holder: list[Listener] = []
+
+        def factory() -> asyncio.BaseProtocol:
+            upstream = None if node_id is None else self.cluster_view.known_brokers.get(node_id)
+            return self.connection_factory(holder[0].settings, upstream)
+
+        server = await asyncio.get_running_loop().create_server(
+            factory, self.bind_host, port, ssl=self.ssl_context(), reuse_address=True, backlog=1024
+        )
+        listener = Listener(group, node_id, server, server.sockets[0].getsockname()[1])
+        holder.append(listener)
+        return listener
+
+    async def sync(self, remove_missing: bool) -> None:
+        """Open a listener for every broker of the cluster view that has none; with `remove_missing`, close
+        the listeners of brokers gone for longer than the grace period."""
+        async with self._lock:
+            if self._closed:
+                return
+            wanted = set(self.cluster_view.brokers)
+            for group in self.groups:
+                self._note_unmapped(group, wanted)
+                for node_id in sorted(wanted - set(group.brokers) - group.unmapped):
+                    port = group.ports.port_for(node_id)
+                    assert port is not None  # _note_unmapped took the others out
+                    try:
+                        group.brokers[node_id] = await self._listen(group, node_id, port)
+                    except OSError as exc:
+                        log.error(
+                            "listener %s: cannot listen on %s:%d for broker %d (%s); clients cannot reach that "
+                            "broker: pick a free broker_port_base", group.name, self.bind_host, port, node_id, exc,
+                        )
+                        continue
+                    log.info("listener %s: broker %d (%s:%d) now at %s:%d", group.name, node_id,
+                             *self.cluster_view.brokers[node_id], self.advertised_host, port)
+                if remove_missing:
+                    self._close_departed(group, wanted)
+
+    def _note_unmapped(self, group: ListenerGroup, wanted: set[int]) -> None:
+        """Brokers the listener's node_id_ranges do not cover: one ERROR line each when first seen, and the
+        gauge. They keep no listener; responses name them at port 0 (the proxy serves the other brokers)."""
+        unmapped = {node_id for node_id in wanted if group.ports.port_for(node_id) is None}
+        for node_id in sorted(unmapped - group.unmapped):
+            log.error(
+                "listener %s: broker %d has no port: node id %d is outside node_id_ranges %s (broker ports %s); "
+                "add it to that [[listener]]'s node_id_ranges (e.g. \"%d\") and restart. Until then clients are "
+                "told port %d for it and cannot reach it through this listener",
+                group.name, node_id, node_id, group.ports.settings_text(), group.ports.port_span(), node_id, NO_PORT,
+            )
+        group.unmapped = unmapped
+        self.metrics.brokers_without_port.labels(group.name).set(len(unmapped))
+
+    def _close_departed(self, group: ListenerGroup, wanted: set[int]) -> None:
+        # A broker missing from Metadata may be restarting (rolling restart, fenced after a pause): keep its
+        # listener through a grace period, so clients with its address meet the broker, not a refused port.
+        now = time.monotonic()
+        for node_id in set(group.brokers) - wanted:
+            since = self._missing_since.setdefault(node_id, now)
+            if now - since < BROKER_LISTENER_GRACE_SECONDS:
+                continue
+            listener = group.brokers.pop(node_id)
+            listener.server.close()
+            log.info("listener %s: broker %d left the cluster %.0fs ago; its listener is closed",
+                     group.name, node_id, now - since)
+        for node_id in wanted:
+            self._missing_since.pop(node_id, None)
+
+    def unready_reason(self) -> str | None:
+        """Why /readyz must fail because of the listeners: a group with a port for none of the brokers."""
+        brokers = set(self.cluster_view.brokers)
+        for group in self.groups:
+            if group.unmapped and group.unmapped >= brokers:
+                ids = ", ".join(map(str, sorted(group.unmapped)))
+                return (f"listener {group.name} has a port for none of the brokers ({ids}): add their node "
+                        f"ids to its node_id_ranges (now {group.ports.settings_text()})")
+        return None
+
+    def close(self) -> None:
+        """Stop accepting on every listener; later syncs open nothing."""
+        self._closed = True
+        for group in self.groups:
+            for listener in group.all():
+                listener.server.close()

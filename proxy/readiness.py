@@ -1,0 +1,66 @@
+"""Partition readiness: which partitions the proxy sees below min.insync.replicas, and when that turns.
+
+Audit events: `isr_change` whenever the view of a partition's ISR or leader changes, `partition_readiness`
+when a partition turns unready (ISR below min) or ready again. The `partitions_below_min_isr` gauge is
+counted at each full sweep (after the proxy's own periodic Metadata).
+"""
+
+from __future__ import annotations
+
+from insync_proxy.audit.events import isr_change_event, partition_readiness_event
+from insync_proxy.proxy.cluster_view import ClusterView, PartitionState, Readiness, effective_min_isr
+from insync_proxy.proxy.context import AuditSink
+from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.min_insync import MinInsyncCache
+
+
+class PartitionReadiness:
+    """Follows the cluster view; with an audit sink, says each partition's turns as audit events."""
+
+    def __init__(self, cluster_view: ClusterView, min_insync: MinInsyncCache, metrics: ProxyMetrics,
+                 audit: AuditSink | None) -> None:
+        self.view = cluster_view
+        self.min_insync = min_insync
+        self.metrics = metrics
+        self.audit = audit
+        #: Each partition's readiness when last looked at (only kept when audited).
+        self._ready: dict[tuple[str, int], bool] = {}
+        if audit is not None:
+            cluster_view.on_partition_changed.append(self._isr_changed)
+
+    def _isr_changed(self, topic: str, partition: int, old: PartitionState | None, new: PartitionState) -> None:
+        """An `isr_change` audit event whenever the proxy's view of a partition's ISR or leader changes."""
+        assert self.audit is not None
+        self.audit.emit(isr_change_event(topic, partition, len(new.isr),
+                                         effective_min_isr(self.min_insync.peek(topic), len(new.replicas)),
+                                         new.leader_id))
+        self._note(topic, partition, new)
+
+    def _note(self, topic: str, partition: int, state: PartitionState, readiness: Readiness | None = None) -> None:
+        """A partition_readiness event when the view turns a partition unready (ISR below min) or ready again."""
+        assert self.audit is not None
+        if readiness is None:
+            readiness = self.view.readiness(topic, partition, self.min_insync.peek(topic))
+        if readiness.min_isr is None or readiness.isr_size is None:
+            return  # unknown: neither
+        ready = not readiness.below_min_isr
+        key = (topic, partition)
+        was = self._ready.get(key)
+        self._ready[key] = ready
+        if was is None and ready:
+            return  # first sight of a healthy partition: nothing turned
+        if was != ready:
+            self.audit.emit(partition_readiness_event(topic, partition, ready, readiness.isr_size, readiness.min_isr,
+                                                      state.leader_id))
+
+    def sweep(self) -> None:
+        """One pass over every partition: the below-min gauge, and readiness events (min.insync.replicas may
+        have become known or changed since the ISR last did)."""
+        below = 0
+        view, peek = self.view, self.min_insync.peek
+        for (topic, partition), state in list(view.partitions.items()):
+            readiness = view.readiness(topic, partition, peek(topic))
+            below += readiness.below_min_isr
+            if self.audit is not None:
+                self._note(topic, partition, state, readiness)
+        self.metrics.partitions_below_min_isr.set(below)
