@@ -16,16 +16,10 @@ from typing import Any
 
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.compiled import compiled_modules, describe
-from insync_proxy.proxy.config import (
-    DOCS,
-    ConfigError,
-    Entry,
-    ProxyConfig,
-    default_text,
-    effective_toml,
-    load_config,
-    schema,
-)
+from insync_proxy.proxy.config import DOCS, ConfigError, ProxyConfig
+from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config_reference import effective_toml
+from insync_proxy.proxy.config_schema import Entry, default_text, schema
 
 log = logging.getLogger("insync_proxy")
 

@@ -83,7 +83,7 @@ class AcksPolicy(BehaviourBase):
         try:
             return self._policy_cache[topic]
         except KeyError:
-            policy = self._policy_cache[topic] = next((p for p in self.policies if p.matches(topic)), None)
+            policy = self._policy_cache[topic] = policy_for(self.policies, topic)
             return policy
 
     def _floor(self, partitions: list[PartitionRecords], floor_topics: set[str]) -> int:
@@ -149,6 +149,11 @@ class AcksPolicy(BehaviourBase):
         exchange.answer_locally(build_produce_error_response(index, errors))
         shared.decisions = ProduceDecisions(None, [_INVALID_REQUIRED_ACKS] * len(shared.partitions()), errors, None,
                                             None)
+
+
+def policy_for(policies: Sequence[AcksPolicyConfig], topic: str) -> AcksPolicyConfig | None:
+    """The first policy whose pattern matches the whole topic name: `[[acks_policy]]` order decides."""
+    return next((p for p in policies if p.matches(topic)), None)
 
 
 def _merge(index: ProduceRequestIndex, errors: dict[PartitionKey, int], exchange: Exchange, frame: Frame) -> Frame:

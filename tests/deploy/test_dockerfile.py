@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from insync_proxy.proxy.config import load_config
+from insync_proxy.proxy.config_loader import load_config
 from tests.deploy.tools import REPO, find_tool
 
 DOCKERFILE = REPO / "Dockerfile"

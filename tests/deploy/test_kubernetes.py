@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from insync_proxy.proxy.config import ProxyConfig, load_config
+from insync_proxy.proxy.behaviours.acks import policy_for
+from insync_proxy.proxy.config import ProxyConfig
+from insync_proxy.proxy.config_loader import load_config
 from tests.deploy.tools import DEPLOY
 
 KUBERNETES = DEPLOY / "kubernetes"
@@ -199,5 +201,5 @@ def test_producer_uses_an_acks_value_its_client_accepts_and_gets_acks_minus_two_
     acks = {e["name"]: e.get("value") for e in producer["env"]}.get("KAFKA_ACKS")
     assert acks in ("all", "-1"), f"KAFKA_ACKS={acks!r}: the Java client accepts all, -1, 0 and 1 only"
     config = _configmap_config(tmp_path)
-    policy = config.policy_for("orders")
+    policy = policy_for(config.acks_policies, "orders")
     assert policy is not None and policy.fast_fail and policy.acks_floor == -2, policy

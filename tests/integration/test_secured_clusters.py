@@ -34,7 +34,8 @@ from confluent_kafka.admin import (
 from insync_proxy.protocol import MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient
-from insync_proxy.proxy.config import ProxyConfig, SaslConfig, load_config
+from insync_proxy.proxy.config import ProxyConfig, SaslConfig
+from insync_proxy.proxy.config_loader import load_config
 from insync_proxy.proxy.devcluster.certificates import DevCertificates, make_test_certificates
 from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.proxy.devcluster.distribution import selected_version

@@ -238,3 +238,10 @@ def test_the_process_object_wires_and_starts_and_hosts_no_service() -> None:
             continue
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         assert f"{PACKAGE}.server" not in _imports(path, package), f"{name} imports the process object"
+
+
+def test_no_module_of_the_runtime_is_over_600_lines() -> None:
+    # Settings are three rooms (config.py what each is, config_schema.py their checks, config_loader.py where
+    # values come from, config_reference.py the page); no module of proxy/ is a house of its own
+    sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines()) for path in PROXY.rglob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 600} == {}

@@ -40,7 +40,9 @@ from insync_proxy.proxy.broker_ports import (
     check_listener_ports,
     parse_node_id_ranges,
 )
-from insync_proxy.proxy.config import AuditConfig, ConfigError, ListenerConfig, ProxyConfig, load_config
+from insync_proxy.proxy.config import AuditConfig, ConfigError, ListenerConfig, ProxyConfig
+from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config_schema import validate
 from insync_proxy.proxy.devcluster.cluster import (
     ClusterError,
     ClusterSettings,
@@ -63,7 +65,7 @@ def test_default_keeps_node_id_at_base_plus_node_id_for_ids_0_to_89() -> None:
 
 
 def test_default_configuration_is_valid_and_clear_of_the_admin_port() -> None:
-    config = ProxyConfig(bootstrap_servers=("k:9092",)).validate()
+    config = validate(ProxyConfig(bootstrap_servers=("k:9092",)))
     listener = config.listeners[0]
     ports = BrokerPorts.from_settings(listener.broker_port_base, listener.node_id_ranges)
     assert config.admin_port not in range(ports.base, ports.last_port + 1)
@@ -174,7 +176,7 @@ def test_colliding_or_impossible_broker_ports_are_a_one_line_configuration_error
     config: ProxyConfig, names: tuple[str, ...]
 ) -> None:
     with pytest.raises(ConfigError) as caught:
-        config.validate()
+        validate(config)
     message = str(caught.value)
     assert "\n" not in message
     for name in names:
@@ -182,12 +184,12 @@ def test_colliding_or_impossible_broker_ports_are_a_one_line_configuration_error
 
 
 def test_ports_of_every_listener_side_by_side_are_accepted() -> None:
-    config = _config(
+    config = validate(_config(
         ListenerConfig(node_id_ranges=("1001-1003", "65001")),  # 9100-9103
         ListenerConfig(name="b", bootstrap_port=9093, broker_port_base=9104, node_id_ranges=("1001-1003", "65001")),
         ListenerConfig(name="c", bootstrap_port=0, broker_port_base=9108),  # 9108-9197 holds no fixed port
         admin_port=9300,
-    ).validate()
+    ))
     mappings = check_listener_ports(
         [ListenerPorts(lc.name, lc.bootstrap_port, lc.broker_port_base, lc.node_id_ranges) for lc in config.listeners],
         config.admin_port)

@@ -16,19 +16,19 @@ from pathlib import Path
 import pytest
 
 from insync_proxy.cli import JsonLogFormatter, build_parser, config_from_args, main
-from insync_proxy.proxy import config as config_module
+from insync_proxy.proxy import config_schema
+from insync_proxy.proxy.behaviours.acks import policy_for
 from insync_proxy.proxy.config import (
     OTHER_ENV_VARS,
     ConfigError,
     ListenerConfig,
     ProxyConfig,
     SaslConfig,
-    effective_toml,
-    load_config,
-    reference_markdown,
-    reference_path,
-    schema,
+    setting,
 )
+from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config_reference import effective_toml, reference_markdown, reference_path
+from insync_proxy.proxy.config_schema import schema, validate
 from insync_proxy.proxy.tls import client_ssl_context
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,9 +111,9 @@ def test_an_error_names_the_flag_as_typed() -> None:
 
 def test_a_config_built_in_code_is_checked_by_validate() -> None:
     with pytest.raises(ConfigError, match="metadata_refresh_seconds = 0"):
-        ProxyConfig(bootstrap_servers=("k:1",), metadata_refresh_seconds=0).validate()
+        validate(ProxyConfig(bootstrap_servers=("k:1",), metadata_refresh_seconds=0))
     with pytest.raises(ConfigError, match="bootstrap_port"):
-        ProxyConfig(bootstrap_servers=("k:1",), listeners=(ListenerConfig(bootstrap_port=-1),)).validate()
+        validate(ProxyConfig(bootstrap_servers=("k:1",), listeners=(ListenerConfig(bootstrap_port=-1),)))
 
 
 def test_password_never_appears_in_the_repr(tmp_path: Path) -> None:
@@ -208,8 +208,8 @@ def test_first_matching_acks_policy_wins(tmp_path: Path) -> None:
     path = write(tmp_path, 'bootstrap_servers = ["k:1"]\n[[acks_policy]]\ntopics = "pay-.*"\nacks_floor = -2\n'
                            '[[acks_policy]]\ntopics = ".*"\nfast_fail = true\n')
     config = load_config(path, env={})
-    assert config.policy_for("pay-1").acks_floor == -2  # type: ignore[union-attr]
-    assert config.policy_for("other").fast_fail is True  # type: ignore[union-attr]
+    assert policy_for(config.acks_policies, "pay-1").acks_floor == -2  # type: ignore[union-attr]
+    assert policy_for(config.acks_policies, "other").fast_fail is True  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------------------ the schema and its products
@@ -240,10 +240,10 @@ def test_every_dataclass_field_is_a_setting_with_a_flag_and_a_variable_by_the_ge
 
 
 def test_the_configuration_reference_is_up_to_date() -> None:
-    # docs/configuration.md is generated: python -m insync_proxy.proxy.config --write
+    # docs/configuration.md is generated: python -m insync_proxy.proxy.config_reference --write
     assert reference_path() == ROOT / "docs" / "configuration.md"
     assert reference_path().read_text() == reference_markdown(), \
-        "docs/configuration.md is stale: run `python -m insync_proxy.proxy.config --write`"
+        "docs/configuration.md is stale: run `python -m insync_proxy.proxy.config_reference --write`"
 
 
 def test_the_reference_lists_every_setting_variable_and_flag() -> None:
@@ -282,12 +282,12 @@ def test_a_new_setting_needs_only_its_field() -> None:
     # Given a dataclass with a new field declared by setting(...)
     @dataclasses.dataclass(frozen=True)
     class Example:
-        answer_timeout_seconds: float = config_module.setting(5.0, min=0, min_exclusive=True, meaning="a new one")
+        answer_timeout_seconds: float = setting(5.0, min=0, min_exclusive=True, meaning="a new one")
 
-    (entry,) = config_module._walk(Example, (), "", "", in_array=False, flags=True, env=True)
+    (entry,) = config_schema._walk(Example, (), "", "", in_array=False, flags=True, env=True)
     # Then it has its variable, flag, type, default and bounds without anything else
     assert (entry.env, entry.flag, entry.default) == ("INSYNC_PROXY_ANSWER_TIMEOUT_SECONDS", "--answer-timeout-seconds", 5.0)
-    assert config_module.allowed(entry) == "a number above 0"
+    assert config_schema.allowed(entry) == "a number above 0"
 
 
 # --------------------------------------------------------------------------------------- check-config, logs

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from insync_proxy.proxy.config import ProxyConfig, SaslConfig
+from insync_proxy.proxy.config_schema import validate
 from insync_proxy.proxy.preflight import check_connection
 from tests.unit.test_control_login import PlainBroker
 
@@ -33,7 +34,7 @@ def test_no_reachable_bootstrap_server_is_one_failed_tcp_line() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # free again once closed: nothing listens there
     lines: list[str] = []
-    config = ProxyConfig(bootstrap_servers=(f"127.0.0.1:{port}",), proxy_id="t", connect_timeout_seconds=2).validate()
+    config = validate(ProxyConfig(bootstrap_servers=(f"127.0.0.1:{port}",), proxy_id="t", connect_timeout_seconds=2))
     assert check_connection(config, lines.append) is False
     assert len(lines) == 1 and lines[0].startswith("FAIL tcp: no bootstrap server reachable"), lines
 
@@ -41,9 +42,9 @@ def test_no_reachable_bootstrap_server_is_one_failed_tcp_line() -> None:
 def test_a_refused_login_fails_the_sasl_step_and_no_line_carries_the_password(hostile_broker: tuple[str, int]) -> None:
     # Given a broker that refuses the login and repeats the password in its error message
     host, port = hostile_broker
-    config = ProxyConfig(bootstrap_servers=(f"{host}:{port}",), proxy_id="t", connect_timeout_seconds=5,
+    config = validate(ProxyConfig(bootstrap_servers=(f"{host}:{port}",), proxy_id="t", connect_timeout_seconds=5,
                          control_sasl=SaslConfig(mechanism="PLAIN", username="insync-proxy",
-                                                 password="a-wrong-password")).validate()
+                                                 password="a-wrong-password")))
     lines: list[str] = []
     # When the connection is checked
     passed = check_connection(config, lines.append)

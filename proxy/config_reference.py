@@ -1,0 +1,159 @@
+"""Configuration, the reference: docs/configuration.md and `check-config`'s TOML, made from the schema.
+
+`python -m insync_proxy.proxy.config_reference` prints the reference; `--write` writes docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from insync_proxy.proxy.config import DOCS, OTHER_ENV_VARS, Meta, ProxyConfig
+from insync_proxy.proxy.config_schema import (
+    Entry,
+    allowed,
+    array_item,
+    dataclass_type,
+    default_text,
+    entry,
+    entry_key,
+    hints,
+    optional,
+    schema,
+    setting_meta,
+    toml_name,
+    toml_value,
+    type_name,
+)
+
+
+def effective_toml(config: ProxyConfig) -> str:
+    """The configuration as TOML, one `key = value` line per setting, secrets masked, unset ones commented."""
+    lines: list[str] = []
+
+    def emit(instance: Any, cls: type, prefix: str) -> None:
+        type_hints = hints(cls)
+        later: list[tuple[str, Any, type, bool]] = []
+        for f in fields(cls):
+            value = getattr(instance, f.name)
+            inner, _ = optional(type_hints[f.name])
+            key = f"{prefix}{toml_name(f)}"
+            if dataclass_type(inner) is not None:
+                later.append((key, value, inner, False))
+            elif dataclass_type(array_item(inner)) is not None:
+                later.extend((key, v, array_item(inner), True) for v in value)
+            else:
+                e = entry(entry_key(key))
+                name = key.rsplit(".", 1)[-1]
+                if value is None:
+                    lines.append(f"# {name} is not set")
+                elif e.meta.secret:
+                    lines.append(f'{name} = "***"')
+                else:
+                    lines.append(f"{name} = {toml_value(value)}")
+        for key, value, sub, array in later:
+            lines.append("")
+            lines.append(f"[[{key}]]" if array else f"[{key}]")
+            emit(value, sub, key + ".")
+
+    emit(config, ProxyConfig, "")
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def reference_markdown() -> str:
+    """docs/configuration.md: every setting, from the schema."""
+    out = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated from proxy/config.py (the settings) by `python -m insync_proxy.proxy.config_reference --write`; do not edit. -->",
+        "",
+        "Settings come from, in rising priority: defaults, the TOML file (`insync-proxy run --config FILE`),",
+        "`INSYNC_PROXY_*` environment variables, then flags. Every value is checked at start: a wrong type, a",
+        "value out of range, an unknown key or an unknown `INSYNC_PROXY_*` variable stops the proxy with exit",
+        "code 2 and one line naming the setting. `insync-proxy check-config` (same flags as `run`) checks a",
+        "configuration and prints it, secrets masked, without starting; `--connect` also tries the brokers.",
+        "",
+        "- **Environment variables**: `INSYNC_PROXY_` + the key path in capitals with `_` for `.`: `admin_port`",
+        "  is `INSYNC_PROXY_ADMIN_PORT`, `[audit] directory` is `INSYNC_PROXY_AUDIT_DIRECTORY`. Booleans: `true`",
+        "  or `false` (also `1`/`0`, `yes`/`no`, `on`/`off`); lists: one comma-separated string.",
+        "- **Arrays of tables** (`[[listener]]`, `[[acks_policy]]`) are set in the TOML file only; the flags",
+        "  `--bootstrap-port`, `--broker-port-base` etc. set the first listener.",
+        "- **Flags**: a boolean has `--x` and `--no-x`. Secrets have no flag (a flag shows in `ps`).",
+        "- **Secrets** (marked *secret*) never appear in logs or in `check-config`'s output. A password can",
+        "  come from its value, its environment variable, or a file (`password_file`, `key_password_file`;",
+        "  one trailing newline is dropped), never two of them at once.",
+        "",
+    ]
+    sections: dict[str, list[Entry]] = {}
+    for e in schema():
+        sections.setdefault(e.table, []).append(e)
+    for table, entries in sections.items():
+        array = entries[0].in_array
+        title = "Top level" if not table else f"`[[{table}]]`" if array else f"`[{table}]`"
+        out += [f"## {title}", ""]
+        holder = _holder_meta(table)
+        if holder is not None:
+            out += [holder.meaning[0].upper() + holder.meaning[1:] + "."
+                    + (" TOML only (an array of tables); the flags set the first one." if array and
+                       holder.first_item_flags else " TOML only (an array of tables)." if array else ""), ""]
+        out += ["| Key | Type | Default | Allowed | Environment | Flag | Meaning |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
+        for e in entries:
+            name = e.key[len(table) + 1:] if table else e.key
+            kind = type_name(e.type) + (", secret" if e.meta.secret else "")
+            flag = f"`{e.flag}`" if e.flag else "-"
+            if e.flag and optional(e.type)[0] is bool:
+                flag = f"`{e.flag}`, `--no-{e.flag[2:]}`"
+            default = "(required)" if e.meta.required else default_text(e) \
+                if e.meta.default_text or e.default in (None, ()) else f"`{default_text(e)}`"
+            out.append(f"| `{name}` | {kind} | {_md(default)} | {_md(allowed(e))} | "
+                       f"{'`' + e.env + '`' if e.env else '-'} | {flag} | {_md(e.meta.meaning)} |")
+        out.append("")
+    out += ["## Other `INSYNC_PROXY_*` variables", "",
+            "Not settings of the proxy: the dev cluster, the tests and the build read them, and the proxy",
+            "accepts them in its environment.", "", "| Variable | Meaning |", "| --- | --- |"]
+    out += [f"| `{name}` | {_md(text)} |" for name, text in OTHER_ENV_VARS.items()]
+    return "\n".join(out) + "\n"
+
+
+def _holder_meta(table: str) -> Meta | None:
+    """The metadata of the field that holds a table (`audit`) or an array of tables (`listener`)."""
+    cls: type = ProxyConfig
+    meta = None
+    for part in table.split(".") if table else ():
+        by_name = {toml_name(f): f for f in fields(cls)}
+        f = by_name[part]
+        meta = setting_meta(f)
+        inner, _ = optional(hints(cls)[f.name])
+        cls = dataclass_type(inner) or array_item(inner)
+    return meta
+
+
+def reference_path() -> Path:
+    """docs/configuration.md of the source tree this module is in."""
+    return Path(__file__).resolve().parents[1] / DOCS
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m insync_proxy.proxy.config [--write]`: print docs/configuration.md, or write it."""
+    argv = sys.argv[1:] if argv is None else argv
+    text = reference_markdown()
+    if argv == ["--write"]:
+        reference_path().write_text(text)
+        print(f"wrote {reference_path()}")
+        return 0
+    if argv:
+        print("usage: python -m insync_proxy.proxy.config [--write]", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

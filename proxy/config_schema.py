@@ -1,0 +1,373 @@
+"""Configuration, the schema's second room: the settings as entries (TOML key, variable, flag), what each
+accepts in words, and the checks of values and of the rules across settings. Every source (config_loader.py)
+and the reference (config_reference.py) read the settings through here."""
+
+from __future__ import annotations
+
+import math
+import re
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import MISSING, Field, dataclass, fields, is_dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from insync_proxy.proxy.broker_ports import BrokerPortsError, ListenerPorts, check_listener_ports
+from insync_proxy.proxy.config import ENV_PREFIX, ConfigError, Meta, ProxyConfig, TlsConfig, parse_host_port
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One setting as users spell it."""
+
+    #: Field names from ProxyConfig down, e.g. ("audit", "directory"); arrays of tables give their field.
+    path: tuple[str, ...]
+    #: TOML key path, e.g. `audit.directory`, `listener.bootstrap_port` (each [[listener]]).
+    key: str
+    #: The table it lives in, as TOML spells it: "" (top level), "audit", "listener", ...
+    table: str
+    #: True inside an array of tables ([[listener]], [[acks_policy]]).
+    in_array: bool
+    type: Any
+    meta: Meta
+    default: Any
+    env: str | None
+    flag: str | None
+
+    @property
+    def is_bool(self) -> bool:
+        return optional(self.type)[0] is bool
+
+
+def setting_meta(f: Field[Any]) -> Meta:
+    meta = f.metadata.get("setting")
+    return meta if isinstance(meta, Meta) else Meta()
+
+
+@cache
+def hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def optional(tp: Any) -> tuple[Any, bool]:
+    """(T, True) for `T | None`, (tp, False) otherwise."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def dataclass_type(tp: Any) -> type | None:
+    return tp if isinstance(tp, type) and is_dataclass(tp) else None
+
+
+def array_item(tp: Any) -> Any:
+    """T for `tuple[T, ...]`, else None."""
+    if typing.get_origin(tp) is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return args[0]
+    return None
+
+
+def _default(f: Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
+
+
+def toml_name(f: Field[Any]) -> str:
+    return setting_meta(f).toml or f.name
+
+
+@cache
+def schema() -> tuple[Entry, ...]:
+    """Every scalar setting (numbers, strings, booleans, lists of strings), tables and arrays walked."""
+    return tuple(_walk(ProxyConfig, (), "", "", in_array=False, flags=True, env=True))
+
+
+def _walk(cls: type, path: tuple[str, ...], table: str, flag_prefix: str, *, in_array: bool, flags: bool,
+          env: bool) -> Iterator[Entry]:
+    type_hints = hints(cls)
+    for f in fields(cls):
+        meta = setting_meta(f)
+        tp = type_hints[f.name]
+        name = toml_name(f)
+        key = f"{table}.{name}" if table else name
+        inner, _ = optional(tp)
+        nested = dataclass_type(inner)
+        item = array_item(inner)
+        if nested is not None:
+            yield from _walk(nested, (*path, f.name), key, f"{flag_prefix}{name}-", in_array=in_array,
+                             flags=flags, env=env)
+            continue
+        if item is not None and dataclass_type(item) is not None:
+            yield from _walk(item, (*path, f.name), key, "", in_array=True,
+                             flags=flags and meta.first_item_flags and not in_array, env=False)
+            continue
+        _check_supported(inner, f"{cls.__name__}.{f.name}")
+        env_name = (ENV_PREFIX + key.replace(".", "_").upper()) if env and meta.env and not in_array else None
+        flag = None
+        if flags and not meta.secret and meta.flag != "":
+            flag = meta.flag or "--" + (flag_prefix + f.name).replace("_", "-")
+        yield Entry(path=(*path, f.name), key=key, table=table, in_array=in_array, type=tp, meta=meta,
+                    default=_default(f), env=env_name, flag=flag)
+
+
+def _check_supported(tp: Any, where: str) -> None:
+    if tp in _SCALARS or array_item(tp) in _SCALARS:
+        return
+    raise TypeError(f"{where}: the configuration schema reads bool, int, float, str, tuples of those, "
+                    f"dataclasses and tuples of dataclasses, not {tp}")
+
+
+@cache
+def entries_by(attr: str) -> dict[str, Entry]:
+    return {getattr(e, attr): e for e in schema() if getattr(e, attr)}
+
+
+def entry(key: str) -> Entry:
+    """The setting of this TOML key path (e.g. `audit.directory`, `listener.bootstrap_port`)."""
+    return entries_by("key")[key]
+
+
+def iter_values(config: Any, cls: type = ProxyConfig, prefix: str = "") -> Iterator[tuple[Entry, Any]]:
+    """(entry, value) of every scalar setting of a built configuration; each array item in turn."""
+    type_hints = hints(cls)
+    for f in fields(cls):
+        value = getattr(config, f.name)
+        inner, _ = optional(type_hints[f.name])
+        key = f"{prefix}{toml_name(f)}"
+        if dataclass_type(inner) is not None:
+            if value is not None:
+                yield from iter_values(value, inner, key + ".")
+        elif dataclass_type(array_item(inner)) is not None:
+            for item in value:
+                yield from iter_values(item, array_item(inner), key + ".")
+        else:
+            yield entry(key), value
+
+
+# --------------------------------------------------------------------------------------- values and checks
+
+
+_SCALARS = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def type_name(tp: Any) -> str:
+    inner, _ = optional(tp)
+    item = array_item(inner)
+    if inner in _SCALARS:
+        return _SCALARS[inner]
+    if item in _SCALARS:
+        return f"list of {_SCALARS[item]}s"
+    return "array of tables" if item is not None else "table"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _allowed_item(tp: Any, meta: Meta) -> str:
+    if meta.choices:
+        return "one of " + ", ".join(str(c) for c in meta.choices)
+    if tp is bool:
+        return "true or false"
+    if tp in (int, float):
+        text = "a whole number" if tp is int else "a number"
+        low, high = meta.min, meta.max
+        if low is not None and high is not None:
+            text += f" from {_number(low)} to {_number(high)}"
+        elif low is not None:
+            text += f" above {_number(low)}" if meta.min_exclusive else f" of at least {_number(low)}"
+        elif high is not None:
+            text += f" of at most {_number(high)}"
+        return text
+    if meta.format == "host:port":
+        return "host:port"
+    if meta.format == "regex":
+        return "a regular expression"
+    return "a string"
+
+
+def allowed(e: Entry) -> str:
+    """What the setting accepts, in words."""
+    inner, _ = optional(e.type)
+    item = array_item(inner)
+    if item is None:
+        return _allowed_item(inner, e.meta)
+    text = f"a list, each {_allowed_item(item, e.meta)} (a TOML array, or one comma-separated string)"
+    return ("at least one: " + text) if e.meta.required else text
+
+
+def shown(value: Any, secret: bool, typed: str | None = None) -> str:
+    """A value as error messages show it: masked when secret, as typed when it came as text."""
+    if secret:
+        return "'***'"
+    return repr(typed) if typed is not None else toml_value(value)
+
+
+def fail(e: Entry, spelled: str, shown: str, why: str = "") -> ConfigError:
+    default = "" if e.meta.required or (e.default in (None, ()) and not e.meta.default_text) \
+        else f"; default {default_text(e)}"
+    return ConfigError(f"{spelled} = {shown}: {why or 'expected ' + allowed(e)}{default}")
+
+
+def check_value(value: Any, e: Entry, spelled: str, typed: str | None = None) -> None:
+    """Type, choices, bounds and format of a typed value (of each item of a list); `typed`: the text it came as."""
+    inner, is_optional = optional(e.type)
+    text = shown(value, e.meta.secret, typed)
+    if value is None:
+        if is_optional:
+            return
+        raise fail(e, spelled, text)
+    item = array_item(inner)
+    if item is not None and not isinstance(value, tuple):
+        raise fail(e, spelled, text)
+    for one in value if item is not None else (value,):
+        _check_item(one, item or inner, e, spelled, text)
+
+
+def _check_item(value: Any, tp: Any, e: Entry, spelled: str, shown: str) -> None:
+    meta = e.meta
+    if not _has_type(value, tp):
+        raise fail(e, spelled, shown)
+    if tp is float and not math.isfinite(value):
+        raise fail(e, spelled, shown, f"expected a finite number ({allowed(e)})")
+    if meta.choices and value not in meta.choices:
+        raise fail(e, spelled, shown)
+    if tp in (int, float):
+        low, high = meta.min, meta.max
+        if (low is not None and (value <= low if meta.min_exclusive else value < low)) or (
+                high is not None and value > high):
+            raise fail(e, spelled, shown)
+    if meta.format == "host:port":
+        try:
+            parse_host_port(value, spelled)
+        except ConfigError:
+            raise fail(e, spelled, shown, f"{value!r} is not host:port (e.g. kafka-1:9092)") from None
+    elif meta.format == "regex":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise fail(e, spelled, shown, f"not a valid regular expression ({exc})") from None
+
+
+def _has_type(value: Any, tp: Any) -> bool:
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, str)
+
+
+def _missing(e: Entry) -> str:
+    ways = [f"{e.key} in the TOML file"] + [w for w in (e.env, e.flag) if w]
+    return f"{e.key} is not set ({e.meta.meaning}): set {', '.join(ways)}"
+
+
+def check_count(meta: Meta, count: int, spelled: str, key: str) -> None:
+    """Bounds of the number of tables in an array of tables."""
+    if meta.min is not None and count < meta.min:
+        raise ConfigError(f"{spelled}: expected at least {_number(meta.min)} [[{key}]]")
+    if meta.max is not None and count > meta.max:
+        raise ConfigError(f"{spelled}: expected at most {_number(meta.max)} [[{key}]]")
+
+
+def entry_key(spelled_key: str) -> str:
+    """`listener[2].bootstrap_port` -> `listener.bootstrap_port`."""
+    return re.sub(r"\[\d+\]", "", spelled_key)
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
+def default_text(e: Entry) -> str:
+    if e.meta.default_text:
+        return e.meta.default_text
+    if e.default is None:
+        return "not set"
+    if e.default == ():
+        return "none"
+    return toml_value(e.default)
+
+
+def validate(config: ProxyConfig) -> ProxyConfig:
+    """Return the configuration, or raise ConfigError: every value against the schema, then the rules across
+    settings."""
+    for f in fields(config):
+        if dataclass_type(array_item(hints(ProxyConfig)[f.name])) is not None:
+            check_count(setting_meta(f), len(getattr(config, f.name)), toml_name(f), toml_name(f))
+    for e, value in iter_values(config):
+        if e.meta.required and value in (None, (), ""):
+            raise ConfigError(_missing(e))
+        check_value(value, e, e.key)
+    _cross_checks(config)
+    return config
+
+
+def _cross_checks(config: ProxyConfig) -> None:
+    """Rules across settings; each value alone is already valid."""
+    ports: dict[int, str] = {config.admin_port: "admin_port"} if config.admin_port else {}
+    names: set[str] = set()
+    for i, listener in enumerate(config.listeners):
+        where = f"listener[{i + 1}]"
+        if listener.name in names:
+            raise ConfigError(f"{where}.name = {listener.name!r} is used twice: give each [[listener]] its own name")
+        names.add(listener.name)
+        port = listener.bootstrap_port
+        if port and port in ports:
+            raise ConfigError(f"{where}.bootstrap_port = {port} is already used by {ports[port]}")
+        if port:
+            ports[port] = f"{where}.bootstrap_port"
+    _check_broker_ports(config)
+    for side in ("upstream_tls", "downstream_tls"):
+        tls: TlsConfig = getattr(config, side)
+        if tls.enabled:
+            for attr in ("ca_file", "cert_file", "key_file"):
+                path = getattr(tls, attr)
+                if path and not Path(path).is_file():
+                    raise ConfigError(f"{side}.{attr} = {path!r}: no such file")
+        if bool(tls.cert_file) != bool(tls.key_file):
+            raise ConfigError(f"{side}: a certificate needs both cert_file and key_file (mTLS: the proxy's "
+                              "certificate and its key)")
+        if tls.key_password and not tls.key_file:
+            raise ConfigError(f"{side}.key_password is set but no key_file")
+    if config.downstream_tls.enabled and not config.downstream_tls.cert_file:
+        raise ConfigError("downstream_tls.enabled = true needs cert_file and key_file (the proxy's certificate)")
+    sasl = config.control_sasl
+    if sasl.mechanism and not sasl.username:
+        raise ConfigError(f"control_sasl.mechanism = {sasl.mechanism!r} needs a user: set control_sasl.username "
+                          f"(or {ENV_PREFIX}CONTROL_SASL_USERNAME)")
+    if sasl.mechanism and not sasl.password:
+        raise ConfigError(
+            f"control_sasl.mechanism = {sasl.mechanism!r} needs a password: set control_sasl.password_file, "
+            f"{ENV_PREFIX}CONTROL_SASL_PASSWORD or control_sasl.password")
+    if config.audit.max_total_bytes < config.audit.max_file_bytes:
+        raise ConfigError(f"audit.max_total_bytes = {config.audit.max_total_bytes} is below audit.max_file_bytes = "
+                          f"{config.audit.max_file_bytes}: the total must hold at least one file")
+
+
+def _check_broker_ports(config: ProxyConfig) -> None:
+    """Each listener's node_id_ranges fit the port range and collide with no other port of the proxy."""
+    try:
+        check_listener_ports([ListenerPorts(lc.name, lc.bootstrap_port, lc.broker_port_base, lc.node_id_ranges)
+                              for lc in config.listeners], config.admin_port)
+    except BrokerPortsError as exc:
+        raise ConfigError(str(exc)) from None
