@@ -17,6 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from insync_proxy.devcluster.cluster import (
+    ClusterError,
+    ClusterSettings,
+    LocalKafkaCluster,
+    broker_node_ids,
+    controller_node_id,
+)
 from insync_proxy.protocol import (
     ApiKey,
     ApiVersionsResponse,
@@ -41,13 +48,6 @@ from insync_proxy.proxy.broker_ports import (
     parse_node_id_ranges,
 )
 from insync_proxy.proxy.config import AuditConfig, ConfigError, ListenerConfig, ProxyConfig, load_config
-from insync_proxy.proxy.devcluster.cluster import (
-    ClusterError,
-    ClusterSettings,
-    LocalKafkaCluster,
-    broker_node_ids,
-    controller_node_id,
-)
 from insync_proxy.proxy.exchange import ListenerAddresses
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base
