@@ -2,7 +2,7 @@
 
     python benchmarks/peers_bench.py [--quick] [--sections produce,fetch,perf,memory] [--targets ...]
 
-Starts its own 3-broker KRaft Kafka (proxy.devcluster) and, in front of it, every target that can run:
+Starts its own 3-broker KRaft Kafka (devcluster/) and, in front of it, every target that can run:
 
   direct         clients talk to the brokers themselves (no proxy process)
   insync-proxy   the real proxy as its own process (tests/proxy_harness.ProxyProcess), audit on as shipped,
@@ -63,6 +63,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import proxy_bench as pb  # noqa: E402
 
+from insync_proxy.devcluster.cluster import (  # noqa: E402
+    ClusterSettings,
+    LocalKafkaCluster,
+    _die_with_parent,
+    free_ports,
+)
+from insync_proxy.devcluster.distribution import cache_dir, java_executable  # noqa: E402
 from insync_proxy.protocol import (  # noqa: E402
     ApiKey,
     MetadataRequest,
@@ -70,13 +77,6 @@ from insync_proxy.protocol import (  # noqa: E402
     split_response,
 )
 from insync_proxy.proxy.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
-from insync_proxy.proxy.devcluster.cluster import (  # noqa: E402
-    ClusterSettings,
-    LocalKafkaCluster,
-    _die_with_parent,
-    free_ports,
-)
-from insync_proxy.proxy.devcluster.distribution import cache_dir, java_executable  # noqa: E402
 from tests.proxy_harness import ProxyProcess, free_port_base  # noqa: E402
 from tests.raw_client import batch  # noqa: E402
 

@@ -207,7 +207,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _state_file() -> Path:
-    from insync_proxy.proxy.devcluster.distribution import cache_dir
+    from insync_proxy.devcluster.distribution import cache_dir
 
     return cache_dir() / "dev-cluster" / "state.json"
 
@@ -217,18 +217,18 @@ DEV_CONTROLLER_PORT = 19090
 
 
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
-    from insync_proxy.proxy.devcluster.cluster import (
+    from insync_proxy.devcluster.cluster import (
         ClusterError,
         ClusterSettings,
         LocalKafkaCluster,
         kill_pids,
         write_state,
     )
-    from insync_proxy.proxy.devcluster.distribution import DistributionError, cache_dir
+    from insync_proxy.devcluster.distribution import DistributionError, cache_dir
 
     state_file = _state_file()
     if args.action == "fetch":
-        from insync_proxy.proxy.devcluster.distribution import SUPPORTED_KAFKA_VERSIONS, kafka_libs
+        from insync_proxy.devcluster.distribution import SUPPORTED_KAFKA_VERSIONS, kafka_libs
 
         versions = [args.kafka_version] if args.kafka_version else list(SUPPORTED_KAFKA_VERSIONS)
         try:
@@ -299,8 +299,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from insync_proxy.proxy.devcluster.cluster import ClusterError, ClusterSettings, LocalKafkaCluster
-    from insync_proxy.proxy.devcluster.distribution import DistributionError
+    from insync_proxy.devcluster.cluster import ClusterError, ClusterSettings, LocalKafkaCluster
+    from insync_proxy.devcluster.distribution import DistributionError
 
     # Checked before Kafka starts: a wrong setting costs no cluster start (the brokers come later).
     checked = _configuration(args, extra={"bootstrap_servers": "127.0.0.1:9092"})
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "dev-cluster":
         return cmd_dev_cluster(args)
     if args.command == "chaos":
-        from insync_proxy.proxy.devcluster.chaos import main as chaos_main  # not loaded by the proxy itself
+        from insync_proxy.devcluster.chaos import main as chaos_main  # not loaded by the proxy itself
 
         return chaos_main(args.bounces, args.kafka_version, args.throughput)
     parser.print_help()

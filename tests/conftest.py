@@ -23,25 +23,25 @@ from typing import Any
 
 import pytest
 
-from insync_proxy.proxy.compiled import compiled_modules, describe
-from insync_proxy.proxy.devcluster.cluster import (
+from insync_proxy.devcluster.cluster import (
     ClusterSettings,
     LocalKafkaCluster,
     find_devcluster_jvms,
     kill_pids,
 )
-from insync_proxy.proxy.devcluster.containers import (
+from insync_proxy.devcluster.containers import (
     BACKEND_ENV,
     ContainerKafkaCluster,
     container_unsupported_reason,
     docker_unavailable_reason,
 )
-from insync_proxy.proxy.devcluster.distribution import (
+from insync_proxy.devcluster.distribution import (
     KAFKA_3X_VERSION,
     KAFKA_28_VERSION,
     KAFKA_39_VERSION,
     selected_version,
 )
+from insync_proxy.proxy.compiled import compiled_modules, describe
 from tests import jvm_census
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
@@ -172,6 +172,10 @@ KAFKA_FIXTURES = frozenset({
 })
 #: Fixtures that start a Spark session (a JVM too).
 SPARK_FIXTURES = frozenset({"spark"})
+#: The container image (tests/deploy/test_image.py), built once per process that asks for it.
+IMAGE_FIXTURES = frozenset({"built_image"})
+#: The group of the image's tests: one worker builds the image, once (two builds at once collide).
+IMAGE_UNIT = "image"
 
 
 #: The checks every supported Kafka version must pass through the proxy: produce/consume with the real
@@ -253,26 +257,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _unit_rank(unit: str) -> int:
-    """Order of the groups: the selected version's shared cluster (the longest), Spark, the other clusters
-    (newest version first), then the groups without JVMs, which fill the workers' last minutes."""
+    """Order of the groups: the selected version's shared cluster (the longest), Spark, the image (its
+    build takes minutes on a fresh machine), the other clusters (newest version first), then the groups
+    without JVMs, which fill the workers' last minutes."""
     if unit == f"kafka:{selected_version()}":
         return 0
     if unit == "spark":
         return 1
+    if unit == IMAGE_UNIT:
+        return 2
     versions = [f"kafka:{v}" for v in EVERY_KAFKA_VERSION if v]
     if unit in versions:
-        return 2 + versions.index(unit)
+        return 3 + versions.index(unit)
     if unit.startswith("kafka:"):
-        return 2 + len(versions)
-    return 3 + len(versions) if unit.startswith("own:") else 4 + len(versions)
+        return 3 + len(versions)
+    return 4 + len(versions) if unit.startswith("own:") else 5 + len(versions)
 
 
 def work_unit(item: pytest.Item) -> str:
     """The group a test runs in when the suite is spread over workers (`./scripts/test` runs `pytest -n 2`).
 
     A group runs whole on one worker, in the order above: every test on one cluster shares a group, so each
-    cluster still starts once per run and the tests that bounce its brokers still run last on it. Tests that
-    need Spark but no Kafka share one Spark session; every other test's group is its module.
+    cluster still starts once per run and the tests that bounce its brokers still run last on it. The tests
+    of the container image share one group, those on the shared cluster too: the image is built by one
+    worker, once (two builds at once ran two apt-gets, and the loser skipped with a wrong reason). Tests
+    that need Spark but no Kafka share one Spark session; every other test's group is its module.
     """
     module = item.nodeid.split("::", 1)[0]
     own = item.get_closest_marker("own_cluster")
@@ -281,6 +290,8 @@ def work_unit(item: pytest.Item) -> str:
     fixtures = set(getattr(item, "fixturenames", ()))
     if "exclusive_cluster_slot" in fixtures:
         return f"own:{module}"
+    if fixtures & IMAGE_FIXTURES:
+        return IMAGE_UNIT
     version = _requested_version(item)
     if version is not None or fixtures & {"kafka_cluster", "proxy", "cluster_pool"}:
         return f"kafka:{version or selected_version()}"

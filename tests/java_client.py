@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from insync_proxy.proxy.devcluster.distribution import java_executable, kafka_libs
+from insync_proxy.devcluster.distribution import java_executable, kafka_libs
 
 SOURCE = Path(__file__).with_name("java") / "ClientCheck.java"
 _LOG4J2 = "status = warn\nrootLogger.level = WARN\nrootLogger.appenderRef.stderr.ref = STDERR\n" \

@@ -21,8 +21,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from insync_proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 from insync_proxy.proxy.broker_ports import DEFAULT_NODE_ID_RANGES, BrokerPorts
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 
 GROUPS = ("default", "kip637", "producers")
 #: The audit topic the shared test proxy also writes to (created by the fixture before the proxy starts).

@@ -10,7 +10,8 @@ image's ENV, in its WORKDIR: what `docker run` would run. The network is the hos
 the proxy reaches the test cluster on loopback and the test reaches the proxy there.
 
 The image is built once per test session (podman's layer cache makes a rebuild after a source change
-quick); the build's duration and the image's size are printed. Skipped, with the reason printed, where
+quick), by one worker: the four tests are one group (tests/conftest.py work_unit), as two builds at once
+collide. The build's duration and the image's size are printed. Skipped, with the reason printed, where
 podman cannot be installed or chroot is not allowed (not root, no apt-get, not Linux).
 """
 
@@ -35,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
+from insync_proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 from tests.deploy.tools import REPO
 from tests.helpers import consume_values, wait_until
 from tests.proxy_harness import free_port_base

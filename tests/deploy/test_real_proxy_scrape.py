@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from tests.deploy.conftest import PrometheusFactory
 from tests.deploy.tools import (
     STARTING_ERRORS,

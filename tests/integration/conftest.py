@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
+from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 
 if TYPE_CHECKING:
     from tests.conftest import OwnClusterPool

@@ -10,8 +10,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import ApiKey, ProduceResponse
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch, produce_request

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from insync_proxy.cli import main
-from insync_proxy.proxy.devcluster import chaos
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.devcluster import chaos
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
 
 
 @pytest.mark.bounces_brokers

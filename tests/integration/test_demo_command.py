@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from insync_proxy.proxy.devcluster.cluster import free_port
+from insync_proxy.devcluster.cluster import free_port
 from tests.proxy_harness import free_port_base
 
 #: Generous: three brokers start from cold on two shared cores (a minute or two under load).

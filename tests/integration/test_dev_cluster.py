@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import consume_values
 
 #: Delivery errors after which a record may or may not be in the log: the broker's REQUEST_TIMED_OUT, and

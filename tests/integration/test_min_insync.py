@@ -8,6 +8,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import (
     ApiKey,
     MetadataRequest,
@@ -17,7 +18,6 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.proxy.partitioner import MinInsyncMetadata
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
-from insync_proxy.proxy.devcluster.distribution import KAFKA_28_VERSION
+from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
+from insync_proxy.devcluster.distribution import KAFKA_28_VERSION
 from tests.helpers import consume_values
 from tests.proxy_harness import ProxyProcess
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.devcluster.distribution import selected_version
 from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.protocol.primitives import Writer
@@ -23,8 +25,6 @@ from insync_proxy.protocol.quorum import (
 from insync_proxy.protocol.schema import decode_struct
 from insync_proxy.protocol.share import ShareFetchResponse
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient, parse_address
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
-from insync_proxy.proxy.devcluster.distribution import selected_version
 from tests.java_client import JavaClient
 from tests.proxy_harness import ProxyProcess
 

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from insync_proxy.proxy.devcluster.cluster import ClusterSettings
-from insync_proxy.proxy.devcluster.containers import ContainerKafkaCluster, docker_unavailable_reason
+from insync_proxy.devcluster.cluster import ClusterSettings
+from insync_proxy.devcluster.containers import ContainerKafkaCluster, docker_unavailable_reason
 from tests.integration.test_dev_cluster import exercise_acks_all_with_shrinking_isr
 
 pytestmark = pytest.mark.needs_kafka

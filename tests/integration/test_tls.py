@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import consume_values
 from tests.proxy_harness import TEST_POLICIES, ProxyProcess
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import WaitTimeout, wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch

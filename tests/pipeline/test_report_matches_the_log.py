@@ -11,8 +11,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
-from insync_proxy.proxy.devcluster.distribution import java_executable
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.devcluster.distribution import java_executable
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 from tests.raw_client import RawKafkaClient, batch

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import (
     ApiKey,
     ApiVersionsResponse,
@@ -30,7 +31,6 @@ from insync_proxy.protocol import (
     split_response,
 )
 from insync_proxy.protocol.messages import REQUEST_TYPES
-from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 

@@ -1,5 +1,6 @@
 """The package's structure, read from its source with ast: one-way doors between the rooms, no import
-cycles, narrow behaviours, sans-IO cores, real folders."""
+cycles, narrow behaviours, sans-IO cores, real folders, the dev tooling in a room of its own, and the
+package made of exactly its mapped folders."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import insync_proxy
 ROOT = Path(__file__).resolve().parents[2]
 PROXY = ROOT / "proxy"
 PACKAGE = "insync_proxy.proxy"
+#: The dev tooling: the local Kafka, chaos, certificates, probes (devcluster/).
+DEV_TOOLING = "insync_proxy.devcluster"
 #: The folders mapped into insync_proxy (pyproject.toml: package-dir), by subpackage name.
 FOLDERS = {name: ROOT / name for name in insync_proxy.SOURCE_FOLDERS}
 
@@ -36,9 +39,8 @@ def _package_modules() -> dict[str, Path]:
 
 
 def _runtime_modules() -> dict[str, Path]:
-    """proxy/'s modules, without the dev cluster and the producer-side tools (not the proxy's runtime)."""
-    return {name: p for name, p in _package_modules().items()
-            if name.startswith(PACKAGE) and "devcluster" not in p.parts}
+    """proxy/'s modules (the dev cluster is a room of its own, devcluster/)."""
+    return {name: p for name, p in _package_modules().items() if name.startswith(PACKAGE)}
 
 
 def _imports(path: Path, package: str) -> set[str]:
@@ -138,6 +140,78 @@ def test_nothing_in_proxy_imports_the_pipeline() -> None:
     offenders = {name: sorted(t for t in targets if t.startswith("insync_proxy.pipeline"))
                  for name, targets in _project_imports("proxy").items()}
     assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_runtime_rooms_import_no_dev_tooling() -> None:
+    # The dev tooling (the local Kafka, chaos, certificates, probes) is a room of its own, devcluster/:
+    # the codec, the audit contract, the proxy and the pipeline import none of it, function-level
+    # imports included. It may use them (its probe speaks through the codec and the blocking client).
+    assert "devcluster" in FOLDERS
+    runtime = [folder for folder in FOLDERS if folder != "devcluster"]
+    offenders = {name: sorted(t for t in targets if t.startswith(DEV_TOOLING))
+                 for folder in runtime for name, targets in _project_imports(folder).items()}
+    assert len(offenders) > 60  # the walk really saw the runtime rooms
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_command_line_reaches_the_dev_tooling_only_inside_its_commands() -> None:
+    # `insync-proxy run` loads no dev tooling: cli.py imports it inside the functions of `demo`,
+    # `dev-cluster` and `chaos`, never at module level (tests/unit/test_packaging.py checks the same
+    # in a fresh interpreter).
+    cli = ROOT / "insync_proxy" / "cli.py"
+    tree = ast.parse(cli.read_text(), str(cli))
+    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+    inside = {id(node) for function in functions for node in ast.walk(function)}
+    lazy, eager = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(DEV_TOOLING):
+            (lazy if id(node) in inside else eager).append(node.lineno)
+        elif isinstance(node, ast.Import) and any(a.name.startswith(DEV_TOOLING) for a in node.names):
+            (lazy if id(node) in inside else eager).append(node.lineno)
+    assert lazy, "cli.py no longer reaches the dev tooling: the check would see nothing"
+    assert eager == [], f"cli.py imports the dev tooling at module level, lines {eager}"
+
+
+def test_the_package_is_its_mapped_folders_only() -> None:
+    # Given a fresh interpreter in the checkout (the checkout on sys.path, as the suite and benchmarks
+    # run it); Then each subpackage comes from its own top-level folder, and nothing else of the
+    # checkout is part of the package: not tests/, benchmarks/ nor setup.py.
+    code = ("import importlib, json, insync_proxy\n"
+            "found = {}\n"
+            "for name in ('tests', 'benchmarks', 'setup', 'scripts', *insync_proxy.SOURCE_FOLDERS):\n"
+            "    try:\n"
+            "        found[name] = importlib.import_module('insync_proxy.' + name).__file__\n"
+            "    except ModuleNotFoundError as exc:\n"
+            "        found[name] = 'not found: ' + str(exc.name)\n"
+            "print(json.dumps({'path': list(insync_proxy.__path__), 'found': found}))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seen = __import__("json").loads(out.stdout)
+    assert seen["path"] == [str(ROOT / "insync_proxy")]
+    for name in ("tests", "benchmarks", "setup", "scripts"):
+        assert seen["found"][name] == f"not found: insync_proxy.{name}", (name, seen["found"][name])
+    for name in insync_proxy.SOURCE_FOLDERS:
+        assert seen["found"][name] == str(ROOT / name / "__init__.py"), (name, seen["found"][name])
+
+
+def test_every_import_of_the_package_lands_on_a_module_of_its_folders() -> None:
+    # Every `insync_proxy.<...>` that the package's source imports is a module of insync_proxy/ or of a
+    # mapped folder (`from m import n`: m is; n may be a name in it): the import graph above follows
+    # every import, and nothing reaches a part of the checkout outside the package.
+    modules = _package_modules()
+    unresolved: list[str] = []
+    for path in modules.values():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                targets = [node.module or ""]
+            else:
+                continue
+            unresolved += [f"{path.relative_to(ROOT)}:{node.lineno} {t}" for t in targets
+                           if t.startswith("insync_proxy") and t not in modules]
+    assert unresolved == []
 
 
 def test_the_pipeline_imports_no_proxy_module() -> None:

@@ -10,6 +10,7 @@ from types import ModuleType
 
 import pytest
 
+from insync_proxy.devcluster.probe import ClusterInfo, PartitionInfo, TopicInfo
 from insync_proxy.protocol import CreateTopicsRequest, CreateTopicsResponse, ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import (
     CreatableTopicResult,
@@ -17,7 +18,6 @@ from insync_proxy.protocol.messages import (
     TopicProduceResponse,
 )
 from insync_proxy.protocol.schema import Message
-from insync_proxy.proxy.devcluster.probe import ClusterInfo, PartitionInfo, TopicInfo
 from tests.scripted_broker import Received, ScriptedBroker
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "proxy_bench.py"

@@ -17,6 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from insync_proxy.devcluster.cluster import (
+    ClusterError,
+    ClusterSettings,
+    LocalKafkaCluster,
+    broker_node_ids,
+    controller_node_id,
+)
 from insync_proxy.protocol import (
     ApiKey,
     ApiVersionsResponse,
@@ -43,13 +50,6 @@ from insync_proxy.proxy.broker_ports import (
 from insync_proxy.proxy.config import AuditConfig, ConfigError, ListenerConfig, ProxyConfig
 from insync_proxy.proxy.config_loader import load_config
 from insync_proxy.proxy.config_schema import validate
-from insync_proxy.proxy.devcluster.cluster import (
-    ClusterError,
-    ClusterSettings,
-    LocalKafkaCluster,
-    broker_node_ids,
-    controller_node_id,
-)
 from insync_proxy.proxy.exchange import ListenerAddresses
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base

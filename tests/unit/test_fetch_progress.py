@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from insync_proxy.proxy.devcluster.distribution import FetchProgress
+from insync_proxy.devcluster.distribution import FetchProgress
 
 MAVEN_LINES = [
     "[INFO] Scanning for projects...\n",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_FOLDERS = ("proxy", "protocol", "pipeline")
+SOURCE_FOLDERS = ("proxy", "protocol", "pipeline", "devcluster")
 
 
 def _python_files() -> list[Path]:
@@ -53,7 +53,7 @@ def test_wheel_installs_only_the_insync_proxy_top_level_name(wheel: Path) -> Non
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top_level == {"insync_proxy"}
     for module in ("insync_proxy/proxy/server.py", "insync_proxy/protocol/produce.py",
-                   "insync_proxy/pipeline/report.py", "insync_proxy/proxy/devcluster/pom.xml",
+                   "insync_proxy/pipeline/report.py", "insync_proxy/devcluster/pom.xml",
                    "insync_proxy/audit/events.py", "insync_proxy/audit/schema-v1.json",
                    "insync_proxy/audit/schema-v2.json", "insync_proxy/protocol/py.typed"):
         assert module in names

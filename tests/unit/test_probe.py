@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from insync_proxy.devcluster.probe import ProbeConnection, ProbeError, metadata_from_any
 from insync_proxy.protocol import (
     ApiKey,
     CreateTopicsRequest,
@@ -25,7 +26,6 @@ from insync_proxy.protocol.messages import (
 )
 from insync_proxy.protocol.records import encode_record_batch
 from insync_proxy.protocol.schema import Message
-from insync_proxy.proxy.devcluster.probe import ProbeConnection, ProbeError, metadata_from_any
 from tests.scripted_broker import Received, ScriptedBroker
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from insync_proxy.devcluster.cluster import free_port
 from insync_proxy.proxy.config import AuditConfig, ListenerConfig, ProxyConfig
-from insync_proxy.proxy.devcluster.cluster import free_port
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base
 from tests.unit.test_connection_pipeline import FakeBroker

@@ -24,20 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from insync_proxy.protocol.records import encode_record_batch
-from insync_proxy.proxy.devcluster.distribution import (
+from insync_proxy.devcluster.distribution import (
     java_executable,
     kafka_libs,
     kafka_major,
     selected_version,
     uses_zookeeper,
 )
-from insync_proxy.proxy.devcluster.probe import (
+from insync_proxy.devcluster.probe import (
     ClusterInfo,
     ProbeConnection,
     ProbeError,
     metadata_from_any,
 )
+from insync_proxy.protocol.records import encode_record_batch
 
 #: Every JVM of a dev cluster carries this system property, so leftovers can always be found.
 JVM_MARKER = "-Dinsync.proxy.devcluster="

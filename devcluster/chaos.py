@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from insync_proxy.proxy.devcluster.cluster import (
+from insync_proxy.devcluster.cluster import (
     ClusterError,
     ClusterSettings,
     LocalKafkaCluster,
     _die_with_parent,
     free_ports,
 )
-from insync_proxy.proxy.devcluster.distribution import java_executable, kafka_libs
+from insync_proxy.devcluster.distribution import java_executable, kafka_libs
 
 TOPIC = "chaos"
 PARTITIONS = 3

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from insync_proxy.proxy.devcluster.cluster import (
+from insync_proxy.devcluster.cluster import (
     ClusterError,
     ClusterSettings,
     LocalKafkaCluster,

@@ -1,0 +1,46 @@
+"""The suite's groups (tests/conftest.py work_unit): what runs whole on one pytest-xdist worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: A plugin for the collecting pytest: each test's xdist_group, as the conftest marked it.
+_GROUPS_PLUGIN = '''
+import json, os
+
+def pytest_collection_finish(session):
+    groups = {item.nodeid: item.get_closest_marker("xdist_group").args[0] for item in session.items}
+    with open(os.environ["WORK_UNITS_OUT"], "w") as out:
+        json.dump(groups, out)
+'''
+
+
+def _groups(tmp_path: Path, *paths: str) -> dict[str, str]:
+    """Collects the given test files (nothing runs, no JVM starts) and returns each test's group."""
+    (tmp_path / "work_units_plugin.py").write_text(_GROUPS_PLUGIN)
+    out = tmp_path / "groups.json"
+    env = {**os.environ, "WORK_UNITS_OUT": str(out),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "work_units_plugin", "--collect-only", "-q",
+                             "-n", "0", *paths], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    groups: dict[str, str] = json.loads(out.read_text())
+    return groups
+
+
+def test_the_image_tests_run_in_one_group_apart_from_the_shared_cluster(tmp_path: Path) -> None:
+    # Given the image's tests, two of which also use the shared cluster, and a test on that cluster
+    groups = _groups(tmp_path, "tests/deploy/test_image.py", "tests/integration/test_acks.py")
+    image = {nodeid: group for nodeid, group in groups.items() if nodeid.startswith("tests/deploy/test_image.py")}
+    shared = {group for nodeid, group in groups.items() if nodeid.startswith("tests/integration/test_acks.py")}
+    # Then all four image tests share one group (one worker builds the image, once: two builds at once
+    # ran two apt-gets), and it is not the shared cluster's group
+    assert len(image) == 4, image
+    assert set(image.values()) == {"image"}, image
+    assert shared and all(group.startswith("kafka:") for group in shared), shared
