@@ -156,6 +156,7 @@ async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
     """
     import asyncio
 
+    from insync_proxy.proxy.logs import flush_all
     from insync_proxy.proxy.server import InsyncProxy
 
     proxy = InsyncProxy(config)
@@ -168,7 +169,10 @@ async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
         print(ready_message.format(bootstrap=f"{config.advertised_host}:{proxy.bootstrap_port}",
                                    admin=proxy.admin.url), flush=True)
     await stop.wait()
-    await proxy.stop()
+    try:
+        await proxy.stop()
+    finally:
+        flush_all()  # repeated lines held back since their last summary: counted before the process exits
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -81,10 +81,15 @@ PART: Final = 2  #: raw bytes of a frame being passed through (the first part st
 
 
 def _frame_too_large(size: int, limit: int) -> FrameTooLarge:
+    if size < 0:
+        return FrameTooLarge(
+            f"frame size {size} is negative: the peer is not speaking the Kafka protocol (TLS or HTTP on a "
+            f"plaintext port?)"
+        )
     return FrameTooLarge(
-        f"frame size {size} is {'negative' if size < 0 else 'above'} the limit of {limit} bytes; raise "
-        f"max_frame_bytes (the proxy's setting, like the broker's socket.request.max.bytes) if it "
-        f"is legitimate, otherwise the peer is not speaking the Kafka protocol (TLS or HTTP on a plaintext port?)"
+        f"frame size {size} is above the limit of {limit} bytes; raise max_frame_bytes (the proxy's setting, "
+        f"like the broker's socket.request.max.bytes) if it is legitimate, otherwise the peer is not speaking "
+        f"the Kafka protocol (TLS or HTTP on a plaintext port?)"
     )
 
 

@@ -1,7 +1,9 @@
-"""Background work of the proxy (cache fetches, refreshes): every failure is logged once and counted.
+"""Background work of the proxy (cache fetches, refreshes): every failure is counted and logged, rate-limited.
 
-A failed background task is one WARNING line with what it was doing and why it failed, plus one
-`insync_proxy_background_task_failures_total{task}` increment; never an unretrieved-exception traceback.
+A failed background task is one `insync_proxy_background_task_failures_total{task}` increment and one
+WARNING line with what it was doing and why it failed, never an unretrieved-exception traceback. Clients
+can make a task fail again and again (a Metadata request per cache miss while the brokers are away), so
+a task's repeats within the summary interval are one summary line (proxy/logs.py).
 """
 
 from __future__ import annotations
@@ -9,14 +11,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from insync_proxy.proxy.logs import RateLimitedLog
+
 if TYPE_CHECKING:
     from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.background")
+_repeated = RateLimitedLog(log)
 
 
 def report_failure(metrics: ProxyMetrics, task: str, context: str, exc: BaseException) -> None:
-    """Log one WARNING (`task` failed: `context`: why) and count it.
+    """Count it and log one WARNING (`task` failed: `context`: why), rate-limited per task.
 
     An error whose cause was already logged where it happened (`already_logged`, e.g. the brokers refusing
     the proxy's credentials) is counted and logged at DEBUG only: one cause, one WARNING.
@@ -25,5 +30,5 @@ def report_failure(metrics: ProxyMetrics, task: str, context: str, exc: BaseExce
     if getattr(exc, "already_logged", False):
         log.debug("%s failed (%s): %s", task, context, exc)
         return
-    log.warning("%s failed (%s): %s", task, context, exc or type(exc).__name__)
+    _repeated.warning(task, "%s failed (%s): %s", task, context, exc or type(exc).__name__)
 

@@ -18,9 +18,18 @@ from typing import Any, Final
 
 from insync_proxy.proxy.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry, Exchange, Frame, ListenerSettings
+from insync_proxy.proxy.logs import (
+    BAD_FRAME,
+    BROKER_CLOSED,
+    OVERSIZED_FRAME,
+    RateLimitedLog,
+    report_bad_input,
+)
 from insync_proxy.proxy.metrics import ProxyMetrics
 
 log: Final = logging.getLogger("insync_proxy.connection")
+#: Every connection can say these lines again (the cluster in trouble, a bug hit by a client): rate-limited.
+_repeated: Final = RateLimitedLog(log)
 
 _WRITE_HIGH_WATER: Final = 4 * 1024 * 1024
 _WRITE_LOW_WATER: Final = 1 * 1024 * 1024
@@ -125,18 +134,20 @@ class ClientConnection(asyncio.Protocol):
     def _log_close(self, reason: CloseReason) -> None:
         metrics = self._metrics
         if reason.kind == "client_bad_frame":
-            log.warning("closing client %s on listener %s: bad request frame (%s): %s",
-                        self.peer, self.listener.label, reason.frame_error, reason.detail)
-            metrics.frame_errors_total.labels(reason.frame_error or "unknown").inc()
-            metrics.client_connection_errors_total.labels(self.listener.name, "bad_frame").inc()
+            kind = reason.frame_error or "unknown"
+            report_bad_input(metrics, OVERSIZED_FRAME if kind == "too_large" else BAD_FRAME, self.listener.name,
+                             "closing client %s on listener %s: bad request frame (%s): %s",
+                             self.peer, self.listener.label, kind, reason.detail)
+            metrics.frame_errors_total.labels(kind).inc()
         elif reason.kind == "upstream_bad_frame":
             label = self.upstream.label if self.upstream is not None else "?"
-            log.error("closing connection to broker %s (client %s): bad response: %s", label, self.peer, reason.detail)
+            _repeated.error("upstream_bad_frame", "closing connection to broker %s (client %s): bad response: %s",
+                            label, self.peer, reason.detail)
             metrics.frame_errors_total.labels("upstream_" + (reason.frame_error or "unknown")).inc()
             metrics.upstream_connection_errors_total.labels(label, "bad_frame").inc()
         elif reason.kind == "internal":
-            log.error("closing client %s on listener %s: internal error: %s", self.peer, self.listener.label,
-                      reason.detail, exc_info=reason.error)
+            _repeated.error("internal", "closing client %s on listener %s: internal error: %s", self.peer,
+                            self.listener.label, reason.detail, exc_info=reason.error)
             metrics.client_connection_errors_total.labels(self.listener.name, "internal").inc()
 
     # ------------------------------------------------------------------ client side
@@ -183,8 +194,8 @@ class ClientConnection(asyncio.Protocol):
             if self.transport is not None and not self.closed and not self.core.draining:
                 self.transport.resume_reading()
             return
-        log.warning(
-            "closing client %s on listener %s: no broker reachable (%s): %s",
+        _repeated.warning(
+            "upstream_unreachable", "closing client %s on listener %s: no broker reachable (%s): %s",
             self.peer, self.listener.label, ", ".join(f"{h}:{p}" for h, p in candidates), last_error,
         )
         self._metrics.client_connection_errors_total.labels(self.listener.name, "upstream_unreachable").inc()
@@ -233,8 +244,10 @@ class ClientConnection(asyncio.Protocol):
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self.closed:
             if self.core.pending:
-                log.info("broker %s closed the connection of client %s with %d request(s) in flight",
-                         self.upstream.label if self.upstream else "?", self.peer, len(self.core.pending))
+                report_bad_input(self._metrics, BROKER_CLOSED, self.listener.name,
+                                 "broker %s closed the connection of client %s on listener %s with %d request(s) "
+                                 "in flight", self.upstream.label if self.upstream else "?", self.peer,
+                                 self.listener.label, len(self.core.pending))
             self.close()
 
 

@@ -44,12 +44,15 @@ from insync_proxy.protocol.headers import decode_response_header
 from insync_proxy.protocol.messages import DescribeConfigsResource, MetadataRequestTopic
 from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
+from insync_proxy.proxy.logs import RateLimitedLog
 from insync_proxy.proxy.sasl import SaslError, authenticate
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.control")
+#: Failovers repeat with every control request while a broker is down or slow: rate-limited.
+_repeated = RateLimitedLog(log)
 
 #: The newest versions the control connection asks for; lower ones are used when the broker is older.
 METADATA_VERSION = 12  # Kafka 3.1+; 2.8 serves v11, 2.7 v9 (the proxy reads names, ISR and brokers only)
@@ -344,7 +347,7 @@ class ControlConnection:
                     self._link = None
                 errors.append(str(exc))
                 self.failovers += 1
-                log.warning("control connection: %s; trying another broker", exc)
+                _repeated.warning("control_failover", "control connection: %s; trying another broker", exc)
                 continue
             if len(response_body) > OFFLOAD_DECODE_BYTES:
                 # A large cluster's full Metadata takes tens of ms to decode: let the loop breathe.

@@ -244,8 +244,14 @@ class ProxyMetrics:
             p + "client_connections", "Client connections accepted", ["listener"], registry=r
         )
         self.client_connection_errors_total = Counter(
-            p + "client_connection_errors", "Client connections closed by an error", ["listener", "kind"],
-            registry=r,
+            p + "client_connection_errors", "Client connections closed by an error of the proxy (internal) or "
+            "the cluster (upstream_unreachable); a client's own bad input is in bad_input_total",
+            ["listener", "kind"], registry=r,
+        )
+        self.bad_input_total = Counter(
+            p + "bad_input", "Bad input from clients, by cause (bad_frame, oversized_frame, broker_closed: the "
+            "broker closed a connection with requests in flight, refused_connection); every one counted, "
+            "logged rate-limited (proxy/logs.py)", ["listener", "cause"], registry=r,
         )
         self.upstream_connections_active = Gauge(
             p + "upstream_connections_active", "Connections to brokers open now", ["broker"], registry=r
@@ -293,7 +299,8 @@ class ProxyMetrics:
             ["direction"], registry=r,
         )
         self.frame_errors_total = Counter(
-            p + "frame_errors", "Bad frames from clients or brokers, by kind", ["kind"], registry=r
+            p + "frame_errors", "Bad frames from clients or brokers, by parse error (too_large, protocolerror, ...; "
+            "a broker's: upstream_...)", ["kind"], registry=r
         )
 
         self.address_leaks_total = Counter(

@@ -22,9 +22,12 @@ from typing import Any
 
 from insync_proxy.audit.events import envelope
 from insync_proxy.proxy.config import AuditConfig
+from insync_proxy.proxy.logs import RateLimitedLog
 from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.audit")
+#: A full disk fails every write again: one line, then a summary per interval (drops are counted).
+_repeated = RateLimitedLog(log)
 
 _STOP = object()
 
@@ -122,7 +125,7 @@ class AuditLog:
             self._written.inc(count)
         except OSError as exc:
             self._dropped_error.inc(count)
-            log.error("cannot write audit events to %s: %s", self.directory, exc)
+            _repeated.error("audit_write", "cannot write audit events to %s: %s", self.directory, exc)
             self._file = None
 
     def _rotate(self) -> None:

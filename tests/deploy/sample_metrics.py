@@ -24,6 +24,8 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
         m.client_connections_active.labels(listener).set(rng.randint(1, 5))
         m.client_connections_total.labels(listener).inc()
         m.client_connection_errors_total.labels(listener, "reset").inc(rng.randint(0, 1))
+        for cause in ("bad_frame", "oversized_frame", "broker_closed"):
+            m.bad_input_total.labels(listener, cause).inc(rng.randint(0, 3))
     for broker in ("1", "2", "3"):
         m.upstream_connections_active.labels(broker).set(rng.randint(1, 3))
         m.upstream_connections_total.labels(broker).inc()

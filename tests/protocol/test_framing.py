@@ -61,6 +61,13 @@ def test_negative_size_raises_frame_too_large_even_when_split() -> None:
         splitter.feed(b"\xff\xfe")
 
 
+def test_a_negative_size_is_said_as_negative_not_against_the_limit() -> None:
+    with pytest.raises(FrameTooLarge) as refused:
+        FrameSplitter(max_frame_size=1000).feed(b"\xff\xff\xff\xfe")
+    assert str(refused.value).startswith("frame size -2 is negative: the peer is not speaking the Kafka protocol")
+    assert "limit" not in str(refused.value)
+
+
 def test_http_on_the_kafka_port_is_refused_as_too_large() -> None:
     with pytest.raises(FrameTooLarge):
         FrameSplitter().feed(b"GET / HTTP/1.1\r\n")
