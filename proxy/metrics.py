@@ -276,7 +276,7 @@ class ProxyMetrics:
         )
         self.background_task_failures_total = Counter(
             p + "background_task_failures", "Failed background work (cache fetches, refreshes), by task; "
-            "each failure is also logged once as a WARNING", ["task"], registry=r,
+            "each failure is also logged as a WARNING, its repeats as one summary a minute", ["task"], registry=r,
         )
 
         # Requests
