@@ -7,8 +7,8 @@ import asyncio
 import re
 
 from insync_proxy.proxy.devcluster.cluster import LocalKafkaCluster
-from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed
 from tests.helpers import wait_until
+from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed
 from tests.proxy_harness import ProxyProcess
 
 FRAMES = 900
