@@ -120,7 +120,9 @@ async def test_on_an_event_loop_the_summary_comes_when_the_interval_ends_without
         if len(messages(caplog)) >= 2:
             break
         await asyncio.sleep(0.01)
-    assert messages(caplog)[1:] == ["49 more like this (flood) in the last 0s; the latest: line 49"]
+    summaries = messages(caplog)[1:]
+    assert len(summaries) == 1 and summaries[0].startswith("49 more like this (flood) in the last "), summaries
+    assert summaries[0].endswith("s; the latest: line 49")
 
 
 def test_bad_input_is_counted_every_time_and_logged_once_a_window_per_cause(
@@ -142,7 +144,8 @@ def test_bad_input_is_counted_every_time_and_logged_once_a_window_per_cause(
     assert len(lines) == 2 * len(BAD_INPUT_CAUSES), lines
     for cause in BAD_INPUT_CAUSES:
         assert f"client 0: {cause}" in lines
-        assert f"9999 more like this ({cause}) in the last 0s; the latest: client 9999: {cause}" in lines
+        assert any(line.startswith(f"9999 more like this ({cause}) in the last ")
+                   and line.endswith(f"s; the latest: client 9999: {cause}") for line in lines), lines
     # broker_closed is said at INFO (a broker restart looks the same), the others at WARNING
     levels = {r.getMessage(): r.levelno for r in caplog.records}
     assert levels["client 0: broker_closed"] == logging.INFO
