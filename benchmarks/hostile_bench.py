@@ -2,7 +2,7 @@
 
     python benchmarks/hostile_bench.py [--frames 1000000] [--connections 48]
 
-Starts its own 1-broker KRaft Kafka (proxy.devcluster) and the real proxy as a separate process
+Starts its own 1-broker KRaft Kafka (devcluster/) and the real proxy as a separate process
 (tests/proxy_harness.py, no debug checks), then sends `--frames` malformed frames, one per connection,
 from `--connections` clients at once (tests/hostile_clients.py: bad frames, oversized frames, requests
 the broker refuses by closing the connection), while a librdkafka producer (acks=all) produces beside
@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from insync_proxy.proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
+from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
 from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
 

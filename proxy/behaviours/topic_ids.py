@@ -19,8 +19,11 @@ from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.proxy.behaviours.produce_exchange import produce_exchange
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange
+from insync_proxy.proxy.logs import RateLimitedLog
 
 log = logging.getLogger("insync_proxy")
+#: A client can name unknown ids in every request: the lines are rate-limited (the counters count each).
+_repeated = RateLimitedLog(log)
 
 #: How long a Produce naming an unknown topic id waits for the control connection to learn its name.
 TOPIC_ID_WAIT_SECONDS = 2.5
@@ -67,15 +70,16 @@ class TopicIdResolution(BehaviourBase):
         unresolved = [i for i in wanted if i not in self.view.topic_ids]
         if unresolved:
             self.metrics.topic_ids_unresolved_total.inc(len(unresolved))
-            log.warning("topic id(s) %s still unknown after %.1fs: forwarded as they are (the broker decides)",
-                        ", ".join(map(str, unresolved)), TOPIC_ID_WAIT_SECONDS)
+            _repeated.warning("topic_ids_unresolved", "topic id(s) %s still unknown after %.1fs: forwarded as they "
+                              "are (the broker decides)", ", ".join(map(str, unresolved)), TOPIC_ID_WAIT_SECONDS)
 
     async def _metadata_by_ids(self, topic_ids: list[uuid.UUID]) -> None:
         try:
             response = await self.control.metadata_by_ids(topic_ids)
             self.view.update(response)
         except Exception as exc:  # ControlError, or a broken answer: the request goes on as it is
-            log.warning("Metadata for topic id(s) %s failed: %s", ", ".join(map(str, topic_ids)), exc)
+            _repeated.warning("topic_id_lookup", "Metadata for topic id(s) %s failed: %s",
+                              ", ".join(map(str, topic_ids)), exc)
             self.metrics.background_task_failures_total.labels("topic_id_lookup").inc()
         finally:
             for topic_id in topic_ids:
