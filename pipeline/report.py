@@ -627,9 +627,10 @@ def failure_line(exc: BaseException) -> str:
     return (useful or lines or [type(exc).__name__])[0]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: parse ``argv``, run the report, print the summary; returns the exit status."""
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Entry point: parse ``argv``, run the report, print the summary; returns the exit status. ``prog``: the
+    program name usage and errors show (`insync-proxy report` when the CLI runs it)."""
+    parser = build_parser(prog) if prog else build_parser()
     args = parser.parse_args(argv)
     if bool(args.kafka_bootstrap) != bool(args.topic):
         parser.error("--kafka-bootstrap and --topic go together")
