@@ -30,7 +30,8 @@ from insync_proxy.proxy.config_schema import (
 
 
 def effective_toml(config: ProxyConfig) -> str:
-    """The configuration as TOML, one `key = value` line per setting, secrets masked, unset ones commented."""
+    """The configuration as TOML, one `key = value` line per setting, unset ones and secrets (masked) as
+    comments: loaded again with the same environment it gives the same configuration."""
     lines: list[str] = []
 
     def emit(instance: Any, cls: type, prefix: str) -> None:
@@ -50,7 +51,9 @@ def effective_toml(config: ProxyConfig) -> str:
                 if value is None:
                     lines.append(f"# {name} is not set")
                 elif e.meta.secret:
-                    lines.append(f'{name} = "***"')
+                    # A comment: the TOML loads back as the same configuration (with the same environment and
+                    # secret files), never with "***" as the password.
+                    lines.append(f'# {name} = "***" (secret: set, not shown)')
                 else:
                     lines.append(f"{name} = {toml_value(value)}")
         for key, value, sub, array in later:
