@@ -140,8 +140,7 @@ class ListenerConfig:
     node_id_ranges: tuple[str, ...] = setting(
         DEFAULT_NODE_ID_RANGES, flag="--node-id-ranges",
         meaning="node ids given broker ports, as \"first-last\" ranges or single ids: each id takes the next port "
-                "from broker_port_base, in the order written (the default: node id n on broker_port_base + n, below "
-                "the admin port)")
+                "from broker_port_base, in the order written")
     metadata_schema: str = setting(
         "tagged", choices=METADATA_SCHEMAS,
         meaning="tagged: min.insync.replicas as tagged field 637 (every client); kip637: KIP-637's literal "

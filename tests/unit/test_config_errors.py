@@ -256,3 +256,117 @@ def test_the_variables_the_project_itself_uses_are_allowed(tmp_path: Path) -> No
                                   "INSYNC_PROXY_TEST_LOGS", "INSYNC_PROXY_COMPILE", "INSYNC_PROXY_CACHE")}
     code, _, err, _ = run_cli(tmp_path, SERVERS, env=env, command="check-config")
     assert code == 0, err
+
+
+def _start_run(tmp_path: Path, toml: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`python -m insync_proxy run` on free ports, towards a broker that is not there (the start needs none)."""
+    path = tmp_path / "config.toml"
+    path.write_text("admin_port = 0\naudit.enabled = false\n" + toml
+                    + f"\n[[listener]]\nbootstrap_port = 0\nbroker_port_base = {_free_port_base()}\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("INSYNC_PROXY_")}
+    return subprocess.Popen([sys.executable, "-m", "insync_proxy", "run", "--config", str(path)], cwd=tmp_path,
+                            env={**clean, "PYTHONPATH": str(ROOT), **(env or {})}, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+
+
+def _free_port_base() -> int:
+    from tests.proxy_harness import free_port_base
+
+    return free_port_base()
+
+
+def _log_until(process: subprocess.Popen[str], word: str, timeout: float = 60.0) -> list[str]:
+    """The stderr lines up to the first holding `word` (the process is stopped when it does not come)."""
+    assert process.stderr is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if word in line:
+            return lines
+    process.kill()
+    raise AssertionError(f"no {word!r} in the log within {timeout:.0f}s: {lines}")
+
+
+@pytest.fixture
+def stop() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+@pytest.mark.parametrize(("toml", "words"), [c[1:] for c in WARNINGS], ids=[c[0] for c in WARNINGS])
+def test_check_config_and_run_warn_the_same_way(tmp_path: Path, request: pytest.FixtureRequest, toml: str,
+                                                words: list[str], stop: list[subprocess.Popen[str]]) -> None:
+    if "{pki}" in toml:
+        toml = toml.replace("{pki}", str(request.getfixturevalue("pki")))
+    # Given a configuration that works but should not be so
+    # When it is checked: Then it is valid (exit 0), with one warning line naming the setting
+    code, out, err, _ = run_cli(tmp_path, toml, command="check-config")
+    warning = err.strip().splitlines()
+    assert code == 0 and len(warning) == 1, err
+    assert "configuration warning" in warning[0] and "Traceback" not in err
+    for word in words:
+        assert word in warning[0], (word, warning[0])
+    assert "pw-in-the-file" not in out + err
+    # When the proxy is started with it: Then it starts, and its log says the same before listening
+    process = _start_run(tmp_path, toml)
+    stop.append(process)
+    lines = _log_until(process, "listening")
+    said = [line for line in lines if "WARNING" in line and "configuration:" in line]
+    assert len(said) == 1 and said[0].endswith(warning[0].split("configuration warning: ", 1)[1]), lines
+
+
+def test_with_json_logs_every_line_is_json_the_error_included(tmp_path: Path) -> None:
+    # Given log_format = "json" and a wrong setting; When the proxy is started
+    code, _, err, _ = run_cli(tmp_path, SERVERS + 'log_format = "json"\nadmin_port = -4\n')
+    # Then the one line saying so is a JSON object naming the setting
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    entry = json.loads(lines[0])
+    assert entry["level"] == "ERROR" and "admin_port = -4" in entry["message"]
+
+
+def test_with_json_logs_the_first_line_of_a_start_is_json(tmp_path: Path, stop: list[subprocess.Popen[str]]) -> None:
+    process = _start_run(tmp_path, SERVERS + 'log_format = "json"\n[control_sasl]\nmechanism = "PLAIN"\n'
+                                             'username = "u"\npassword = "inline-pw"\n')
+    stop.append(process)
+    lines = _log_until(process, "listening")
+    assert [json.loads(line)["level"] for line in lines][0] in ("INFO", "WARNING")
+    assert any("control_sasl.password" in json.loads(line)["message"] for line in lines)
+    assert "inline-pw" not in "\n".join(lines)
+
+
+def test_a_port_in_use_exits_1_naming_it_and_the_other_process(tmp_path: Path) -> None:
+    # Given a port another process holds
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        # When the proxy is started with it as admin_port
+        code, _, err, _ = run_cli(tmp_path, SERVERS, "--admin-port", str(port), "--bootstrap-port", "0",
+                                  "--broker-port-base", str(_free_port_base()), "--no-audit")
+    # Then it exits 1 naming the setting, and asks about the other process
+    last = err.strip().splitlines()[-1]
+    assert code == 1, err
+    assert f"admin_port = {port}" in last and "is another process using the port?" in last
+
+
+def test_a_bind_host_of_another_machine_is_the_configuration_at_fault(tmp_path: Path) -> None:
+    # Given bind_host an address this machine does not have (TEST-NET-1, RFC 5737)
+    code, _, err, _ = run_cli(tmp_path, SERVERS + 'bind_host = "192.0.2.1"\n', "--admin-port", "0",
+                              "--no-audit")
+    # Then run exits 2 naming bind_host, and does not blame another process
+    last = err.strip().splitlines()[-1]
+    assert code == 2, err
+    assert "bind_host = '192.0.2.1'" in last and "another process" not in last
