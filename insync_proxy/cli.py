@@ -317,9 +317,10 @@ def _port_setting(config: ProxyConfig, port: int) -> str:
     for i, listener in enumerate(config.listeners):
         if port == listener.bootstrap_port:
             return f"listener[{i + 1}].bootstrap_port"
-    for i, listener in enumerate(config.listeners):
-        if port >= listener.broker_port_base:
-            return f"listener[{i + 1}].broker_port_base (port {port})"
+    below = [(listener.broker_port_base, i) for i, listener in enumerate(config.listeners)
+             if listener.broker_port_base <= port]
+    if below:  # a broker port: the listener whose broker ports start closest below it
+        return f"listener[{max(below)[1] + 1}].broker_port_base (port {port})"
     return "port"
 
 
