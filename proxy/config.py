@@ -235,20 +235,18 @@ def host_port_problem(value: str) -> str | None:
     text = value.strip()
     prefix = _PREFIX.match(text)
     if prefix:
-        return (f"{value!r}: drop the {prefix.group(1)}:// prefix, write host:port (the protocol comes from "
+        return (f"{value!r} has a {prefix.group(1)}:// prefix: drop it, write host:port (the protocol comes from "
                 "upstream_tls and control_sasl)")
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port:
-        return f"{value!r} is not host:port (e.g. kafka-1:9092)"
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # an IPv6 address, as Kafka writes it: [::1]:9092
     elif ":" in host:
-        return (f"{value!r} is not host:port: one colon only (e.g. kafka-1:9092; an IPv6 address goes in "
-                "brackets, [::1]:9092)")
-    if not host or not port.isdigit():
+        return (f"{value!r} is not host:port: one colon only (e.g. kafka-1:9092; an IPv6 address goes in brackets, "
+                "[::1]:9092)")
+    if not sep or not host or not port.isdigit():
         return f"{value!r} is not host:port (e.g. kafka-1:9092)"
     if not 0 < int(port) <= 65535:
-        return f"{value!r}: port {int(port)} is outside 1-65535"
+        return f"{value!r} has port {int(port)}, outside 1-65535"
     return None
 
 

@@ -109,9 +109,9 @@ CASES = [
      ["audit.max_total_bytes", "audit.max_file_bytes"]),
     # bootstrap_servers as Kafka's bootstrap.servers takes it: host:port, nothing else
     ("plaintext_prefix", 'bootstrap_servers = ["PLAINTEXT://kafka-1:9092"]\n', [], {},
-     ["bootstrap_servers", "drop the PLAINTEXT:// prefix"]),
+     ["bootstrap_servers", "PLAINTEXT:// prefix: drop it"]),
     ("sasl_ssl_prefix_from_the_environment", None, [], {"INSYNC_PROXY_BOOTSTRAP_SERVERS": "SASL_SSL://kafka-1:9093"},
-     ["INSYNC_PROXY_BOOTSTRAP_SERVERS", "drop the SASL_SSL:// prefix"]),
+     ["INSYNC_PROXY_BOOTSTRAP_SERVERS", "SASL_SSL:// prefix: drop it"]),
     ("host_port_extra", 'bootstrap_servers = ["kafka-1:9092:1"]\n', [], {}, ["bootstrap_servers", "one colon only"]),
     ("broker_port_above_65535", None, ["--bootstrap-servers", "kafka-1:70000"], {},
      ["--bootstrap-servers", "outside 1-65535"]),
