@@ -424,7 +424,7 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
     base: dict[str, Any] = {"version": args.kafka_version, "broker_ports": DEV_BROKER_PORTS,
                             "controller_port": DEV_CONTROLLER_PORT, "data_dir": data_dir, "die_with_parent": False}
     setup = _secured_setup(args.security, security_dir)
-    if setup is False:
+    if args.security and setup is None:
         return 1
     cluster = LocalKafkaCluster(setup.cluster_settings(**base) if setup else ClusterSettings(**base))
     try:
@@ -455,8 +455,9 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
 
 
 def _secured_setup(security: str | None, directory: Path) -> Any:
-    """The certificates and passwords of a secured dev cluster (devcluster.secured.SecuredSetup); None without
-    `security`; False after printing why openssl could not make them."""
+    """The certificates and passwords of a secured dev cluster, a devcluster.secured.SecuredSetup (typed Any:
+    cli.py names the dev tooling only inside its commands); None without `security`, or after printing why
+    openssl could not make them."""
     if not security:
         return None
     from insync_proxy.devcluster.certificates import CertificateError
@@ -466,7 +467,7 @@ def _secured_setup(security: str | None, directory: Path) -> Any:
         return secured_setup(security, directory)
     except CertificateError as exc:
         print(f"insync-proxy: {exc}", file=sys.stderr)
-        return False
+        return None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -486,7 +487,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     security_dir = Path(tempfile.mkdtemp(prefix="insync-demo-security-"))
     try:
         setup = _secured_setup(args.security, security_dir)
-        if setup is False:
+        if args.security and setup is None:
             return 1
 
         def upstream(servers: str) -> dict[str, Any]:
