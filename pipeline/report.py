@@ -560,6 +560,7 @@ def build_parser(prog: str = "python -m insync_proxy.pipeline.report") -> argpar
     """The command-line interface shared by ``python -m insync_proxy.pipeline.report``, spark-submit and the CLI."""
     parser = argparse.ArgumentParser(
         prog=prog,
+        allow_abbrev=False,  # like every insync-proxy command: a flag is spelt out or refused
         description=(
             "Durability report over insync-proxy audit events (schema v1 and v2, mixed): per topic and "
             "partition, requests, records and record bytes, decisions by kind and by acks asked/sent, intervals with ISR below min ISR, produce latency "
