@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import re
 import shutil
 import ssl
@@ -417,3 +418,28 @@ def test_report_help_names_the_command_users_typed(capsys: pytest.CaptureFixture
 def test_flags_are_never_abbreviated() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--control-sasl-password", "hunter2"])
+
+
+def test_a_start_failure_names_the_setting_and_blames_another_process_only_for_a_port_in_use() -> None:
+    import errno
+    import socket
+
+    from insync_proxy.cli import start_failure
+
+    config = load_config(None, env={"INSYNC_PROXY_BOOTSTRAP_SERVERS": "k:9092"},
+                         overrides={"bind_host": "no-such-host.invalid"})
+
+    def bind_error(code: int, port: int) -> OSError:
+        return OSError(code, f"error while attempting to bind on address ('127.0.0.1', {port}): {os.strerror(code)}")
+
+    cases = {
+        "in use": (bind_error(errno.EADDRINUSE, 9190), 1, "admin_port = 9190: the port is in use (is another process"),
+        "broker port": (bind_error(errno.EADDRINUSE, 9105), 1, "listener[1].broker_port_base (port 9105)"),
+        "privileged": (bind_error(errno.EACCES, 9092), 2, "listener[1].bootstrap_port = 9092: permission denied"),
+        "not here": (bind_error(errno.EADDRNOTAVAIL, 9092), 2, "bind_host = '127.0.0.1': not an address"),
+        "no name": (socket.gaierror(-2, "Name or service not known"), 2, "bind_host = 'no-such-host.invalid'"),
+    }
+    for name, (exc, code, words) in cases.items():
+        got_code, line = start_failure(config, exc)
+        assert (got_code, words in line) == (code, True), (name, line)
+        assert ("another process" in line) == (code == 1), (name, line)
