@@ -34,7 +34,8 @@ _PRIVATE_KEY = re.compile(r"-----BEGIN ((?:ENCRYPTED |RSA |EC |DSA )?PRIVATE KEY
 
 def check_files(config: ProxyConfig, now: datetime.datetime | None = None) -> list[str]:
     """Load each side's TLS files as `run` does; ConfigError naming the setting when one is unusable.
-    Returns warnings (one line each): certificates that expire within EXPIRY_WARNING_DAYS."""
+    Returns warnings (one line each): certificates that expire within EXPIRY_WARNING_DAYS, TLS files named
+    on a side whose TLS is off."""
     now = now or datetime.datetime.now(datetime.UTC)
     warnings: list[str] = []
     _check_side("upstream_tls", config.upstream_tls, lambda: client_ssl_context(config.upstream_tls), now, warnings)
@@ -46,6 +47,10 @@ def check_files(config: ProxyConfig, now: datetime.datetime | None = None) -> li
 def _check_side(side: str, tls: TlsConfig, load: Callable[[], ssl.SSLContext | None],
                 now: datetime.datetime, warnings: list[str]) -> None:
     if not tls.enabled:
+        named = [attr for attr in ("ca_file", "cert_file", "key_file") if getattr(tls, attr)]
+        if named:  # a forgotten `enabled = true` shows later as a plaintext connection to a TLS port
+            warnings.append(f"{side}.{named[0]} is set but {side}.enabled = false: the TLS files are not used "
+                            f"(set {side}.enabled = true to use them)")
         return
     if tls.ca_file:
         _check_ca_file(f"{side}.ca_file", tls.ca_file, now, warnings)

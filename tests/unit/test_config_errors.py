@@ -156,6 +156,8 @@ WARNINGS = [
                                        "password_file"]),
     ("certificate_expiring_within_7_days", SERVERS + '[downstream_tls]\nenabled = true\n'
      'cert_file = "{pki}/soon.crt"\nkey_file = "{pki}/soon.key"\n', ["downstream_tls.cert_file", "expires on"]),
+    ("tls_files_with_tls_off", SERVERS + '[upstream_tls]\nca_file = "{pki}/valid.crt"\n',
+     ["upstream_tls.ca_file", "upstream_tls.enabled = false"]),
 ]
 
 
