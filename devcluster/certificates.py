@@ -49,30 +49,31 @@ def _key_and_csr(directory: Path, name: str, subject: str) -> tuple[Path, Path]:
     return key, csr
 
 
-def _sign(directory: Path, name: str, csr: Path, ca_cert: Path, ca_key: Path, extensions: str) -> Path:
+def _sign(directory: Path, name: str, csr: Path, ca_cert: Path, ca_key: Path, extensions: str, days: int) -> Path:
     cert, ext = directory / f"{name}.crt", directory / f"{name}.ext"
     ext.write_text(extensions)
     _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
-             "-days", "2", "-sha256", "-extfile", str(ext), "-out", str(cert), what=f"{name} certificate")
+             "-days", str(days), "-sha256", "-extfile", str(ext), "-out", str(cert), what=f"{name} certificate")
     return cert
 
 
-def make_test_certificates(directory: Path, clients: tuple[str, ...] = ("insync-proxy",)) -> DevCertificates:
-    """A CA, a broker certificate for 127.0.0.1/localhost and one client certificate per name, in `directory`."""
+def make_test_certificates(directory: Path, clients: tuple[str, ...] = ("insync-proxy",), days: int = 2) -> DevCertificates:
+    """A CA, a broker certificate for 127.0.0.1/localhost and one client certificate per name, in `directory`,
+    each valid for `days` (the dev cluster asks for more than the tests: check-config warns within 7 days)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, ca_cert = directory / "ca.key", directory / "ca.crt"
     _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(ca_key), what="CA key")
-    _openssl("req", "-x509", "-new", "-key", str(ca_key), "-subj", "/CN=insync-proxy test CA", "-days", "2",
+    _openssl("req", "-x509", "-new", "-key", str(ca_key), "-subj", "/CN=insync-proxy test CA", "-days", str(days),
              "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
              "-out", str(ca_cert), what="CA certificate")
     broker_key, broker_csr = _key_and_csr(directory, "broker", "/CN=localhost")
     broker_cert = _sign(directory, "broker", broker_csr, ca_cert, ca_key,
-                        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
+                        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n", days)
     keystore = directory / "broker-keystore.pem"
     keystore.write_text(broker_key.read_text() + broker_cert.read_text() + ca_cert.read_text())
     made: dict[str, tuple[Path, Path]] = {}
     for name in clients:
         key, csr = _key_and_csr(directory, name, f"/CN={name}")
-        made[name] = (_sign(directory, name, csr, ca_cert, ca_key, "extendedKeyUsage=clientAuth\n"), key)
+        made[name] = (_sign(directory, name, csr, ca_cert, ca_key, "extendedKeyUsage=clientAuth\n", days), key)
     return DevCertificates(ca_cert=ca_cert, broker_keystore=keystore, broker_cert=broker_cert,
                            broker_key=broker_key, clients=made)

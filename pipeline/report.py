@@ -560,6 +560,7 @@ def build_parser(prog: str = "python -m insync_proxy.pipeline.report") -> argpar
     """The command-line interface shared by ``python -m insync_proxy.pipeline.report``, spark-submit and the CLI."""
     parser = argparse.ArgumentParser(
         prog=prog,
+        allow_abbrev=False,  # like every insync-proxy command: a flag is spelt out or refused
         description=(
             "Durability report over insync-proxy audit events (schema v1 and v2, mixed): per topic and "
             "partition, requests, records and record bytes, decisions by kind and by acks asked/sent, intervals with ISR below min ISR, produce latency "
@@ -627,9 +628,10 @@ def failure_line(exc: BaseException) -> str:
     return (useful or lines or [type(exc).__name__])[0]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: parse ``argv``, run the report, print the summary; returns the exit status."""
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Entry point: parse ``argv``, run the report, print the summary; returns the exit status. ``prog``: the
+    program name usage and errors show (`insync-proxy report` when the CLI runs it)."""
+    parser = build_parser(prog) if prog else build_parser()
     args = parser.parse_args(argv)
     if bool(args.kafka_bootstrap) != bool(args.topic):
         parser.error("--kafka-bootstrap and --topic go together")

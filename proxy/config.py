@@ -106,8 +106,14 @@ class TlsConfig:
     key_password: str | None = setting(None, secret=True, meaning="password of an encrypted key_file")
     key_password_file: str | None = setting(None, file_for="key_password",
                                             meaning="file holding key_password (instead of the value)")
-    check_hostname: bool = setting(True, meaning="upstream: verify the broker's certificate names the host "
-                                                 "connected to")
+
+
+@dataclass(frozen=True)
+class UpstreamTlsConfig(TlsConfig):
+    """TLS towards the brokers: TlsConfig's settings and the host name check (the proxy as a TLS server has no
+    host name to check, so [downstream_tls] has no such setting)."""
+
+    check_hostname: bool = setting(True, meaning="verify the broker's certificate names the host connected to")
 
 
 @dataclass(frozen=True)
@@ -133,8 +139,8 @@ class ListenerConfig:
                                     meaning="first broker port: the node ids of node_id_ranges take consecutive ports from here")
     node_id_ranges: tuple[str, ...] = setting(
         DEFAULT_NODE_ID_RANGES, flag="--node-id-ranges",
-        meaning="node ids given broker ports, as \"first-last\" ranges or single ids, in order from broker_port_base "
-                "(default 0-89: node id + 9100, clear of the admin port)")
+        meaning="node ids given broker ports, as \"first-last\" ranges or single ids: each id takes the next port "
+                "from broker_port_base, in the order written")
     metadata_schema: str = setting(
         "tagged", choices=METADATA_SCHEMAS,
         meaning="tagged: min.insync.replicas as tagged field 637 (every client); kip637: KIP-637's literal "
@@ -193,7 +199,7 @@ class ProxyConfig:
     control_request_timeout_seconds: float = setting(
         2.0, min=0, min_exclusive=True,
         meaning="each read of the control connection waits this long on one broker, then tries the next")
-    upstream_tls: TlsConfig = setting(TlsConfig(), meaning="TLS towards the brokers")
+    upstream_tls: UpstreamTlsConfig = setting(UpstreamTlsConfig(), meaning="TLS towards the brokers")
     downstream_tls: TlsConfig = setting(TlsConfig(), meaning="TLS towards the clients")
     control_sasl: SaslConfig = setting(SaslConfig(), meaning="SASL of the proxy's own connections")
     min_insync_ttl_seconds: float = setting(30.0, min=1, meaning="min.insync.replicas cache TTL (refreshed ahead)")
@@ -204,7 +210,8 @@ class ProxyConfig:
     acks_policies: tuple[AcksPolicyConfig, ...] = setting(
         (), toml="acks_policy", meaning="per-topic acks policies; the first whose topics match wins")
     audit: AuditConfig = setting(AuditConfig(), meaning="the audit stream of acks decisions")
-    topic_label_limit: int = setting(200, min=0, meaning="topics with their own metric labels; the rest are `other`")
+    topic_label_limit: int = setting(200, min=0, meaning="topics with their own metric labels; the rest share the label "
+                                                             "topic=\"__overflow__\"")
     log_level: str = setting("INFO", choices=LOG_LEVELS, ignore_case=True, meaning="log level")
     log_format: str = setting("text", choices=LOG_FORMATS,
                               meaning="text, or json: one object a line (time, level, logger, message)")
@@ -220,10 +227,33 @@ class ProxyConfig:
 
 
 
+_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9_+.-]*)://")
+
+
+def host_port_problem(value: str) -> str | None:
+    """Why `value` is not a broker address as Kafka's bootstrap.servers takes it (host:port), or None."""
+    text = value.strip()
+    prefix = _PREFIX.match(text)
+    if prefix:
+        return (f"{value!r} has a {prefix.group(1)}:// prefix: drop it, write host:port (the protocol comes from "
+                "upstream_tls and control_sasl)")
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # an IPv6 address, as Kafka writes it: [::1]:9092
+    elif ":" in host:
+        return (f"{value!r} is not host:port: one colon only (e.g. kafka-1:9092; an IPv6 address goes in brackets, "
+                "[::1]:9092)")
+    if not sep or not host or not port.isdigit():
+        return f"{value!r} is not host:port (e.g. kafka-1:9092)"
+    if not 0 < int(port) <= 65535:
+        return f"{value!r} has port {int(port)}, outside 1-65535"
+    return None
+
+
 def parse_host_port(value: str, what: str) -> tuple[str, int]:
-    host, sep, port = value.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ConfigError(f"{what}: {value!r} is not host:port (e.g. kafka-1:9092)")
+    """(host, port) of a broker address; ConfigError naming `what` when it is not host:port."""
+    problem = host_port_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{what}: {problem}")
+    host, _, port = value.strip().rpartition(":")
     return host.strip("[]"), int(port)
-
-

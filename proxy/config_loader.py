@@ -252,10 +252,29 @@ def _build(cls: type, tree: Mapping[str, Any], prefix: str = "") -> Any:
     return cls(**values)
 
 
+def _inline_secrets(raw: Mapping[str, Any], path: str) -> list[str]:
+    """A warning for each secret written in the TOML file itself (the file is a ConfigMap, in git, in backups)."""
+    found = []
+    for e in schema():
+        if not e.meta.secret or e.in_array:
+            continue
+        node: Any = raw
+        for part in e.key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            table, _, name = e.key.rpartition(".")
+            where = f"[{table}] {name}_file" if table else f"{name}_file"
+            ways = " or ".join(w for w in (e.env, where) if w)
+            found.append(f"{path}: {e.key} is written in the configuration file: give it in {ways} instead "
+                         "(never in the file)")
+    return found
+
+
 def load_config(path: str | None = None, env: Mapping[str, str] | None = None,
-                overrides: Mapping[str, Any] | None = None) -> ProxyConfig:
+                overrides: Mapping[str, Any] | None = None, warnings: list[str] | None = None) -> ProxyConfig:
     """Build the configuration: defaults < TOML file < INSYNC_PROXY_* env < flags (`overrides`, keyed by TOML
-    key path: `admin_port`, `audit.directory`, `listener.bootstrap_port` for the first listener)."""
+    key path: `admin_port`, `audit.directory`, `listener.bootstrap_port` for the first listener).
+    `warnings` receives one line for each thing that works but should not be so (a password in the file)."""
     env = os.environ if env is None else env
     tree: dict[str, Any] = {}
     if path:
@@ -268,6 +287,8 @@ def load_config(path: str | None = None, env: Mapping[str, str] | None = None,
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path}: not valid TOML: {exc}") from None
         tree = _from_toml(raw, ProxyConfig, "", path)
+        if warnings is not None:
+            warnings.extend(_inline_secrets(raw, path))
     _from_env(tree, env)
     _from_overrides(tree, overrides or {})
     _read_secret_files(tree)

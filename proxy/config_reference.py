@@ -30,7 +30,8 @@ from insync_proxy.proxy.config_schema import (
 
 
 def effective_toml(config: ProxyConfig) -> str:
-    """The configuration as TOML, one `key = value` line per setting, secrets masked, unset ones commented."""
+    """The configuration as TOML, one `key = value` line per setting, unset ones and secrets (masked) as
+    comments: loaded again with the same environment it gives the same configuration."""
     lines: list[str] = []
 
     def emit(instance: Any, cls: type, prefix: str) -> None:
@@ -50,7 +51,9 @@ def effective_toml(config: ProxyConfig) -> str:
                 if value is None:
                     lines.append(f"# {name} is not set")
                 elif e.meta.secret:
-                    lines.append(f'{name} = "***"')
+                    # A comment: the TOML loads back as the same configuration (with the same environment and
+                    # secret files), never with "***" as the password.
+                    lines.append(f'# {name} = "***" (secret: set, not shown)')
                 else:
                     lines.append(f"{name} = {toml_value(value)}")
         for key, value, sub, array in later:
@@ -76,8 +79,13 @@ def reference_markdown() -> str:
         "Settings come from, in rising priority: defaults, the TOML file (`insync-proxy run --config FILE`),",
         "`INSYNC_PROXY_*` environment variables, then flags. Every value is checked at start: a wrong type, a",
         "value out of range, an unknown key or an unknown `INSYNC_PROXY_*` variable stops the proxy with exit",
-        "code 2 and one line naming the setting. `insync-proxy check-config` (same flags as `run`) checks a",
-        "configuration and prints it, secrets masked, without starting; `--connect` also tries the brokers.",
+        "code 2 and one line naming the setting; so does a TLS file `run` cannot load (not PEM, a key that does",
+        "not match its certificate or that its password does not decrypt, a certificate that expired or is not",
+        "yet valid). A certificate expiring within 7 days, a password written in the TOML file and TLS files",
+        "named on a side whose `enabled` is false are warnings.",
+        "`insync-proxy check-config` (same flags as `run`) refuses exactly what `run` refuses, without starting,",
+        "and prints the configuration as TOML that loads back unchanged (secrets as comments); `--connect` also",
+        "tries the brokers. Exit codes: 0 valid, 2 invalid, 1 when a `--connect` step fails.",
         "",
         "- **Environment variables**: `INSYNC_PROXY_` + the key path in capitals with `_` for `.`: `admin_port`",
         "  is `INSYNC_PROXY_ADMIN_PORT`, `[audit] directory` is `INSYNC_PROXY_AUDIT_DIRECTORY`. Booleans: `true`",

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from insync_proxy.proxy.broker_ports import BrokerPortsError, ListenerPorts, check_listener_ports
-from insync_proxy.proxy.config import ENV_PREFIX, ConfigError, Meta, ProxyConfig, TlsConfig, parse_host_port
+from insync_proxy.proxy.config import (
+    ENV_PREFIX,
+    SASL_MECHANISMS,
+    ConfigError,
+    Meta,
+    ProxyConfig,
+    TlsConfig,
+    host_port_problem,
+)
 
 
 @dataclass(frozen=True)
@@ -247,10 +255,9 @@ def _check_item(value: Any, tp: Any, e: Entry, spelled: str, shown: str) -> None
                 high is not None and value > high):
             raise fail(e, spelled, shown)
     if meta.format == "host:port":
-        try:
-            parse_host_port(value, spelled)
-        except ConfigError:
-            raise fail(e, spelled, shown, f"{value!r} is not host:port (e.g. kafka-1:9092)") from None
+        problem = host_port_problem(value)
+        if problem is not None:
+            raise fail(e, spelled, shown, problem)
     elif meta.format == "regex":
         try:
             re.compile(value)
@@ -352,6 +359,11 @@ def _cross_checks(config: ProxyConfig) -> None:
     if config.downstream_tls.enabled and not config.downstream_tls.cert_file:
         raise ConfigError("downstream_tls.enabled = true needs cert_file and key_file (the proxy's certificate)")
     sasl = config.control_sasl
+    if not sasl.mechanism and (sasl.username or sasl.password):
+        given = "control_sasl.username" if sasl.username else "control_sasl.password"
+        raise ConfigError(f"{given} is set but control_sasl.mechanism is not: set control_sasl.mechanism (one of "
+                          f"{', '.join(SASL_MECHANISMS)}) or remove it (without a mechanism the proxy does not "
+                          "log in)")
     if sasl.mechanism and not sasl.username:
         raise ConfigError(f"control_sasl.mechanism = {sasl.mechanism!r} needs a user: set control_sasl.username "
                           f"(or {ENV_PREFIX}CONTROL_SASL_USERNAME)")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import ssl
 
-from insync_proxy.proxy.config import TlsConfig
+from insync_proxy.proxy.config import TlsConfig, UpstreamTlsConfig
 
 log = logging.getLogger("insync_proxy")
 
 
-def client_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
+def client_ssl_context(tls: UpstreamTlsConfig) -> ssl.SSLContext | None:
     """Upstream TLS: trust ca_file (else the system store), optional client cert, hostname checked."""
     if not tls.enabled:
         return None

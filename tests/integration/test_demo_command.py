@@ -7,6 +7,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -97,3 +98,48 @@ def test_demo_starts_kafka_and_the_proxy_serves_producers_then_stops_both_on_ctr
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(30)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.own_cluster
+@pytest.mark.slow
+def test_dev_cluster_up_with_mtls_prints_a_proxy_toml_that_reaches_the_brokers(
+    exclusive_cluster_slot: None, tmp_path: Path
+) -> None:
+    from insync_proxy.cli import DEV_BROKER_PORTS, DEV_CONTROLLER_PORT
+    from insync_proxy.devcluster.distribution import kafka_libs
+
+    for port in (*DEV_BROKER_PORTS, DEV_CONTROLLER_PORT):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                pytest.skip(f"port {port} is in use (a dev cluster of your own?): dev-cluster up needs it")
+    # This source tree's CLI, its dev-cluster state in tmp_path (the jars where they are already)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INSYNC_PROXY_CACHE": str(tmp_path / "cache"),
+           "INSYNC_PROXY_KAFKA_LIBS": str(kafka_libs())}
+    cli = [sys.executable, "-m", "insync_proxy"]
+    try:
+        # Given `dev-cluster up --security mtls`
+        up = subprocess.run([*cli, "dev-cluster", "up", "--security", "mtls"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=START_TIMEOUT)
+        assert up.returncode == 0, up.stdout + up.stderr
+        # Then it prints the proxy's TOML (and where it is) and the clients' properties
+        toml_file = Path(re.search(r"^proxy configuration: (\S+)$", up.stdout, re.M).group(1))  # type: ignore[union-attr]
+        assert toml_file.read_text() in up.stdout and "[upstream_tls]" in up.stdout
+        assert "security.protocol=PLAINTEXT" in up.stdout and "bootstrap.servers=127.0.0.1:9092" in up.stdout
+        # When that TOML is checked against the brokers: Then TLS (the proxy's certificate too), Metadata and
+        # DescribeConfigs work, and nothing is warned about
+        check = subprocess.run([*cli, "check-config", "--config", str(toml_file), "--connect"], env=env,
+                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "the proxy's certificate presented" in check.stdout, check.stdout
+        assert "warning" not in check.stderr, check.stderr
+        status = subprocess.run([*cli, "dev-cluster", "status"], env=env, cwd=tmp_path, capture_output=True,
+                                text=True, timeout=60)
+        assert status.returncode == 0 and "MTLS listener" in status.stdout, status.stdout
+    finally:
+        down = subprocess.run([*cli, "dev-cluster", "down"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=STOP_TIMEOUT)
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert not (tmp_path / "cache" / "dev-cluster" / "security").exists()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import logging
+import os
 import re
 import shutil
 import ssl
@@ -131,7 +133,8 @@ def test_password_from_a_file_is_read_and_masked(tmp_path: Path) -> None:
     config = load_config(path, env={})
     assert config.control_sasl.password == "from-the-file"
     printed = effective_toml(config)
-    assert 'password = "***"' in printed.splitlines() and "from-the-file" not in printed + repr(config)
+    assert '# password = "***" (secret: set, not shown)' in printed.splitlines()
+    assert "from-the-file" not in printed + repr(config)
 
 
 def test_an_empty_password_file_is_an_error(tmp_path: Path) -> None:
@@ -325,7 +328,7 @@ def test_check_config_prints_every_setting_with_secrets_masked(
     out = capsys.readouterr().out
     assert "do-not-print" not in out
     lines = out.splitlines()
-    assert {"admin_port = 9999", 'password = "***"', "[[listener]]", "[audit]"} <= set(lines)
+    assert {"admin_port = 9999", '# password = "***" (secret: set, not shown)', "[[listener]]", "[audit]"} <= set(lines)
     import tomllib
 
     printed = tomllib.loads(out)  # the output is TOML a user can start from
@@ -339,3 +342,104 @@ def test_json_log_lines_are_one_object_each() -> None:
     entry = json.loads(line)
     assert (entry["level"], entry["logger"], entry["message"]) == ("WARNING", "insync_proxy.admin", "two\nlines x")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["time"])
+
+
+def test_check_config_toml_loads_back_unchanged(tmp_path: Path) -> None:
+    # Given a configuration with lists, arrays of tables, quotes, IPv6, a secret from a file and one from the env
+    secret = write(tmp_path, "pw-from-a-file\n", "password")
+    path = write(tmp_path, f'''bootstrap_servers = ["a:9092", "[::1]:9093"]
+admin_port = 0
+proxy_id = "p \\"q\\" \\\\ r"
+metadata_refresh_seconds = 2.5
+[control_sasl]
+mechanism = "scram-sha-256"
+username = "u"
+password_file = "{secret}"
+[upstream_tls]
+check_hostname = false
+[[listener]]
+name = "a"
+bootstrap_port = 0
+node_id_ranges = ["1-3", "7"]
+[[listener]]
+name = "b"
+bootstrap_port = 9300
+broker_port_base = 9400
+node_id_ranges = "1-3"
+[[acks_policy]]
+topics = "orders-.*"
+acks_floor = -2
+''')
+    env = {"INSYNC_PROXY_AUDIT_DIRECTORY": str(tmp_path / "a b")}
+    config = load_config(path, env=env)
+    # When check-config's TOML is loaded again (same environment): Then it is the same configuration
+    printed = effective_toml(config)
+    again = load_config(write(tmp_path, printed, "printed.toml"), env=env)
+    assert again == config
+    assert "pw-from-a-file" not in printed
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    found: argparse.ArgumentParser = actions[0].choices[name]
+    return found
+
+
+def test_the_help_says_what_the_code_does(capsys: pytest.CaptureFixture[str]) -> None:
+    from insync_proxy.proxy.metrics import OVERFLOW_TOPIC
+
+    # topic_label_limit names the label the code uses
+    assert f'topic="{OVERFLOW_TOPIC}"' in config_schema.entry("topic_label_limit").meta.meaning
+    # the downstream side has no host name check (it had one that did nothing)
+    assert "downstream_tls.check_hostname" not in {e.key for e in schema()}
+    assert "upstream_tls.check_hostname" in {e.key for e in schema()}
+    run = _subcommand("run")
+    # --node-id-ranges shows its default once
+    node_ids = next(a for a in run._actions if "--node-id-ranges" in a.option_strings)
+    assert node_ids.help is not None and node_ids.help.count("0-89") == 1, node_ids.help
+    # the run epilog's port arithmetic: consecutive ports in the order of node_id_ranges
+    assert run.epilog is not None and "in the\norder written" in run.epilog
+    # check-config's exit codes, also in the top-level help
+    assert "1 when --connect fails" in build_parser().format_help()
+    # demo sets the upstream itself: it offers none of those flags
+    demo_flags = {flag for a in _subcommand("demo")._actions for flag in a.option_strings}
+    assert "--security" in demo_flags
+    assert not {f for f in demo_flags if f.startswith(("--bootstrap-servers", "--upstream-tls", "--control-sasl"))}
+
+
+def test_report_help_names_the_command_users_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("pyspark")
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    assert capsys.readouterr().out.startswith("usage: insync-proxy report ")
+
+
+def test_flags_are_never_abbreviated() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--control-sasl-password", "hunter2"])
+
+
+def test_a_start_failure_names_the_setting_and_blames_another_process_only_for_a_port_in_use() -> None:
+    import errno
+    import socket
+
+    from insync_proxy.cli import start_failure
+
+    config = load_config(None, env={"INSYNC_PROXY_BOOTSTRAP_SERVERS": "k:9092"},
+                         overrides={"bind_host": "no-such-host.invalid"})
+
+    def bind_error(code: int, port: int) -> OSError:
+        return OSError(code, f"error while attempting to bind on address ('127.0.0.1', {port}): {os.strerror(code)}")
+
+    cases = {
+        "in use": (bind_error(errno.EADDRINUSE, 9190), 1, "admin_port = 9190: the port is in use (is another process"),
+        "broker port": (bind_error(errno.EADDRINUSE, 9105), 1, "listener[1].broker_port_base (port 9105)"),
+        "privileged": (bind_error(errno.EACCES, 9092), 2, "listener[1].bootstrap_port = 9092: permission denied"),
+        "not here": (bind_error(errno.EADDRNOTAVAIL, 9092), 2, "bind_host = '127.0.0.1': not an address"),
+        "no name": (socket.gaierror(-2, "Name or service not known"), 2, "bind_host = 'no-such-host.invalid'"),
+    }
+    for name, (exc, code, words) in cases.items():
+        got_code, line = start_failure(config, exc)
+        assert (got_code, words in line) == (code, True), (name, line)
+        assert ("another process" in line) == (code == 1), (name, line)

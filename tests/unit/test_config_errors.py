@@ -1,13 +1,20 @@
 """A wrong setting stops the real command line within 2 s: exit 2, one stderr line naming the setting as the
-user spelled it (TOML key path, environment variable or flag) and what is allowed; never a traceback."""
+user spelled it (TOML key path, environment variable or flag) and what is allowed; never a traceback.
+
+One table drives both `run` and `check-config`: `run` refuses exactly what `check-config` refuses, with the
+same line (TLS files included: both load them with tls.py's functions, config_files.check_files)."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +33,7 @@ def run_cli(tmp_path: Path, toml: str | None, *flags: str, env: dict[str, str] |
         path.write_text(toml)
         args += ["--config", str(path)]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("INSYNC_PROXY_")}
+    clean["PYTHONPATH"] = str(ROOT)  # this source tree's insync_proxy, whatever `pip install -e` points at
     started = time.monotonic()
     done = subprocess.run([*args, *flags], env={**clean, **(env or {})}, cwd=tmp_path, capture_output=True,
                           text=True, timeout=30)
@@ -99,22 +107,113 @@ CASES = [
     ("not_toml", "bootstrap_servers = [", [], {}, ["not valid TOML"]),
     ("audit_total_below_one_file", SERVERS + "[audit]\nmax_file_bytes = 100000\nmax_total_bytes = 5000\n", [], {},
      ["audit.max_total_bytes", "audit.max_file_bytes"]),
+    # bootstrap_servers as Kafka's bootstrap.servers takes it: host:port, nothing else
+    ("plaintext_prefix", 'bootstrap_servers = ["PLAINTEXT://kafka-1:9092"]\n', [], {},
+     ["bootstrap_servers", "PLAINTEXT:// prefix: drop it"]),
+    ("sasl_ssl_prefix_from_the_environment", None, [], {"INSYNC_PROXY_BOOTSTRAP_SERVERS": "SASL_SSL://kafka-1:9093"},
+     ["INSYNC_PROXY_BOOTSTRAP_SERVERS", "SASL_SSL:// prefix: drop it"]),
+    ("host_port_extra", 'bootstrap_servers = ["kafka-1:9092:1"]\n', [], {}, ["bootstrap_servers", "one colon only"]),
+    ("broker_port_above_65535", None, ["--bootstrap-servers", "kafka-1:70000"], {},
+     ["--bootstrap-servers", "outside 1-65535"]),
+    ("broker_port_0", 'bootstrap_servers = "kafka-1:0"\n', [], {}, ["bootstrap_servers", "outside 1-65535"]),
+    # SASL credentials without a mechanism would be silently unused
+    ("username_without_a_mechanism", SERVERS + '[control_sasl]\nusername = "proxy"\n', [], {},
+     ["control_sasl.username", "control_sasl.mechanism"]),
+    ("password_without_a_mechanism", SERVERS, [], {"INSYNC_PROXY_CONTROL_SASL_PASSWORD": "pw-7"},
+     ["control_sasl.password", "control_sasl.mechanism"]),
+    # flags are never abbreviated, and a mistyped secret's flag never prints the secret
+    ("abbreviated_secret_flag", SERVERS, ["--control-sasl-password", "hunter2"], {},
+     ["--control-sasl-password", "secrets have no flag"]),
+    ("abbreviated_flag", SERVERS, ["--admin", "1"], {}, ["--admin"]),
+    ("downstream_check_hostname_is_no_setting", SERVERS + "[downstream_tls]\ncheck_hostname = false\n", [], {},
+     ["downstream_tls.check_hostname", "unknown setting"]),
+    # TLS files, loaded the way `run` loads them ({pki}: the certificates the pki fixture made)
+    ("ca_file_not_pem", SERVERS + '[upstream_tls]\nenabled = true\nca_file = "{pki}/not-pem.txt"\n', [], {},
+     ["upstream_tls.ca_file", "PEM"]),
+    ("cert_file_holds_a_key", SERVERS + '[upstream_tls]\nenabled = true\ncert_file = "{pki}/valid.key"\n'
+     'key_file = "{pki}/valid.key"\n', [], {}, ["upstream_tls.cert_file", "no PEM certificate"]),
+    ("key_file_holds_a_certificate", SERVERS + '[upstream_tls]\nenabled = true\ncert_file = "{pki}/valid.crt"\n'
+     'key_file = "{pki}/valid.crt"\n', [], {}, ["upstream_tls.key_file", "no PEM private key"]),
+    ("key_of_another_certificate", SERVERS + '[downstream_tls]\nenabled = true\ncert_file = "{pki}/valid.crt"\n'
+     'key_file = "{pki}/other.key"\n', [], {}, ["downstream_tls.key_file", "not the key of downstream_tls.cert_file"]),
+    ("encrypted_key_without_a_password", SERVERS + '[upstream_tls]\nenabled = true\ncert_file = "{pki}/valid.crt"\n'
+     'key_file = "{pki}/encrypted.key"\n', [], {}, ["upstream_tls.key_file", "encrypted", "key_password_file"]),
+    ("wrong_key_password", SERVERS + '[upstream_tls]\nenabled = true\ncert_file = "{pki}/valid.crt"\n'
+     'key_file = "{pki}/encrypted.key"\nkey_password_file = "{pki}/wrong.password"\n', [], {},
+     ["upstream_tls.key_password", "does not decrypt"]),
+    ("expired_certificate", SERVERS + '[downstream_tls]\nenabled = true\ncert_file = "{pki}/expired.crt"\n'
+     'key_file = "{pki}/expired.key"\n', [], {}, ["downstream_tls.cert_file", "expired on 2020-02-01"]),
+    ("certificate_not_yet_valid", SERVERS + '[upstream_tls]\nenabled = true\ncert_file = "{pki}/future.crt"\n'
+     'key_file = "{pki}/future.key"\n', [], {}, ["upstream_tls.cert_file", "not valid before 2090-01-01"]),
+    ("expired_ca", SERVERS + '[upstream_tls]\nenabled = true\nca_file = "{pki}/expired.crt"\n', [], {},
+     ["upstream_tls.ca_file", "expired on 2020-02-01"]),
+]
+
+#: Configurations that work but should not be so: exit 0 (check-config) or a start (run), with the warning.
+WARNINGS = [
+    ("password_written_in_the_file", SERVERS + '[control_sasl]\nmechanism = "PLAIN"\nusername = "u"\n'
+     'password = "pw-in-the-file"\n', ["control_sasl.password", "INSYNC_PROXY_CONTROL_SASL_PASSWORD",
+                                       "password_file"]),
+    ("certificate_expiring_within_7_days", SERVERS + '[downstream_tls]\nenabled = true\n'
+     'cert_file = "{pki}/soon.crt"\nkey_file = "{pki}/soon.key"\n', ["downstream_tls.cert_file", "expires on"]),
+    ("tls_files_with_tls_off", SERVERS + '[upstream_tls]\nca_file = "{pki}/valid.crt"\n',
+     ["upstream_tls.ca_file", "upstream_tls.enabled = false"]),
 ]
 
 
+def _openssl(directory: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
+
+
+def _dated_certificate(directory: Path, name: str, start: str, end: str) -> None:
+    """A self-signed certificate valid from `start` to `end` (openssl ca: `req -x509` only counts days from now)."""
+    (directory / "index.txt").write_text("")
+    (directory / "serial").write_text("01\n")
+    (directory / "ca.cnf").write_text("[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\n"
+                                      "serial = serial\ndefault_md = sha256\npolicy = p\nunique_subject = no\n"
+                                      "[p]\ncommonName = supplied\n")
+    _openssl(directory, "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+             "-subj", f"/CN={name}")
+    _openssl(directory, "ca", "-batch", "-config", "ca.cnf", "-selfsign", "-keyfile", f"{name}.key", "-in",
+             f"{name}.csr", "-startdate", start, "-enddate", end, "-out", f"{name}.crt")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Certificates and keys, good and bad, for the TLS cases."""
+    if subprocess.run(["openssl", "version"], capture_output=True).returncode != 0:
+        pytest.skip("the openssl command is not installed")
+    directory = tmp_path_factory.mktemp("pki")
+    for name, days in (("valid", "30"), ("soon", "3")):
+        _openssl(directory, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+                 f"{name}.crt", "-subj", f"/CN={name}", "-days", days)
+    _openssl(directory, "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "other.key")
+    _openssl(directory, "pkey", "-in", "valid.key", "-aes256", "-passout", "pass:right-password", "-out",
+             "encrypted.key")
+    (directory / "wrong.password").write_text("wrong-password\n")
+    (directory / "not-pem.txt").write_text("not a certificate\n")
+    _dated_certificate(directory, "expired", "20200101000000Z", "20200201000000Z")
+    _dated_certificate(directory, "future", "20900101000000Z", "20900201000000Z")
+    return directory
+
+
+@pytest.mark.parametrize("command", ["run", "check-config"])
 @pytest.mark.parametrize(("toml", "flags", "env", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_wrong_setting_exits_2_with_one_line_naming_it(
-        tmp_path: Path, toml: str | None, flags: list[str], env: dict[str, str], words: list[str]) -> None:
-    # Given a wrong setting; When the proxy is started with it
+        tmp_path: Path, request: pytest.FixtureRequest, command: str, toml: str | None, flags: list[str],
+        env: dict[str, str], words: list[str]) -> None:
+    if toml is not None and "{pki}" in toml:
+        toml = toml.replace("{pki}", str(request.getfixturevalue("pki")))
+    # Given a wrong setting; When the proxy is started (or the configuration checked) with it
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
-    code, out, err, elapsed = run_cli(tmp_path, toml, *flags, env=env)
+    code, out, err, elapsed = run_cli(tmp_path, toml, *flags, env=env, command=command)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_seconds = after.ru_utime - cpu.ru_utime + after.ru_stime - cpu.ru_stime
     if elapsed >= 2.0:
         # Two cores shared by many test runs: a slow exit may be the wait for a core. Re-run once; if it is
         # still slow, take off what a bare interpreter start costs at this moment.
         print(f"slow exit ({elapsed:.2f}s, {cpu_seconds:.2f}s of CPU): re-run once")
-        code, out, err, elapsed = run_cli(tmp_path, toml, *flags, env=env)
+        code, out, err, elapsed = run_cli(tmp_path, toml, *flags, env=env, command=command)
         if elapsed >= 2.0:
             bare = time.monotonic()
             subprocess.run([sys.executable, "-c", "pass"], check=True)
@@ -124,7 +223,8 @@ def test_a_wrong_setting_exits_2_with_one_line_naming_it(
     lines = err.strip().splitlines()
     assert code == 2, (code, err)
     assert len(lines) == 1, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "hunter2" not in err
+    assert out == ""  # check-config prints the TOML only when it is valid
     for word in words:
         assert word in lines[0], (word, lines[0])
     assert elapsed < 2.0, f"{elapsed:.2f}s"
@@ -158,3 +258,117 @@ def test_the_variables_the_project_itself_uses_are_allowed(tmp_path: Path) -> No
                                   "INSYNC_PROXY_TEST_LOGS", "INSYNC_PROXY_COMPILE", "INSYNC_PROXY_CACHE")}
     code, _, err, _ = run_cli(tmp_path, SERVERS, env=env, command="check-config")
     assert code == 0, err
+
+
+def _start_run(tmp_path: Path, toml: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`python -m insync_proxy run` on free ports, towards a broker that is not there (the start needs none)."""
+    path = tmp_path / "config.toml"
+    path.write_text("admin_port = 0\naudit.enabled = false\n" + toml
+                    + f"\n[[listener]]\nbootstrap_port = 0\nbroker_port_base = {_free_port_base()}\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("INSYNC_PROXY_")}
+    return subprocess.Popen([sys.executable, "-m", "insync_proxy", "run", "--config", str(path)], cwd=tmp_path,
+                            env={**clean, "PYTHONPATH": str(ROOT), **(env or {})}, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+
+
+def _free_port_base() -> int:
+    from tests.proxy_harness import free_port_base
+
+    return free_port_base()
+
+
+def _log_until(process: subprocess.Popen[str], word: str, timeout: float = 60.0) -> list[str]:
+    """The stderr lines up to the first holding `word` (the process is stopped when it does not come)."""
+    assert process.stderr is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if word in line:
+            return lines
+    process.kill()
+    raise AssertionError(f"no {word!r} in the log within {timeout:.0f}s: {lines}")
+
+
+@pytest.fixture
+def stop() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+@pytest.mark.parametrize(("toml", "words"), [c[1:] for c in WARNINGS], ids=[c[0] for c in WARNINGS])
+def test_check_config_and_run_warn_the_same_way(tmp_path: Path, request: pytest.FixtureRequest, toml: str,
+                                                words: list[str], stop: list[subprocess.Popen[str]]) -> None:
+    if "{pki}" in toml:
+        toml = toml.replace("{pki}", str(request.getfixturevalue("pki")))
+    # Given a configuration that works but should not be so
+    # When it is checked: Then it is valid (exit 0), with one warning line naming the setting
+    code, out, err, _ = run_cli(tmp_path, toml, command="check-config")
+    warning = err.strip().splitlines()
+    assert code == 0 and len(warning) == 1, err
+    assert "configuration warning" in warning[0] and "Traceback" not in err
+    for word in words:
+        assert word in warning[0], (word, warning[0])
+    assert "pw-in-the-file" not in out + err
+    # When the proxy is started with it: Then it starts, and its log says the same before listening
+    process = _start_run(tmp_path, toml)
+    stop.append(process)
+    lines = _log_until(process, "listening")
+    said = [line for line in lines if "WARNING" in line and "configuration:" in line]
+    assert len(said) == 1 and said[0].endswith(warning[0].split("configuration warning: ", 1)[1]), lines
+
+
+def test_with_json_logs_every_line_is_json_the_error_included(tmp_path: Path) -> None:
+    # Given log_format = "json" and a wrong setting; When the proxy is started
+    code, _, err, _ = run_cli(tmp_path, SERVERS + 'log_format = "json"\nadmin_port = -4\n')
+    # Then the one line saying so is a JSON object naming the setting
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    entry = json.loads(lines[0])
+    assert entry["level"] == "ERROR" and "admin_port = -4" in entry["message"]
+
+
+def test_with_json_logs_the_first_line_of_a_start_is_json(tmp_path: Path, stop: list[subprocess.Popen[str]]) -> None:
+    process = _start_run(tmp_path, SERVERS + 'log_format = "json"\n[control_sasl]\nmechanism = "PLAIN"\n'
+                                             'username = "u"\npassword = "inline-pw"\n')
+    stop.append(process)
+    lines = _log_until(process, "listening")
+    assert [json.loads(line)["level"] for line in lines][0] in ("INFO", "WARNING")
+    assert any("control_sasl.password" in json.loads(line)["message"] for line in lines)
+    assert "inline-pw" not in "\n".join(lines)
+
+
+def test_a_port_in_use_exits_1_naming_it_and_the_other_process(tmp_path: Path) -> None:
+    # Given a port another process holds
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        # When the proxy is started with it as admin_port
+        code, _, err, _ = run_cli(tmp_path, SERVERS, "--admin-port", str(port), "--bootstrap-port", "0",
+                                  "--broker-port-base", str(_free_port_base()), "--no-audit")
+    # Then it exits 1 naming the setting, and asks about the other process
+    last = err.strip().splitlines()[-1]
+    assert code == 1, err
+    assert f"admin_port = {port}" in last and "is another process using the port?" in last
+
+
+def test_a_bind_host_of_another_machine_is_the_configuration_at_fault(tmp_path: Path) -> None:
+    # Given bind_host an address this machine does not have (TEST-NET-1, RFC 5737)
+    code, _, err, _ = run_cli(tmp_path, SERVERS + 'bind_host = "192.0.2.1"\n', "--admin-port", "0",
+                              "--no-audit")
+    # Then run exits 2 naming bind_host, and does not blame another process
+    last = err.strip().splitlines()[-1]
+    assert code == 2, err
+    assert "bind_host = '192.0.2.1'" in last and "another process" not in last

@@ -1,0 +1,117 @@
+"""A secured dev cluster: `dev-cluster up --security sasl_ssl|mtls` and `demo --security ...`.
+
+The brokers get the listener of that kind beside their PLAINTEXT one (inter-broker traffic and the dev
+cluster's own probe stay on PLAINTEXT), with certificates made the way the tests make them
+(certificates.py); this module says what the proxy needs to reach that listener (its TOML, or the same
+settings as overrides for `demo`) and what clients put in their properties to go through the proxy.
+
+- sasl_ssl: a SASL_SSL listener (SCRAM-SHA-512) for the users `insync-proxy` (the proxy's own control
+  connection) and `client`. Clients speak SASL_PLAINTEXT to the proxy (their login passes through to the
+  brokers over TLS).
+- mtls: an SSL listener that requires a client certificate; the proxy presents CN=insync-proxy on every
+  upstream connection. Clients speak PLAINTEXT to the proxy.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from insync_proxy.devcluster.certificates import DevCertificates, make_test_certificates
+from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
+
+SECURITY_MODES = ("sasl_ssl", "mtls")
+#: Days the dev cluster's certificates are valid: beyond check-config's 7-day expiry warning.
+CERTIFICATE_DAYS = 30
+PROXY_USER = "insync-proxy"
+CLIENT_USER = "client"
+MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class SecuredSetup:
+    """One secured listener kind, its certificates and passwords, in `directory`."""
+
+    security: str
+    directory: Path
+    certs: DevCertificates
+    #: user -> password (sasl_ssl only).
+    passwords: dict[str, str]
+
+    @property
+    def proxy_password_file(self) -> Path:
+        return self.directory / f"{PROXY_USER}.password"
+
+    def cluster_settings(self, **base: Any) -> ClusterSettings:
+        """ClusterSettings with this listener added to `base` (version, ports, data directory...)."""
+        if self.security == "sasl_ssl":
+            return ClusterSettings(**base, sasl_scram_users=self.passwords, sasl_ssl=True,
+                                   tls_keystore_pem=self.certs.broker_keystore)
+        return ClusterSettings(**base, tls_keystore_pem=self.certs.broker_keystore,
+                               tls_client_ca_pem=self.certs.ca_cert)
+
+    def upstream_servers(self, cluster: LocalKafkaCluster) -> str:
+        """The brokers' secured listener, what the proxy's bootstrap_servers names."""
+        return cluster.sasl_bootstrap_servers if self.security == "sasl_ssl" else cluster.tls_bootstrap_servers
+
+    def proxy_settings(self, servers: str) -> dict[str, Any]:
+        """The proxy's upstream settings by TOML key (what `demo` passes as overrides), towards `servers`."""
+        settings: dict[str, Any] = {
+            "bootstrap_servers": servers,
+            "upstream_tls.enabled": True,
+            "upstream_tls.ca_file": str(self.certs.ca_cert),
+        }
+        if self.security == "sasl_ssl":
+            settings.update({"control_sasl.mechanism": MECHANISM, "control_sasl.username": PROXY_USER,
+                             "control_sasl.password_file": str(self.proxy_password_file)})
+        else:
+            cert, key = self.certs.clients[PROXY_USER]
+            settings.update({"upstream_tls.cert_file": str(cert), "upstream_tls.key_file": str(key)})
+        return settings
+
+    def proxy_toml(self, servers: str) -> str:
+        """A proxy configuration file towards `servers` (the password in a file, never in the TOML)."""
+        listed = ", ".join(f'"{s}"' for s in servers.split(","))
+        tables: dict[str, list[str]] = {}
+        for key, value in self.proxy_settings(servers).items():
+            if key == "bootstrap_servers":
+                continue
+            table, _, name = key.partition(".")
+            shown = "true" if value is True else f'"{value}"'
+            tables.setdefault(table, []).append(f"{name} = {shown}")
+        lines = [f"# insync-proxy in front of the dev cluster's {self.security.upper()} listener",
+                 f"bootstrap_servers = [{listed}]"]
+        for table, settings in tables.items():
+            lines += ["", f"[{table}]", *settings]
+        return "\n".join(lines) + "\n"
+
+    def client_properties(self, bootstrap: str) -> str:
+        """Kafka client properties (Java) of a client going through the proxy at `bootstrap`."""
+        lines = [f"bootstrap.servers={bootstrap}"]
+        if self.security == "sasl_ssl":
+            password = self.passwords[CLIENT_USER]
+            lines += ["security.protocol=SASL_PLAINTEXT", f"sasl.mechanism={MECHANISM}",
+                      "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                      f'username="{CLIENT_USER}" password="{password}";',
+                      f"# librdkafka: sasl.username={CLIENT_USER} sasl.password={password}"]
+        else:
+            lines += ["security.protocol=PLAINTEXT",
+                      "# the proxy presents its certificate (CN=insync-proxy) to the brokers for every client"]
+        return "\n".join(lines) + "\n"
+
+
+def secured_setup(security: str, directory: Path) -> SecuredSetup:
+    """Certificates (and for sasl_ssl the users' passwords) for a dev cluster with a `security` listener."""
+    if security not in SECURITY_MODES:
+        raise ValueError(f"security: {security!r} is not one of {', '.join(SECURITY_MODES)}")
+    directory.mkdir(parents=True, exist_ok=True)
+    certs = make_test_certificates(directory, (PROXY_USER,), days=CERTIFICATE_DAYS)
+    passwords: dict[str, str] = {}
+    setup = SecuredSetup(security, directory, certs, passwords)
+    if security == "sasl_ssl":
+        passwords.update({PROXY_USER: secrets.token_urlsafe(12), CLIENT_USER: secrets.token_urlsafe(12)})
+        setup.proxy_password_file.write_text(passwords[PROXY_USER] + "\n")
+        setup.proxy_password_file.chmod(0o600)
+    return setup
