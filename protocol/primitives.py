@@ -179,10 +179,6 @@ class Reader:
         self.pos: int = pos
 
     # -- fixed width -------------------------------------------------------------------------
-    def remaining(self) -> int:
-        """Bytes left after the current position."""
-        return len(self.buf) - self.pos
-
     def _need(self, n: int) -> int:
         pos = self.pos
         if n < 0 or pos + n > len(self.buf):
