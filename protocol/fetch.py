@@ -22,7 +22,7 @@ from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import response_header_version
 from .messages import NodeEndpoint
-from .primitives import Buffer, Reader, Writer, read_uvarint_at, skip_tagged_fields_at
+from .primitives import Buffer, Reader, Writer, bytes_view, read_uvarint_at, skip_tagged_fields_at
 from .schema import ArrayOf, decode_value, encode_value
 
 __all__ = [
@@ -76,7 +76,7 @@ def find_fetch_node_endpoints(frame: Buffer, api_version: int) -> tuple[NodeEndp
     """The ``node_endpoints`` of a Fetch response frame (empty before v16 or when absent)."""
     if api_version < _FIRST_NODE_ENDPOINTS_VERSION:
         return ()
-    mv = memoryview(frame).cast("B") if not isinstance(frame, memoryview) else frame
+    mv = bytes_view(frame)
     try:
         r = Reader(mv, _top_level_tags_offset(mv, api_version))
         for tag, data in r.tagged_fields():
@@ -103,9 +103,7 @@ def rewrite_fetch_node_endpoints(
         return frame
     if api_version > _MAX_VERSION:
         raise UnsupportedVersion(f"Fetch v{api_version} is not supported (known: up to v{_MAX_VERSION})")
-    mv = memoryview(frame) if not isinstance(frame, memoryview) else frame
-    if mv.format != "B" or mv.ndim != 1:
-        mv = mv.cast("B")
+    mv = bytes_view(frame)
     try:
         start = _top_level_tags_offset(mv, api_version)
         r = Reader(mv, start)

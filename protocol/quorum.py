@@ -18,7 +18,7 @@ from .endpoints import rewrite_endpoints
 from .errors import UnsupportedVersion
 from .headers import split_response
 from .messages import NULL_UUID
-from .primitives import Buffer, Writer
+from .primitives import Buffer, Writer, bytes_view
 from .schema import (
     INT16,
     INT32,
@@ -178,9 +178,7 @@ def rewrite_describe_quorum_endpoints(
         return frame
     if api_version > DescribeQuorumResponse.VALID_VERSIONS[1]:
         raise UnsupportedVersion(f"DescribeQuorum v{api_version} is not supported (known: up to v2)")
-    mv = frame if isinstance(frame, memoryview) else memoryview(frame)
-    if mv.format != "B" or mv.ndim != 1:
-        mv = mv.cast("B")
+    mv = bytes_view(frame)
     correlation_id, body = split_response(mv, ApiKey.DESCRIBE_QUORUM, api_version)
     header_size = len(mv) - len(body)
     response = decode_describe_quorum_response(api_version, body)

@@ -20,7 +20,7 @@ from .api_keys import ApiKey
 from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, UnsupportedVersion
 from .messages import NULL_UUID, NodeEndpoint
-from .primitives import Buffer, Reader, Writer
+from .primitives import Buffer, Reader, Writer, bytes_view
 from .schema import (
     INT16,
     INT32,
@@ -197,18 +197,13 @@ def _walk(mv: memoryview, api_key: int, version: int) -> tuple[int, int, tuple[N
     return start, end, endpoints
 
 
-def _as_bytes_view(frame: Buffer) -> memoryview:
-    mv = frame if isinstance(frame, memoryview) else memoryview(frame)
-    return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
-
-
 def find_share_node_endpoints(frame: Buffer, api_key: int, api_version: int) -> tuple[NodeEndpoint, ...]:
     """The ``node_endpoints`` of a ShareFetch or ShareAcknowledge response frame (header + body)."""
-    return _walk(_as_bytes_view(frame), api_key, api_version)[2]
+    return _walk(bytes_view(frame), api_key, api_version)[2]
 
 
 def _rewrite(frame: Buffer, api_key: int, api_version: int, addresses: Mapping[int, tuple[str, int]]) -> Buffer:
-    mv = _as_bytes_view(frame)
+    mv = bytes_view(frame)
     start, end, endpoints = _walk(mv, api_key, api_version)
     rewritten = rewrite_endpoints(endpoints, addresses)
     if rewritten is None:
