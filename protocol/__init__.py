@@ -42,6 +42,8 @@ from .messages import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     MetadataRequest,
@@ -53,6 +55,8 @@ from .messages import (
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
     SaslHandshakeResponse,
+    ShareAcknowledgeResponse,
+    ShareFetchResponse,
     decode_metadata_response_kip637,
     decode_request,
     decode_response,
@@ -85,10 +89,8 @@ from .produce import (
     rewrite_produce_node_endpoints,
     scan_produce_response,
 )
-from .quorum import DescribeQuorumRequest, DescribeQuorumResponse, rewrite_describe_quorum_endpoints
+from .quorum import rewrite_describe_quorum_endpoints
 from .share import (
-    ShareAcknowledgeResponse,
-    ShareFetchResponse,
     find_share_node_endpoints,
     rewrite_share_acknowledge_node_endpoints,
     rewrite_share_fetch_node_endpoints,

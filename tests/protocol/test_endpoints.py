@@ -6,8 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from insync_proxy.protocol.endpoints import rewrite_endpoints
-from insync_proxy.protocol.messages import MetadataResponseBroker, NodeEndpoint
-from insync_proxy.protocol.quorum import DescribeQuorumListener
+from insync_proxy.protocol.messages import DescribeQuorumListener, MetadataResponseBroker, NodeEndpoint
 
 hosts = st.sampled_from(["broker-1", "broker-2", "10.0.0.7", "localhost", "proxy.local"])
 ports = st.integers(1, 65535)
