@@ -18,10 +18,9 @@ from collections.abc import Mapping
 from typing import Final
 
 from .api_keys import ApiKey
-from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import response_header_version
-from .messages import NodeEndpoint
+from .messages import NodeEndpoint, rewrite_endpoints
 from .primitives import Buffer, Reader, Writer, bytes_view, read_uvarint_at, skip_tagged_fields_at
 from .schema import ArrayOf, decode_value, encode_value
 

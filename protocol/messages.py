@@ -10,8 +10,9 @@ Field names are Kafka's, in snake_case. One dataclass covers every version of a 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Protocol, TypeVar, overload
 
 from .api_keys import ApiKey
 from .errors import UnsupportedVersion
@@ -42,6 +43,7 @@ __all__ = [
     "RESPONSE_TYPES",
     "SHARE_VERSIONS",
     "SUPPORTED_VERSIONS",
+    "Address",
     "ApiVersion",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
@@ -75,6 +77,7 @@ __all__ = [
     "FinalizedFeatureKey",
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
+    "HostPort",
     "Kip637MetadataResponseTopic",
     "LeaderIdAndEpoch",
     "MetadataRequest",
@@ -84,6 +87,7 @@ __all__ = [
     "MetadataResponseKip637",
     "MetadataResponsePartition",
     "MetadataResponseTopic",
+    "NodeAddress",
     "NodeEndpoint",
     "PartitionProduceData",
     "PartitionProduceResponse",
@@ -112,6 +116,7 @@ __all__ = [
     "encode_metadata_response_kip637",
     "encode_request",
     "encode_response",
+    "rewrite_endpoints",
 ]
 
 NULL_UUID = uuid.UUID(int=0)
@@ -996,3 +1001,61 @@ def encode_response(msg: Message, version: int) -> bytes:
         raise UnsupportedVersion("use encode_metadata_response_kip637 for the KIP-637 layout")
     check_version(cls, version)
     return encode_struct(msg, version, is_flexible_version(cls, version))
+
+
+# ---------------------------------------------------------------------------------------------
+# Broker addresses in answers: the one host/port rewrite of the endpoints every walker finds (the
+# walkers and the table of them by API key: protocol/endpoints.py).
+
+#: node_id -> (host, port) the proxy puts in place of the broker's.
+Address = tuple[str, int]
+
+
+class HostPort(Protocol):
+    """A dataclass with a host and a port (a DescribeQuorum listener)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+
+class NodeAddress(HostPort, Protocol):
+    """A dataclass with a node id, a host and a port (a NodeEndpoint, a Metadata broker)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+
+N = TypeVar("N", bound=NodeAddress)
+H = TypeVar("H", bound=HostPort)
+
+
+@overload
+def rewrite_endpoints(endpoints: Sequence[N], addresses: Mapping[int, Address]) -> tuple[N, ...] | None: ...
+
+
+@overload
+def rewrite_endpoints(endpoints: Sequence[H], addresses: Mapping[int, Address], node_id: int
+                      ) -> tuple[H, ...] | None: ...
+
+
+def rewrite_endpoints(endpoints: Sequence[Any], addresses: Mapping[int, Address], node_id: int | None = None
+                      ) -> tuple[Any, ...] | None:
+    """``endpoints`` with host and port replaced for every node in ``addresses``, or None when none changes.
+
+    Each endpoint belongs to its own ``node_id``, or with ``node_id`` given all belong to that node (the
+    listeners of one DescribeQuorum node). An endpoint that keeps its address is the same object in the
+    result, so a caller splicing bytes can tell which ones changed (``new is not old``).
+    """
+    out: list[Any] | None = None
+    for i, ep in enumerate(endpoints):
+        new = addresses.get(ep.node_id if node_id is None else node_id)
+        if new is not None and (ep.host, ep.port) != new:
+            if out is None:
+                out = list(endpoints)
+            out[i] = replace(ep, host=new[0], port=new[1])
+    return None if out is None else tuple(out)

@@ -16,7 +16,6 @@ from dataclasses import replace
 from typing import ClassVar, Final
 
 from .api_keys import ApiKey
-from .endpoints import rewrite_endpoints
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import encode_response_with_header, peek_request_header, split_response
 from .messages import (
@@ -25,6 +24,7 @@ from .messages import (
     TopicProduceResponse,
     decode_response,
     encode_response,
+    rewrite_endpoints,
 )
 from .primitives import (
     Buffer,

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from .api_keys import ApiKey
-from .endpoints import rewrite_endpoints
 from .errors import UnsupportedVersion
 from .headers import split_response
-from .messages import DescribeQuorumResponse, decode_describe_quorum_response
+from .messages import DescribeQuorumResponse, decode_describe_quorum_response, rewrite_endpoints
 from .primitives import Buffer, Writer, bytes_view
 from .schema import encode_struct
 

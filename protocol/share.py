@@ -15,9 +15,8 @@ import struct
 from collections.abc import Mapping
 
 from .api_keys import ApiKey
-from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, UnsupportedVersion
-from .messages import SHARE_VERSIONS, NodeEndpoint
+from .messages import SHARE_VERSIONS, NodeEndpoint, rewrite_endpoints
 from .primitives import Buffer, Reader, Writer, bytes_view
 from .schema import decode_struct, encode_struct
 
