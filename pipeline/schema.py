@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from insync_proxy.audit import buckets
+from insync_proxy.audit import buckets, events
 from insync_proxy.audit.events import (
     DECISIONS,
     EVENT_ISR_CHANGE,
@@ -33,40 +33,20 @@ from insync_proxy.audit.events import (
 # Name of the column Spark's JSON parser fills with the raw text when a line does not fit the schema.
 _CORRUPT = "_corrupt_record"
 
-#: Fields of schemas v1 and v2 (their union), with their Spark types. ``ts`` and ``interval_start``
-#: are read as strings and converted afterwards so that a malformed timestamp has its own reason.
-AUDIT_FIELDS: tuple[tuple[str, T.DataType], ...] = (
-    ("schema_version", T.IntegerType()),
-    ("event", T.StringType()),
-    ("ts", T.StringType()),
-    ("proxy_id", T.StringType()),
-    ("listener", T.StringType()),
-    ("client_id", T.StringType()),
-    ("topic", T.StringType()),
-    ("partition", T.IntegerType()),
-    ("acks_requested", T.IntegerType()),
-    ("acks_sent", T.IntegerType()),
-    ("isr_size", T.IntegerType()),
-    ("min_isr", T.IntegerType()),
-    ("decision", T.StringType()),
-    ("error_code", T.IntegerType()),
-    ("latency_ms", T.DoubleType()),
-    ("record_bytes", T.LongType()),
-    ("api_version", T.IntegerType()),
-    ("correlation_id", T.IntegerType()),
-    ("leader_id", T.IntegerType()),
-    # v2
-    ("interval_start", T.StringType()),
-    ("interval_seconds", T.DoubleType()),
-    ("requests", T.LongType()),
-    ("records", T.LongType()),
-    ("latency_count", T.LongType()),
-    ("latency_sum_ms", T.DoubleType()),
-    ("latency_min_ms", T.DoubleType()),
-    ("latency_max_ms", T.DoubleType()),
-    ("latency_buckets", T.ArrayType(T.ArrayType(T.LongType()))),
-    ("ready", T.BooleanType()),
-)
+#: The Spark type of each audit field type (`insync_proxy.audit.events`).
+_SPARK_TYPES: dict[str, T.DataType] = {
+    events.INT32: T.IntegerType(),
+    events.INT64: T.LongType(),
+    events.FLOAT64: T.DoubleType(),
+    events.STRING: T.StringType(),
+    events.BOOLEAN: T.BooleanType(),
+    events.BUCKETS: T.ArrayType(T.ArrayType(T.LongType())),
+}
+
+#: Fields of schemas v1 and v2 (their union: `insync_proxy.audit.events.FIELDS`), with their Spark types.
+#: ``ts`` and ``interval_start`` are read as strings and converted afterwards so that a malformed
+#: timestamp has its own reason.
+AUDIT_FIELDS: tuple[tuple[str, T.DataType], ...] = tuple((f.name, _SPARK_TYPES[f.type]) for f in events.FIELDS)
 _TIMESTAMP_FIELDS = ("ts", "interval_start")
 
 #: Required keys that must be non-null in every event of every version.
@@ -361,28 +341,16 @@ BUCKETS_TYPE = T.ArrayType(
     T.StructType([T.StructField("bucket", T.IntegerType(), True), T.StructField("count", T.LongType(), True)])
 )
 
-#: Columns of :func:`summaries`, in order, with their types: the aggregate shape every table reads.
+#: Columns of :func:`summaries`, in order, with their types: the aggregate shape every table reads. A
+#: `produce_summary` event's fields (its interval's length aside) after the date, the interval and the
+#: envelope, typed as :func:`parse_audit_events` gives them but for the histogram's pairs.
 SUMMARY_FIELDS: tuple[tuple[str, T.DataType], ...] = (
     ("date", T.DateType()),
     ("interval_start", T.TimestampType()),
     ("ts", T.TimestampType()),
     ("proxy_id", T.StringType()),
-    ("listener", T.StringType()),
-    ("client_id", T.StringType()),
-    ("topic", T.StringType()),
-    ("partition", T.IntegerType()),
-    ("acks_requested", T.IntegerType()),
-    ("acks_sent", T.IntegerType()),
-    ("decision", T.StringType()),
-    ("error_code", T.IntegerType()),
-    ("requests", T.LongType()),
-    ("records", T.LongType()),
-    ("record_bytes", T.LongType()),
-    ("latency_count", T.LongType()),
-    ("latency_sum_ms", T.DoubleType()),
-    ("latency_min_ms", T.DoubleType()),
-    ("latency_max_ms", T.DoubleType()),
-    ("latency_buckets", BUCKETS_TYPE),
+    *((name, BUCKETS_TYPE if name == "latency_buckets" else _SPARK_TYPES[events.FIELDS_BY_NAME[name].type])
+      for name in events.PRODUCE_SUMMARY_FIELDS if name not in ("interval_start", "interval_seconds")),
 )
 SUMMARY_COLUMNS = tuple(name for name, _ in SUMMARY_FIELDS)
 

@@ -42,6 +42,8 @@ from .messages import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     MetadataRequest,
@@ -53,6 +55,8 @@ from .messages import (
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
     SaslHandshakeResponse,
+    ShareAcknowledgeResponse,
+    ShareFetchResponse,
     decode_metadata_response_kip637,
     decode_request,
     decode_response,
@@ -81,15 +85,12 @@ from .produce import (
     patch_produce_acks,
     produce_acks_offset,
     produce_partition_records,
-    produce_response_error_codes,
     read_produce_acks,
     rewrite_produce_node_endpoints,
     scan_produce_response,
 )
-from .quorum import DescribeQuorumRequest, DescribeQuorumResponse, rewrite_describe_quorum_endpoints
+from .quorum import rewrite_describe_quorum_endpoints
 from .share import (
-    ShareAcknowledgeResponse,
-    ShareFetchResponse,
     find_share_node_endpoints,
     rewrite_share_acknowledge_node_endpoints,
     rewrite_share_fetch_node_endpoints,
@@ -167,7 +168,6 @@ __all__ = [
     "patch_produce_acks",
     "peek_request_header",
     "produce_acks_offset",
-    "produce_response_error_codes",
     "read_produce_acks",
     "request_header_version",
     "response_header_version",

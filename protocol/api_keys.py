@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Final
 
-__all__ = ["FIRST_FLEXIBLE_VERSION", "ApiKey", "is_flexible"]
+__all__ = ["FIRST_FLEXIBLE_VERSION", "ApiKey", "api_name", "is_flexible"]
 
 
 class ApiKey(IntEnum):
@@ -215,3 +215,12 @@ def is_flexible(api_key: int, api_version: int) -> bool:
     """Whether (api_key, api_version) uses the flexible (compact, tagged) encoding."""
     first = FIRST_FLEXIBLE_VERSION.get(api_key, 0 if api_key > _LAST_KNOWN_API_KEY else None)
     return first is not None and api_version >= first
+
+
+#: Every API key this codec names.
+_API_KEYS: Final = frozenset(int(k) for k in ApiKey)
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API key for messages, ``API <n>`` for one this codec does not know."""
+    return ApiKey(api_key).name if api_key in _API_KEYS else f"API {api_key}"

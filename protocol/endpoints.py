@@ -1,68 +1,112 @@
-"""Broker addresses in answers: the one rewrite of host/port for the nodes a proxy stands in for.
+"""Broker addresses in answers: one table, by API key, of the rewriter of every response that carries one.
 
-Kafka hands clients broker addresses in several answers (Metadata brokers, Produce v10+ and Fetch
-v16+ ``node_endpoints``, ShareFetch/ShareAcknowledge ``node_endpoints``, DescribeQuorum v2+ node
-listeners). Each walker finds its endpoints; `rewrite_endpoints` decides, for all of them, which
-change: an endpoint of a mapped node whose host or port differs from the proxy's address.
+Kafka hands clients broker addresses in several answers: FindCoordinator (the coordinator: at the top
+level in v0-v3, one per key in v4+), DescribeCluster brokers, Produce v10+ and Fetch v16+
+``node_endpoints``, ShareFetch/ShareAcknowledge ``node_endpoints`` and DescribeQuorum v2+ node
+listeners. `ENDPOINT_REWRITERS` names the rewriter of each, and a proxy rewrites exactly the answers
+it lists. Every rewriter takes the response frame (header + body), its version and the proxy's
+addresses (node id -> host, port) and returns the frame itself when no address changes. The walkers
+that find Produce's, Fetch's, the share answers' and DescribeQuorum's endpoints stand in their own
+modules; FindCoordinator and DescribeCluster, small and rare, are decoded whole and encoded back here.
+Which endpoints change is decided for all of them alike (`protocol.messages.rewrite_endpoints`).
+
+Metadata's brokers carry addresses too, but they are not in the table: the splice rewrites them in
+the same pass that adds each topic's min.insync.replicas (`protocol.metadata_splice`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, ClassVar, Protocol, TypeVar, overload
+from typing import Final, TypeVar
 
-__all__ = ["Address", "HostPort", "NodeAddress", "rewrite_endpoints"]
+from .api_keys import ApiKey
+from .fetch import rewrite_fetch_node_endpoints
+from .headers import encode_response_with_header, split_response
+from .messages import (
+    Address,
+    DescribeClusterResponse,
+    FindCoordinatorResponse,
+    HostPort,
+    decode_response,
+    encode_response,
+)
+from .primitives import Buffer
+from .produce import rewrite_produce_node_endpoints
+from .quorum import rewrite_describe_quorum_endpoints
+from .share import rewrite_share_acknowledge_node_endpoints, rewrite_share_fetch_node_endpoints
 
-#: node_id -> (host, port) the proxy puts in place of the broker's.
-Address = tuple[str, int]
+__all__ = [
+    "ENDPOINT_REWRITERS",
+    "EndpointRewriter",
+    "rewrite_describe_cluster_endpoints",
+    "rewrite_find_coordinator_endpoints",
+]
 
+#: (response frame, api version, node id -> proxy address) -> the frame with the proxy's addresses.
+EndpointRewriter = Callable[[Buffer, int, Mapping[int, Address]], Buffer]
 
-class HostPort(Protocol):
-    """A dataclass with a host and a port (a DescribeQuorum listener)."""
+#: The address of a coordinator that was not found (node_id -1): none, as Kafka writes it, whatever the
+#: broker put there.
+_NO_COORDINATOR: Final = ("", -1)
+#: FindCoordinator v4 (KIP-699) answers one coordinator per key instead of one at the top level.
+_FIRST_BATCHED_VERSION: Final = 4
 
-    __dataclass_fields__: ClassVar[dict[str, Any]]
-
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def port(self) -> int: ...
-
-
-class NodeAddress(HostPort, Protocol):
-    """A dataclass with a node id, a host and a port (a NodeEndpoint, a Metadata broker)."""
-
-    @property
-    def node_id(self) -> int: ...
-
-
-N = TypeVar("N", bound=NodeAddress)
 H = TypeVar("H", bound=HostPort)
 
 
-@overload
-def rewrite_endpoints(endpoints: Sequence[N], addresses: Mapping[int, Address]) -> tuple[N, ...] | None: ...
+def _at(endpoint: H, address: Address) -> H:
+    """``endpoint`` with host and port ``address``: itself when it has them already."""
+    if (endpoint.host, endpoint.port) == address:
+        return endpoint
+    return replace(endpoint, host=address[0], port=address[1])
 
 
-@overload
-def rewrite_endpoints(endpoints: Sequence[H], addresses: Mapping[int, Address], node_id: int
-                      ) -> tuple[H, ...] | None: ...
+def _coordinator_address(node_id: int, addresses: Mapping[int, Address]) -> Address:
+    return addresses[node_id] if node_id >= 0 else _NO_COORDINATOR
 
 
-def rewrite_endpoints(endpoints: Sequence[Any], addresses: Mapping[int, Address], node_id: int | None = None
-                      ) -> tuple[Any, ...] | None:
-    """``endpoints`` with host and port replaced for every node in ``addresses``, or None when none changes.
+def rewrite_find_coordinator_endpoints(frame: Buffer, api_version: int, addresses: Mapping[int, Address]) -> Buffer:
+    """Put the proxy's address of the coordinator's node in a FindCoordinator response frame (every
+    version): the top-level host/port in v0-v3, each coordinator's in v4+. A coordinator not found
+    (node_id -1) gets none ("", -1). A node id missing from ``addresses`` raises KeyError: no
+    coordinator's address passes unchanged. ``frame`` itself when nothing changes."""
+    correlation_id, body = split_response(frame, ApiKey.FIND_COORDINATOR, api_version)
+    response = decode_response(ApiKey.FIND_COORDINATOR, api_version, body)
+    assert isinstance(response, FindCoordinatorResponse)
+    if api_version < _FIRST_BATCHED_VERSION:
+        rewritten = _at(response, _coordinator_address(response.node_id, addresses))
+    else:
+        coordinators = tuple(_at(c, _coordinator_address(c.node_id, addresses)) for c in response.coordinators)
+        changed = any(new is not old for new, old in zip(coordinators, response.coordinators, strict=True))
+        rewritten = replace(response, coordinators=coordinators) if changed else response
+    if rewritten is response:
+        return frame
+    return encode_response_with_header(ApiKey.FIND_COORDINATOR, api_version, correlation_id,
+                                       encode_response(rewritten, api_version))
 
-    Each endpoint belongs to its own ``node_id``, or with ``node_id`` given all belong to that node (the
-    listeners of one DescribeQuorum node). An endpoint that keeps its address is the same object in the
-    result, so a caller splicing bytes can tell which ones changed (``new is not old``).
-    """
-    out: list[Any] | None = None
-    for i, ep in enumerate(endpoints):
-        new = addresses.get(ep.node_id if node_id is None else node_id)
-        if new is not None and (ep.host, ep.port) != new:
-            if out is None:
-                out = list(endpoints)
-            out[i] = replace(ep, host=new[0], port=new[1])
-    return None if out is None else tuple(out)
+
+def rewrite_describe_cluster_endpoints(frame: Buffer, api_version: int, addresses: Mapping[int, Address]) -> Buffer:
+    """Put the proxy's address of each broker in a DescribeCluster response frame (every version). A
+    broker id missing from ``addresses`` raises KeyError: no broker's address passes unchanged.
+    ``frame`` itself when nothing changes."""
+    correlation_id, body = split_response(frame, ApiKey.DESCRIBE_CLUSTER, api_version)
+    response = decode_response(ApiKey.DESCRIBE_CLUSTER, api_version, body)
+    assert isinstance(response, DescribeClusterResponse)
+    brokers = tuple(_at(b, addresses[b.broker_id]) for b in response.brokers)
+    if all(new is old for new, old in zip(brokers, response.brokers, strict=True)):
+        return frame
+    return encode_response_with_header(ApiKey.DESCRIBE_CLUSTER, api_version, correlation_id,
+                                       encode_response(replace(response, brokers=brokers), api_version))
+
+
+#: Every response that carries a broker or controller address (Metadata apart: see above), by API key.
+ENDPOINT_REWRITERS: Final[dict[int, EndpointRewriter]] = {
+    ApiKey.PRODUCE: rewrite_produce_node_endpoints,
+    ApiKey.FETCH: rewrite_fetch_node_endpoints,
+    ApiKey.FIND_COORDINATOR: rewrite_find_coordinator_endpoints,
+    ApiKey.DESCRIBE_CLUSTER: rewrite_describe_cluster_endpoints,
+    ApiKey.DESCRIBE_QUORUM: rewrite_describe_quorum_endpoints,
+    ApiKey.SHARE_FETCH: rewrite_share_fetch_node_endpoints,
+    ApiKey.SHARE_ACKNOWLEDGE: rewrite_share_acknowledge_node_endpoints,
+}

@@ -18,11 +18,10 @@ from collections.abc import Mapping
 from typing import Final
 
 from .api_keys import ApiKey
-from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import response_header_version
-from .messages import NodeEndpoint
-from .primitives import Buffer, Reader, Writer, read_uvarint_at, skip_tagged_fields_at
+from .messages import NodeEndpoint, rewrite_endpoints
+from .primitives import Buffer, Reader, Writer, bytes_view, read_uvarint_at, skip_tagged_fields_at
 from .schema import ArrayOf, decode_value, encode_value
 
 __all__ = [
@@ -76,7 +75,7 @@ def find_fetch_node_endpoints(frame: Buffer, api_version: int) -> tuple[NodeEndp
     """The ``node_endpoints`` of a Fetch response frame (empty before v16 or when absent)."""
     if api_version < _FIRST_NODE_ENDPOINTS_VERSION:
         return ()
-    mv = memoryview(frame).cast("B") if not isinstance(frame, memoryview) else frame
+    mv = bytes_view(frame)
     try:
         r = Reader(mv, _top_level_tags_offset(mv, api_version))
         for tag, data in r.tagged_fields():
@@ -103,24 +102,34 @@ def rewrite_fetch_node_endpoints(
         return frame
     if api_version > _MAX_VERSION:
         raise UnsupportedVersion(f"Fetch v{api_version} is not supported (known: up to v{_MAX_VERSION})")
-    mv = memoryview(frame) if not isinstance(frame, memoryview) else frame
-    if mv.format != "B" or mv.ndim != 1:
-        mv = mv.cast("B")
+    mv = bytes_view(frame)
     try:
         start = _top_level_tags_offset(mv, api_version)
-        r = Reader(mv, start)
-        fields = r.tagged_fields()
-        r.expect_end()
     except ProtocolError:
         raise
     except (struct.error, IndexError, ValueError) as e:
         raise TruncatedData(f"cannot walk Fetch response: {e!r}") from None
-    new_fields = _rewrite_node_endpoints_field(fields, api_version, addresses)
+    new_fields = _rewritten_top_level_tags(mv, start, api_version, addresses, "walk Fetch response")
     if new_fields is None:
         return frame
     w = Writer()
     w.tagged_fields(new_fields)
     return bytes(mv[:start]) + bytes(w.out)
+
+
+def _rewritten_top_level_tags(buf: Buffer, start: int, api_version: int, addresses: Mapping[int, tuple[str, int]],
+                              what: str) -> list[tuple[int, bytes]] | None:
+    """The top-level tagged fields at ``start``, which end ``buf``, with ``node_endpoints`` rewritten; None when
+    no endpoint changes. ``what`` the reading was, for the error."""
+    try:
+        r = Reader(buf, start)
+        fields = r.tagged_fields()
+        r.expect_end()
+    except ProtocolError:
+        raise
+    except (struct.error, IndexError, ValueError) as e:
+        raise TruncatedData(f"cannot {what}: {e!r}") from None
+    return _rewrite_node_endpoints_field(fields, api_version, addresses)
 
 
 def _rewrite_node_endpoints_field(fields: list[tuple[int, memoryview]], api_version: int,
@@ -231,24 +240,21 @@ class FetchEndpointsTap:
             self._skip = records - 1 if records > 1 else 0
             self._state = _PARTITION_TAGS
             return p
-        if state == _PARTITION_TAGS:
+        if state == _PARTITION_TAGS or state == _TOPIC_TAGS:  # the tagged fields closing a partition or a topic
             p = skip_tagged_fields_at(b, p)
             if p > len(b):
                 raise _Short
-            self._parts -= 1
-            self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
+            if state == _PARTITION_TAGS:
+                self._parts -= 1
+                self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
+            else:
+                self._topics -= 1
+                self._state = _TOPIC if self._topics > 0 else _DONE
             return p
         if state == _TOPIC:
             parts, p = read_uvarint_at(b, p + 16)  # after topic_id
             self._parts = parts - 1
             self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
-            return p
-        if state == _TOPIC_TAGS:
-            p = skip_tagged_fields_at(b, p)
-            if p > len(b):
-                raise _Short
-            self._topics -= 1
-            self._state = _TOPIC if self._topics > 0 else _DONE
             return p
         # _HEADER: correlation id, header tags, throttle_time_ms, error_code, session_id, topic count
         p = skip_tagged_fields_at(b, p + 4)
@@ -260,15 +266,8 @@ class FetchEndpointsTap:
     def finish(self, held: bytes) -> bytes:
         if self._state != _DONE or self._carry or self._skip:
             raise TruncatedData("Fetch response ends before its top-level tagged fields")
-        try:
-            r = Reader(held)
-            fields = r.tagged_fields()
-            r.expect_end()
-        except ProtocolError:
-            raise
-        except (struct.error, IndexError, ValueError) as e:
-            raise TruncatedData(f"cannot read the Fetch response's tagged fields: {e!r}") from None
-        new_fields = _rewrite_node_endpoints_field(fields, self.api_version, self.addresses)
+        new_fields = _rewritten_top_level_tags(held, 0, self.api_version, self.addresses,
+                                               "read the Fetch response's tagged fields")
         if new_fields is None:
             return held
         out = _tagged_fields_of_length(new_fields, len(held))

@@ -9,7 +9,7 @@ import struct
 from typing import Final
 
 from .errors import FrameTooLarge
-from .primitives import Buffer
+from .primitives import Buffer, bytes_view
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -144,9 +144,7 @@ class FrameStream:
 
     def feed(self, data: Buffer) -> None:
         """The next chunk of the stream; the previous one must have been consumed (`next()` gave None)."""
-        mv = data if isinstance(data, memoryview) else memoryview(data)
-        if mv.format != "B" or mv.ndim != 1:
-            mv = mv.cast("B")
+        mv = bytes_view(data)
         self._mv = mv
         self._pos = 0
         self._n = len(mv)

@@ -10,8 +10,9 @@ Field names are Kafka's, in snake_case. One dataclass covers every version of a 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Protocol, TypeVar, overload
 
 from .api_keys import ApiKey
 from .errors import UnsupportedVersion
@@ -25,6 +26,7 @@ from .schema import (
     INT64,
     RECORDS,
     STRING,
+    UINT16,
     UUID,
     ArrayOf,
     Message,
@@ -39,7 +41,9 @@ from .schema import (
 __all__ = [
     "REQUEST_TYPES",
     "RESPONSE_TYPES",
+    "SHARE_VERSIONS",
     "SUPPORTED_VERSIONS",
+    "Address",
     "ApiVersion",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
@@ -61,9 +65,19 @@ __all__ = [
     "DescribeConfigsResponse",
     "DescribeConfigsResult",
     "DescribeConfigsSynonym",
+    "DescribeQuorumListener",
+    "DescribeQuorumNode",
+    "DescribeQuorumPartitionData",
+    "DescribeQuorumReplicaState",
+    "DescribeQuorumRequest",
+    "DescribeQuorumRequestPartition",
+    "DescribeQuorumRequestTopic",
+    "DescribeQuorumResponse",
+    "DescribeQuorumTopicData",
     "FinalizedFeatureKey",
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
+    "HostPort",
     "Kip637MetadataResponseTopic",
     "LeaderIdAndEpoch",
     "MetadataRequest",
@@ -73,6 +87,7 @@ __all__ = [
     "MetadataResponseKip637",
     "MetadataResponsePartition",
     "MetadataResponseTopic",
+    "NodeAddress",
     "NodeEndpoint",
     "PartitionProduceData",
     "PartitionProduceResponse",
@@ -82,15 +97,26 @@ __all__ = [
     "SaslAuthenticateResponse",
     "SaslHandshakeRequest",
     "SaslHandshakeResponse",
+    "ShareAcknowledgePartitionData",
+    "ShareAcknowledgeResponse",
+    "ShareAcknowledgeTopicResponse",
+    "ShareAcquiredRecords",
+    "ShareFetchPartitionData",
+    "ShareFetchResponse",
+    "ShareFetchTopicResponse",
     "SupportedFeatureKey",
     "TopicProduceData",
     "TopicProduceResponse",
+    "decode_describe_quorum_response",
     "decode_metadata_response_kip637",
     "decode_request",
     "decode_response",
+    "encode_describe_quorum_request",
+    "encode_describe_quorum_response",
     "encode_metadata_response_kip637",
     "encode_request",
     "encode_response",
+    "rewrite_endpoints",
 ]
 
 NULL_UUID = uuid.UUID(int=0)
@@ -344,10 +370,14 @@ class BatchIndexAndErrorMessage(Struct):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderIdAndEpoch(Struct):
-    """The current leader of a partition (KIP-951)."""
+    """The current leader of a partition (KIP-951): in Produce v10+ and the share answers.
 
-    leader_id: int = kfield(INT32, "10+", default=-1)
-    leader_epoch: int = kfield(INT32, "10+", default=-1)
+    Its fields exist in every version of the struct; where it stands decides the versions it is on the
+    wire in (Produce's ``current_leader`` from v10, ShareFetch's and ShareAcknowledge's in all).
+    """
+
+    leader_id: int = kfield(INT32, "0+", default=-1)
+    leader_epoch: int = kfield(INT32, "0+", default=-1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -702,6 +732,211 @@ class SaslAuthenticateResponse(Message):
 
 
 # ---------------------------------------------------------------------------------------------
+# DescribeQuorum (key 55): v0-v2, flexible always; v2 (KIP-853) adds the nodes and their listeners.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumRequestPartition(Struct):
+    """A partition of the quorum's topic to describe (``__cluster_metadata`` has one, 0)."""
+
+    partition_index: int = kfield(INT32, "0+", default=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumRequestTopic(Struct):
+    """A topic to describe (``__cluster_metadata``)."""
+
+    topic_name: str = kfield(STRING, "0+", default="")
+    partitions: tuple[DescribeQuorumRequestPartition, ...] = kfield(
+        ArrayOf(DescribeQuorumRequestPartition), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumRequest(Message):
+    """DescribeQuorumRequest v0-v2."""
+
+    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_QUORUM
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+
+    topics: tuple[DescribeQuorumRequestTopic, ...] = kfield(ArrayOf(DescribeQuorumRequestTopic), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumReplicaState(Struct):
+    """A voter or observer as the quorum leader sees it."""
+
+    replica_id: int = kfield(INT32, "0+", default=0)
+    replica_directory_id: uuid.UUID = kfield(UUID, "2+", default=NULL_UUID)
+    log_end_offset: int = kfield(INT64, "0+", default=0)
+    last_fetch_timestamp: int = kfield(INT64, "1+", default=-1)
+    last_caught_up_timestamp: int = kfield(INT64, "1+", default=-1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumPartitionData(Struct):
+    """The quorum state of one partition."""
+
+    partition_index: int = kfield(INT32, "0+", default=0)
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "2+", nullable="2+", default=None)
+    leader_id: int = kfield(INT32, "0+", default=-1)
+    leader_epoch: int = kfield(INT32, "0+", default=0)
+    high_watermark: int = kfield(INT64, "0+", default=0)
+    current_voters: tuple[DescribeQuorumReplicaState, ...] = kfield(
+        ArrayOf(DescribeQuorumReplicaState), "0+", default=())
+    observers: tuple[DescribeQuorumReplicaState, ...] = kfield(ArrayOf(DescribeQuorumReplicaState), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumTopicData(Struct):
+    """A described topic."""
+
+    topic_name: str = kfield(STRING, "0+", default="")
+    partitions: tuple[DescribeQuorumPartitionData, ...] = kfield(
+        ArrayOf(DescribeQuorumPartitionData), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumListener(Struct):
+    """One listener of a quorum node (v2+): its name, host and port."""
+
+    name: str = kfield(STRING, "2+", default="")
+    host: str = kfield(STRING, "2+", default="")
+    port: int = kfield(UINT16, "2+", default=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumNode(Struct):
+    """A quorum node (v2+) and its listeners."""
+
+    node_id: int = kfield(INT32, "2+", default=0)
+    listeners: tuple[DescribeQuorumListener, ...] = kfield(ArrayOf(DescribeQuorumListener), "2+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumResponse(Message):
+    """DescribeQuorumResponse v0-v2."""
+
+    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_QUORUM
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "2+", nullable="2+", default=None)
+    topics: tuple[DescribeQuorumTopicData, ...] = kfield(ArrayOf(DescribeQuorumTopicData), "0+", default=())
+    nodes: tuple[DescribeQuorumNode, ...] = kfield(ArrayOf(DescribeQuorumNode), "2+", default=())
+
+
+def encode_describe_quorum_request(msg: DescribeQuorumRequest, version: int) -> bytes:
+    """Encode a DescribeQuorumRequest body at ``version``."""
+    check_version(DescribeQuorumRequest, version)
+    return encode_struct(msg, version, True)
+
+
+def decode_describe_quorum_response(version: int, body: Buffer) -> DescribeQuorumResponse:
+    """Decode a DescribeQuorumResponse body (the bytes after the response header)."""
+    check_version(DescribeQuorumResponse, version)
+    return decode_struct(DescribeQuorumResponse, version, body, True)
+
+
+def encode_describe_quorum_response(msg: DescribeQuorumResponse, version: int) -> bytes:
+    """Encode a DescribeQuorumResponse body at ``version``."""
+    check_version(DescribeQuorumResponse, version)
+    return encode_struct(msg, version, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# ShareFetch (key 78) and ShareAcknowledge (key 79): share groups (KIP-932), flexible always.
+
+#: Versions of ShareFetch and ShareAcknowledge Kafka 4.3 defines (both flexible in every version).
+SHARE_VERSIONS = (1, 2)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareAcquiredRecords(Struct):
+    """A range of offsets the share consumer now holds the acquisition lock on."""
+
+    first_offset: int = kfield(INT64, "0+", default=0)
+    last_offset: int = kfield(INT64, "0+", default=0)
+    delivery_count: int = kfield(INT16, "0+", default=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareFetchPartitionData(Struct):
+    """One partition of a ShareFetch answer: errors, the leader, the records and what was acquired."""
+
+    partition_index: int = kfield(INT32, "0+", default=0)
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+    acknowledge_error_code: int = kfield(INT16, "0+", default=0)
+    acknowledge_error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+    current_leader: LeaderIdAndEpoch = kfield(LeaderIdAndEpoch, "0+", default=LeaderIdAndEpoch())
+    records: memoryview | bytes | None = kfield(RECORDS, "0+", nullable="0", default=None)
+    acquired_records: tuple[ShareAcquiredRecords, ...] = kfield(ArrayOf(ShareAcquiredRecords), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareFetchTopicResponse(Struct):
+    """A topic of a ShareFetch answer, by id."""
+
+    topic_id: uuid.UUID = kfield(UUID, "0+", default=NULL_UUID)
+    partitions: tuple[ShareFetchPartitionData, ...] = kfield(ArrayOf(ShareFetchPartitionData), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareFetchResponse(Message):
+    """ShareFetchResponse v1-v2."""
+
+    API_KEY: ClassVar[int] = ApiKey.SHARE_FETCH
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = SHARE_VERSIONS
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+
+    throttle_time_ms: int = kfield(INT32, "0+", default=0)
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+    acquisition_lock_timeout_ms: int = kfield(INT32, "1+", default=0)
+    responses: tuple[ShareFetchTopicResponse, ...] = kfield(ArrayOf(ShareFetchTopicResponse), "0+", default=())
+    node_endpoints: tuple[NodeEndpoint, ...] = kfield(ArrayOf(NodeEndpoint), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareAcknowledgePartitionData(Struct):
+    """One partition of a ShareAcknowledge answer."""
+
+    partition_index: int = kfield(INT32, "0+", default=0)
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+    current_leader: LeaderIdAndEpoch = kfield(LeaderIdAndEpoch, "0+", default=LeaderIdAndEpoch())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareAcknowledgeTopicResponse(Struct):
+    """A topic of a ShareAcknowledge answer, by id."""
+
+    topic_id: uuid.UUID = kfield(UUID, "0+", default=NULL_UUID)
+    partitions: tuple[ShareAcknowledgePartitionData, ...] = kfield(
+        ArrayOf(ShareAcknowledgePartitionData), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareAcknowledgeResponse(Message):
+    """ShareAcknowledgeResponse v1-v2."""
+
+    API_KEY: ClassVar[int] = ApiKey.SHARE_ACKNOWLEDGE
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = SHARE_VERSIONS
+    FLEXIBLE_FROM: ClassVar[int | None] = 0
+
+    throttle_time_ms: int = kfield(INT32, "0+", default=0)
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+    acquisition_lock_timeout_ms: int = kfield(INT32, "2+", default=0)
+    responses: tuple[ShareAcknowledgeTopicResponse, ...] = kfield(
+        ArrayOf(ShareAcknowledgeTopicResponse), "0+", default=())
+    node_endpoints: tuple[NodeEndpoint, ...] = kfield(ArrayOf(NodeEndpoint), "0+", default=())
+
+
+# ---------------------------------------------------------------------------------------------
 # Registry and entry points.
 
 REQUEST_TYPES: dict[int, type[Message]] = {
@@ -766,3 +1001,61 @@ def encode_response(msg: Message, version: int) -> bytes:
         raise UnsupportedVersion("use encode_metadata_response_kip637 for the KIP-637 layout")
     check_version(cls, version)
     return encode_struct(msg, version, is_flexible_version(cls, version))
+
+
+# ---------------------------------------------------------------------------------------------
+# Broker addresses in answers: the one host/port rewrite of the endpoints every walker finds (the
+# walkers and the table of them by API key: protocol/endpoints.py).
+
+#: node_id -> (host, port) the proxy puts in place of the broker's.
+Address = tuple[str, int]
+
+
+class HostPort(Protocol):
+    """A dataclass with a host and a port (a DescribeQuorum listener)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+
+class NodeAddress(HostPort, Protocol):
+    """A dataclass with a node id, a host and a port (a NodeEndpoint, a Metadata broker)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+
+N = TypeVar("N", bound=NodeAddress)
+H = TypeVar("H", bound=HostPort)
+
+
+@overload
+def rewrite_endpoints(endpoints: Sequence[N], addresses: Mapping[int, Address]) -> tuple[N, ...] | None: ...
+
+
+@overload
+def rewrite_endpoints(endpoints: Sequence[H], addresses: Mapping[int, Address], node_id: int
+                      ) -> tuple[H, ...] | None: ...
+
+
+def rewrite_endpoints(endpoints: Sequence[Any], addresses: Mapping[int, Address], node_id: int | None = None
+                      ) -> tuple[Any, ...] | None:
+    """``endpoints`` with host and port replaced for every node in ``addresses``, or None when none changes.
+
+    Each endpoint belongs to its own ``node_id``, or with ``node_id`` given all belong to that node (the
+    listeners of one DescribeQuorum node). An endpoint that keeps its address is the same object in the
+    result, so a caller splicing bytes can tell which ones changed (``new is not old``).
+    """
+    out: list[Any] | None = None
+    for i, ep in enumerate(endpoints):
+        new = addresses.get(ep.node_id if node_id is None else node_id)
+        if new is not None and (ep.host, ep.port) != new:
+            if out is None:
+                out = list(endpoints)
+            out[i] = replace(ep, host=new[0], port=new[1])
+    return None if out is None else tuple(out)

@@ -16,9 +16,8 @@ import uuid
 from collections.abc import Container, Mapping
 from typing import Literal
 
-from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
-from .messages import MIN_INSYNC_REPLICAS_TAG
+from .messages import MIN_INSYNC_REPLICAS_TAG, rewrite_endpoints
 from .metadata_scan import MetadataScan, scan_metadata_response
 from .primitives import Buffer, Reader, Writer, encode_uvarint
 

@@ -18,6 +18,7 @@ __all__ = [
     "Reader",
     "SlottedRecord",
     "Writer",
+    "bytes_view",
     "encode_uvarint",
     "encode_varint",
     "encode_varlong",
@@ -40,6 +41,13 @@ _U32: Final = struct.Struct(">I")
 _F64: Final = struct.Struct(">d")
 
 _NULL_UUID: Final = uuid.UUID(int=0)
+
+
+def bytes_view(data: Buffer) -> memoryview:
+    """``data`` as a one-dimensional view of unsigned bytes, the one shape every walker indexes: a view
+    already in that shape is returned as it is (no new object), any other buffer is viewed or cast."""
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
 
 
 def zigzag_encode(value: int, bits: int = 64) -> int:
@@ -172,17 +180,10 @@ class Reader:
     __slots__ = ("buf", "pos")
 
     def __init__(self, data: Buffer, pos: int = 0) -> None:
-        mv = data if isinstance(data, memoryview) else memoryview(data)
-        if mv.format != "B" or mv.ndim != 1:
-            mv = mv.cast("B")
-        self.buf: memoryview = mv
+        self.buf: memoryview = bytes_view(data)
         self.pos: int = pos
 
     # -- fixed width -------------------------------------------------------------------------
-    def remaining(self) -> int:
-        """Bytes left after the current position."""
-        return len(self.buf) - self.pos
-
     def _need(self, n: int) -> int:
         pos = self.pos
         if n < 0 or pos + n > len(self.buf):

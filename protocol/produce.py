@@ -16,7 +16,6 @@ from dataclasses import replace
 from typing import ClassVar, Final
 
 from .api_keys import ApiKey
-from .endpoints import rewrite_endpoints
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import encode_response_with_header, peek_request_header, split_response
 from .messages import (
@@ -25,6 +24,7 @@ from .messages import (
     TopicProduceResponse,
     decode_response,
     encode_response,
+    rewrite_endpoints,
 )
 from .primitives import (
     Buffer,
@@ -37,7 +37,6 @@ from .primitives import (
 )
 
 __all__ = [
-    "produce_response_error_codes",
     "PartitionKey",
     "PartitionSpan",
     "ProduceRequestIndex",
@@ -654,15 +653,6 @@ def rewrite_produce_node_endpoints(
     return encode_response_with_header(ApiKey.PRODUCE, api_version, correlation_id, body_bytes)
 
 
-def produce_response_error_codes(frame: Buffer, api_version: int) -> list[tuple[str | uuid.UUID, int, int]]:
-    """(topic or topic_id, partition, error_code) of a Produce response, read without a full decode.
-
-    ``frame`` is the response (header + body). Skips everything but the error codes: the proxy reads
-    them for every acknowledged Produce request (audit, metrics), so this stays on the hot path.
-    """
-    return _walk_response(frame, api_version, False)[1]
-
-
 class ProduceResponseScan(SlottedRecord):
     """What one lean walk of a Produce response tells: partitions answered, the failed ones, and whether it
     may carry top-level tagged fields (node_endpoints, v10+)."""
@@ -682,27 +672,19 @@ class ProduceResponseScan(SlottedRecord):
 def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseScan:
     """One lean walk of a Produce response (header + body): in the common case (no error, no tags) nothing
     is decoded, not even the topic names. Raises ProtocolError when the frame does not read cleanly."""
-    answered, failed, end = _walk_response(frame, api_version, True)
+    answered, failed, end = _walk_response(frame, api_version)
     return ProduceResponseScan(answered, failed,
                                api_version >= 9 and not (end + 5 == len(frame) and frame[end + 4] == 0))
-
-
-def produce_response_errors(frame: Buffer, api_version: int) -> tuple[int, list[tuple[str | uuid.UUID, int, int]]]:
-    """(partitions answered, [(topic or topic_id, partition, error_code) of those with an error]) of a Produce
-    response (header + body): what the audit needs of every acknowledged request."""
-    answered, failed, _ = _walk_response(frame, api_version, True)
-    return answered, failed
 
 
 #: index, error_code and base_offset, then log_append_time_ms (v2+) and log_start_offset (v5+).
 _PARTITION_FIXED: Final = tuple(14 + (8 if v >= 2 else 0) + (8 if v >= 5 else 0) for v in range(_MAX_PRODUCE_VERSION + 1))
 
 
-def _walk_response(frame: Buffer, version: int, failed_only: bool
-                   ) -> tuple[int, list[tuple[str | uuid.UUID, int, int]], int]:
+def _walk_response(frame: Buffer, version: int) -> tuple[int, list[tuple[str | uuid.UUID, int, int]], int]:
     """The one walk of the Produce response grammar (every version): (partitions answered, (topic,
-    partition, error_code) of every partition, or of the failed ones only, where the responses end).
-    With ``failed_only`` a topic's name is decoded only for a failure.
+    partition, error_code) of the failed ones, where the responses end). A topic's name is decoded only
+    for a failure.
 
     A v9+ partition answered without record errors, message or tags (every acknowledged one) ends in
     three bytes 1, 0, 0: skipped in one step; anything else takes the general path.
@@ -722,15 +704,12 @@ def _walk_response(frame: Buffer, version: int, failed_only: bool
         for _ in range(topics):
             topic_at = pos
             topic: str | uuid.UUID | None = None
-            if failed_only:
-                pos = _skip_topic_at(frame, pos, version)
-            else:
-                topic, pos = _topic_at(frame, pos, version)
+            pos = _skip_topic_at(frame, pos, version)
             partitions, pos = read_array_length_at(frame, pos, flexible)
             for _ in range(partitions):
                 answered += 1
                 # error_code 0 (nearly every answer) is told by its two bytes, without a struct read
-                if frame[pos + 4] or frame[pos + 5] or not failed_only:
+                if frame[pos + 4] or frame[pos + 5]:
                     if topic is None:
                         topic = _topic_at(frame, topic_at, version)[0]
                     partition, code = _PARTITION_ERROR.unpack_from(frame, pos)

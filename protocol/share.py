@@ -1,150 +1,30 @@
 """ShareFetch (key 78) and ShareAcknowledge (key 79) responses: share groups (KIP-932).
 
 Both answers end with ``node_endpoints``, the host/port of the leaders a client must move to after
-NOT_LEADER_OR_FOLLOWER: broker addresses a proxy must rewrite. The schema classes below decode and
-encode every version Kafka 4.3 defines (v1-v2; v0 was 4.0's early access, removed in 4.1). The
-proxy's path is the walk: it skips every partition (records by their length, never decoded) to the
-``node_endpoints`` array, rewrites host/port of the mapped nodes and keeps every other byte as a
-slice of the broker's answer. A response without endpoints to change comes back as the same object.
+NOT_LEADER_OR_FOLLOWER: broker addresses a proxy must rewrite. Their schemas (protocol/messages.py)
+decode and encode every version Kafka 4.3 defines (v1-v2; v0 was 4.0's early access, removed in
+4.1). The proxy's path is the walk here: it skips every partition (records by their length, never
+decoded) to the ``node_endpoints`` array, rewrites host/port of the mapped nodes and keeps every
+other byte as a slice of the broker's answer. A response without endpoints to change comes back as
+the same object.
 """
 
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import ClassVar
 
 from .api_keys import ApiKey
-from .endpoints import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, UnsupportedVersion
-from .messages import NULL_UUID, NodeEndpoint
-from .primitives import Buffer, Reader, Writer
-from .schema import (
-    INT16,
-    INT32,
-    INT64,
-    RECORDS,
-    STRING,
-    UUID,
-    ArrayOf,
-    Message,
-    Struct,
-    decode_struct,
-    encode_struct,
-    kfield,
-)
+from .messages import SHARE_VERSIONS, NodeEndpoint, rewrite_endpoints
+from .primitives import Buffer, Reader, Writer, bytes_view
+from .schema import decode_struct, encode_struct
 
 __all__ = [
-    "SHARE_VERSIONS",
-    "ShareAcknowledgePartitionData",
-    "ShareAcknowledgeResponse",
-    "ShareAcknowledgeTopicResponse",
-    "ShareAcquiredRecords",
-    "ShareFetchPartitionData",
-    "ShareFetchResponse",
-    "ShareFetchTopicResponse",
-    "ShareLeaderIdAndEpoch",
     "find_share_node_endpoints",
     "rewrite_share_acknowledge_node_endpoints",
     "rewrite_share_fetch_node_endpoints",
 ]
-
-#: Versions of ShareFetch and ShareAcknowledge Kafka 4.3 defines (both flexible in every version).
-SHARE_VERSIONS = (1, 2)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShareLeaderIdAndEpoch(Struct):
-    """The current leader of a partition, as a share answer reports it."""
-
-    leader_id: int = kfield(INT32, "0+", default=-1)
-    leader_epoch: int = kfield(INT32, "0+", default=-1)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShareAcquiredRecords(Struct):
-    """A range of offsets the share consumer now holds the acquisition lock on."""
-
-    first_offset: int = kfield(INT64, "0+", default=0)
-    last_offset: int = kfield(INT64, "0+", default=0)
-    delivery_count: int = kfield(INT16, "0+", default=0)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShareFetchPartitionData(Struct):
-    """One partition of a ShareFetch answer: errors, the leader, the records and what was acquired."""
-
-    partition_index: int = kfield(INT32, "0+", default=0)
-    error_code: int = kfield(INT16, "0+", default=0)
-    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
-    acknowledge_error_code: int = kfield(INT16, "0+", default=0)
-    acknowledge_error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
-    current_leader: ShareLeaderIdAndEpoch = kfield(ShareLeaderIdAndEpoch, "0+", default=ShareLeaderIdAndEpoch())
-    records: memoryview | bytes | None = kfield(RECORDS, "0+", nullable="0", default=None)
-    acquired_records: tuple[ShareAcquiredRecords, ...] = kfield(ArrayOf(ShareAcquiredRecords), "0+", default=())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShareFetchTopicResponse(Struct):
-    """A topic of a ShareFetch answer, by id."""
-
-    topic_id: uuid.UUID = kfield(UUID, "0+", default=NULL_UUID)
-    partitions: tuple[ShareFetchPartitionData, ...] = kfield(ArrayOf(ShareFetchPartitionData), "0+", default=())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShareFetchResponse(Message):
-    """ShareFetchResponse v1-v2."""
-
-    API_KEY: ClassVar[int] = ApiKey.SHARE_FETCH
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = SHARE_VERSIONS
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
-
-    throttle_time_ms: int = kfield(INT32, "0+", default=0)
-    error_code: int = kfield(INT16, "0+", default=0)
-    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
-    acquisition_lock_timeout_ms: int = kfield(INT32, "1+", default=0)
-    responses: tuple[ShareFetchTopicResponse, ...] = kfield(ArrayOf(ShareFetchTopicResponse), "0+", default=())
-    node_endpoints: tuple[NodeEndpoint, ...] = kfield(ArrayOf(NodeEndpoint), "0+", default=())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShareAcknowledgePartitionData(Struct):
-    """One partition of a ShareAcknowledge answer."""
-
-    partition_index: int = kfield(INT32, "0+", default=0)
-    error_code: int = kfield(INT16, "0+", default=0)
-    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
-    current_leader: ShareLeaderIdAndEpoch = kfield(ShareLeaderIdAndEpoch, "0+", default=ShareLeaderIdAndEpoch())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShareAcknowledgeTopicResponse(Struct):
-    """A topic of a ShareAcknowledge answer, by id."""
-
-    topic_id: uuid.UUID = kfield(UUID, "0+", default=NULL_UUID)
-    partitions: tuple[ShareAcknowledgePartitionData, ...] = kfield(
-        ArrayOf(ShareAcknowledgePartitionData), "0+", default=())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ShareAcknowledgeResponse(Message):
-    """ShareAcknowledgeResponse v1-v2."""
-
-    API_KEY: ClassVar[int] = ApiKey.SHARE_ACKNOWLEDGE
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = SHARE_VERSIONS
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
-
-    throttle_time_ms: int = kfield(INT32, "0+", default=0)
-    error_code: int = kfield(INT16, "0+", default=0)
-    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
-    acquisition_lock_timeout_ms: int = kfield(INT32, "2+", default=0)
-    responses: tuple[ShareAcknowledgeTopicResponse, ...] = kfield(
-        ArrayOf(ShareAcknowledgeTopicResponse), "0+", default=())
-    node_endpoints: tuple[NodeEndpoint, ...] = kfield(ArrayOf(NodeEndpoint), "0+", default=())
-
 
 #: The version from which each answer carries acquisition_lock_timeout_ms.
 _LOCK_TIMEOUT_FROM = {ApiKey.SHARE_FETCH: 1, ApiKey.SHARE_ACKNOWLEDGE: 2}
@@ -197,18 +77,13 @@ def _walk(mv: memoryview, api_key: int, version: int) -> tuple[int, int, tuple[N
     return start, end, endpoints
 
 
-def _as_bytes_view(frame: Buffer) -> memoryview:
-    mv = frame if isinstance(frame, memoryview) else memoryview(frame)
-    return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
-
-
 def find_share_node_endpoints(frame: Buffer, api_key: int, api_version: int) -> tuple[NodeEndpoint, ...]:
     """The ``node_endpoints`` of a ShareFetch or ShareAcknowledge response frame (header + body)."""
-    return _walk(_as_bytes_view(frame), api_key, api_version)[2]
+    return _walk(bytes_view(frame), api_key, api_version)[2]
 
 
 def _rewrite(frame: Buffer, api_key: int, api_version: int, addresses: Mapping[int, tuple[str, int]]) -> Buffer:
-    mv = _as_bytes_view(frame)
+    mv = bytes_view(frame)
     start, end, endpoints = _walk(mv, api_key, api_version)
     rewritten = rewrite_endpoints(endpoints, addresses)
     if rewritten is None:

@@ -31,6 +31,7 @@ from insync_proxy.protocol import (
     encode_request_header,
     split_response,
 )
+from insync_proxy.protocol.api_keys import api_name
 from insync_proxy.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from insync_proxy.protocol.primitives import Buffer
 from insync_proxy.protocol.schema import Message
@@ -87,13 +88,6 @@ def request_frame(api_key: int, version: int, body: Buffer, *, client_id: str | 
     header = encode_request_header(RequestHeader(
         request_api_key=api_key, request_api_version=version, correlation_id=correlation_id, client_id=client_id))
     return bytearray(encode_frame(header + bytes(body)))
-
-
-def _api_name(api_key: int) -> str:
-    try:
-        return ApiKey(api_key).name
-    except ValueError:
-        return f"API {api_key}"
 
 
 class BlockingKafkaClient:
@@ -216,12 +210,12 @@ class BlockingKafkaClient:
             got, body = split_response(frame, api_key, version)
         except ProtocolError as exc:
             self.close()
-            raise UnexpectedResponse(f"bad {_api_name(api_key)} v{version} response header from "
+            raise UnexpectedResponse(f"bad {api_name(api_key)} v{version} response header from "
                                      f"{self.address}: {exc}") from exc
         if got != correlation_id:
             self.close()  # the stream is out of step: nothing after this can be trusted
             raise UnexpectedResponse(f"{self.address} answered correlation id {got}, expected {correlation_id} "
-                                     f"({_api_name(api_key)} v{version})")
+                                     f"({api_name(api_key)} v{version})")
         return body
 
     @overload
@@ -237,10 +231,10 @@ class BlockingKafkaClient:
         try:
             response = decode_response(api_key, version, body)
         except ProtocolError as exc:
-            raise UnexpectedResponse(f"undecodable {_api_name(api_key)} v{version} response from "
+            raise UnexpectedResponse(f"undecodable {api_name(api_key)} v{version} response from "
                                      f"{self.address}: {exc}") from exc
         if not isinstance(response, expect):
-            raise UnexpectedResponse(f"{_api_name(api_key)} v{version} decoded to {type(response).__name__}, "
+            raise UnexpectedResponse(f"{api_name(api_key)} v{version} decoded to {type(response).__name__}, "
                                      f"not {expect.__name__}")
         return response
 
@@ -286,10 +280,10 @@ class BlockingKafkaClient:
         """The highest version of ``api_key`` both we (``supported``) and the peer speak."""
         ranges = peer if peer is not None else self.api_versions()
         if api_key not in ranges:
-            raise UnexpectedResponse(f"{self.address} does not offer {_api_name(api_key)}")
+            raise UnexpectedResponse(f"{self.address} does not offer {api_name(api_key)}")
         low, high = max(ranges[api_key][0], supported[0]), min(ranges[api_key][1], supported[1])
         if low > high:
-            raise UnexpectedResponse(f"no common {_api_name(api_key)} version with {self.address}: "
+            raise UnexpectedResponse(f"no common {api_name(api_key)} version with {self.address}: "
                                      f"it speaks v{ranges[api_key][0]}-v{ranges[api_key][1]}, "
                                      f"we v{supported[0]}-v{supported[1]}")
         return high

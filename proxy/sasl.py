@@ -12,10 +12,9 @@ import hashlib
 import hmac
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from insync_proxy.protocol import (
-    ApiKey,
     ProtocolError,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -24,6 +23,7 @@ from insync_proxy.protocol import (
     decode_response,
     encode_request,
 )
+from insync_proxy.protocol.schema import Message
 
 HANDSHAKE_VERSION = 1
 AUTHENTICATE_VERSION = 1
@@ -44,27 +44,31 @@ class SaslError(Exception):
         self.error_code = error_code
 
 
-async def _handshake(request: RawRequest, mechanism: str) -> None:
-    body = await request(ApiKey.SASL_HANDSHAKE, HANDSHAKE_VERSION,
-                         encode_request(SaslHandshakeRequest(mechanism=mechanism), HANDSHAKE_VERSION))
+M = TypeVar("M", bound=Message)
+
+
+async def _ask(request: RawRequest, version: int, message: Message, answer: type[M]) -> M:
+    """Send one SASL request and decode its answer; an error code in it is the caller's to read."""
+    api_key = message.API_KEY
+    body = await request(api_key, version, encode_request(message, version))
     try:
-        response = decode_response(ApiKey.SASL_HANDSHAKE, HANDSHAKE_VERSION, body)
+        response = decode_response(api_key, version, body)
     except ProtocolError as exc:
-        raise SaslError(f"undecodable SaslHandshake response: {exc}") from None
-    assert isinstance(response, SaslHandshakeResponse)
+        raise SaslError(f"undecodable {answer.__name__.removesuffix('Response')} response: {exc}") from None
+    assert isinstance(response, answer)
+    return response
+
+
+async def _handshake(request: RawRequest, mechanism: str) -> None:
+    response = await _ask(request, HANDSHAKE_VERSION, SaslHandshakeRequest(mechanism=mechanism), SaslHandshakeResponse)
     if response.error_code != 0:
         raise SaslError(f"broker does not enable SASL mechanism {mechanism} "
                         f"(enabled: {list(response.mechanisms)}, error {response.error_code})", response.error_code)
 
 
 async def _authenticate(request: RawRequest, token: bytes) -> bytes:
-    body = await request(ApiKey.SASL_AUTHENTICATE, AUTHENTICATE_VERSION,
-                         encode_request(SaslAuthenticateRequest(auth_bytes=token), AUTHENTICATE_VERSION))
-    try:
-        response = decode_response(ApiKey.SASL_AUTHENTICATE, AUTHENTICATE_VERSION, body)
-    except ProtocolError as exc:
-        raise SaslError(f"undecodable SaslAuthenticate response: {exc}") from None
-    assert isinstance(response, SaslAuthenticateResponse)
+    response = await _ask(request, AUTHENTICATE_VERSION, SaslAuthenticateRequest(auth_bytes=token),
+                          SaslAuthenticateResponse)
     if response.error_code != 0:
         raise SaslError(f"SASL authentication failed (error {response.error_code}): {response.error_message}",
                         response.error_code)

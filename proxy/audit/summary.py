@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from insync_proxy.audit.buckets import OVERFLOW, bucket_index
-from insync_proxy.audit.events import format_ts
+from insync_proxy.audit.events import format_ts, produce_summary_event
 
 #: (listener, client_id, topic, partition, acks_requested, acks_sent, decision, error_code)
 SummaryKey = tuple[str, str | None, str, int, int, int | None, str, int | None]
@@ -74,27 +74,15 @@ class ProduceSummaries:
         for (listener, client_id, topic, partition, acks_requested, acks_sent, decision, error_code), acc in \
                 current.items():
             measured = acc.latency_count > 0
-            events.append({
-                "event": "produce_summary",
-                "interval_start": start_text,
-                "interval_seconds": round(end - start, 6),
-                "listener": listener,
-                "client_id": client_id,
-                "topic": topic,
-                "partition": partition,
-                "acks_requested": acks_requested,
-                "acks_sent": acks_sent,
-                "decision": decision,
-                "error_code": error_code,
-                "requests": acc.requests,
-                "records": acc.records,
-                "record_bytes": acc.record_bytes,
-                "latency_count": acc.latency_count,
-                "latency_sum_ms": round(acc.latency_sum, 6),
-                "latency_min_ms": round(acc.latency_min, 6) if measured else None,
-                "latency_max_ms": round(acc.latency_max, 6) if measured else None,
-                "latency_buckets": [[i, c] for i, c in enumerate(acc.buckets) if c],
-            })
+            events.append(produce_summary_event(
+                interval_start=start_text, interval_seconds=round(end - start, 6), listener=listener,
+                client_id=client_id, topic=topic, partition=partition, acks_requested=acks_requested,
+                acks_sent=acks_sent, decision=decision, error_code=error_code, requests=acc.requests,
+                records=acc.records, record_bytes=acc.record_bytes, latency_count=acc.latency_count,
+                latency_sum_ms=round(acc.latency_sum, 6),
+                latency_min_ms=round(acc.latency_min, 6) if measured else None,
+                latency_max_ms=round(acc.latency_max, 6) if measured else None,
+                latency_buckets=[[i, c] for i, c in enumerate(acc.buckets) if c]))
         return end, events
 
 

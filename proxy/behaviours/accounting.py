@@ -19,6 +19,7 @@ import logging
 import time
 from typing import Final
 
+from insync_proxy.audit.events import produce_decision_event
 from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.protocol.produce import PartitionKey
 from insync_proxy.proxy.audit.summary import ProduceSummaries, latency_bucket
@@ -122,27 +123,16 @@ class ProduceAccounting(BehaviourBase):
         assert audit is not None
         # Stamped when the decision was taken (the request arrived), as isr_size/min_isr describe that moment.
         decided_at = time.time() - (time.perf_counter() - exchange.received_at)
+        latency_ms = None if latency_seconds is None else round(latency_seconds * 1000.0, 3)
         for i, (name, partition, acks_sent, decision, error_code, records, record_bytes) in enumerate(rows):
             ready = readiness[i] if readiness is not None and i < len(readiness) \
                 else self.view.readiness(name, partition, self.min_insync.peek(name))
-            audit.emit({
-                "event": "produce_decision",
-                "listener": exchange.listener.label,
-                "client_id": exchange.client_id,
-                "topic": name,
-                "partition": partition,
-                "acks_requested": acks,
-                "acks_sent": acks_sent,
-                "isr_size": ready.isr_size,
-                "min_isr": ready.min_isr,
-                "decision": decision,
-                "error_code": error_code,
-                "latency_ms": None if latency_seconds is None else round(latency_seconds * 1000.0, 3),
-                "record_bytes": record_bytes,
-                "records": records,
-                "api_version": exchange.api_version,
-                "correlation_id": exchange.correlation_id,
-            }, at=decided_at)
+            audit.emit(produce_decision_event(
+                listener=exchange.listener.label, client_id=exchange.client_id, topic=name, partition=partition,
+                acks_requested=acks, acks_sent=acks_sent, isr_size=ready.isr_size, min_isr=ready.min_isr,
+                decision=decision, error_code=error_code, latency_ms=latency_ms, record_bytes=record_bytes,
+                records=records, api_version=exchange.api_version, correlation_id=exchange.correlation_id,
+            ), at=decided_at)
 
 
 class _TopicCounters:

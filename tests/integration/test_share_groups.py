@@ -12,18 +12,18 @@ import pytest
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.devcluster.distribution import selected_version
 from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse
-from insync_proxy.protocol.messages import MetadataRequestTopic
-from insync_proxy.protocol.primitives import Writer
-from insync_proxy.protocol.quorum import (
+from insync_proxy.protocol.messages import (
     DescribeQuorumRequest,
     DescribeQuorumRequestPartition,
     DescribeQuorumRequestTopic,
     DescribeQuorumResponse,
+    MetadataRequestTopic,
+    ShareFetchResponse,
     decode_describe_quorum_response,
     encode_describe_quorum_request,
 )
+from insync_proxy.protocol.primitives import Writer
 from insync_proxy.protocol.schema import decode_struct
-from insync_proxy.protocol.share import ShareFetchResponse
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient, parse_address
 from tests.java_client import JavaClient
 from tests.proxy_harness import ProxyProcess

@@ -18,21 +18,15 @@ from hypothesis import strategies as st
 from insync_proxy.protocol.api_keys import ApiKey
 from insync_proxy.protocol.errors import InvalidValue, ProtocolError, UnsupportedVersion
 from insync_proxy.protocol.headers import encode_response_with_header
-from insync_proxy.protocol.messages import NodeEndpoint
-from insync_proxy.protocol.quorum import (
+from insync_proxy.protocol.messages import (
     DescribeQuorumListener,
     DescribeQuorumNode,
     DescribeQuorumRequest,
     DescribeQuorumRequestPartition,
     DescribeQuorumRequestTopic,
     DescribeQuorumResponse,
-    decode_describe_quorum_response,
-    encode_describe_quorum_request,
-    encode_describe_quorum_response,
-    rewrite_describe_quorum_endpoints,
-)
-from insync_proxy.protocol.schema import Message, decode_struct, encode_struct
-from insync_proxy.protocol.share import (
+    LeaderIdAndEpoch,
+    NodeEndpoint,
     ShareAcknowledgePartitionData,
     ShareAcknowledgeResponse,
     ShareAcknowledgeTopicResponse,
@@ -40,7 +34,13 @@ from insync_proxy.protocol.share import (
     ShareFetchPartitionData,
     ShareFetchResponse,
     ShareFetchTopicResponse,
-    ShareLeaderIdAndEpoch,
+    decode_describe_quorum_response,
+    encode_describe_quorum_request,
+    encode_describe_quorum_response,
+)
+from insync_proxy.protocol.quorum import rewrite_describe_quorum_endpoints
+from insync_proxy.protocol.schema import Message, decode_struct, encode_struct
+from insync_proxy.protocol.share import (
     find_share_node_endpoints,
     rewrite_share_acknowledge_node_endpoints,
     rewrite_share_fetch_node_endpoints,
@@ -119,7 +119,7 @@ def test_share_fetch_records_are_carried_as_they_are(version: int) -> None:
         responses=(ShareFetchTopicResponse(topic_id=uuid.UUID(int=9), partitions=(
             ShareFetchPartitionData(partition_index=0, records=records, acquired_records=(
                 ShareAcquiredRecords(first_offset=0, last_offset=99, delivery_count=1),)),
-            ShareFetchPartitionData(partition_index=1, error_code=6, current_leader=ShareLeaderIdAndEpoch(
+            ShareFetchPartitionData(partition_index=1, error_code=6, current_leader=LeaderIdAndEpoch(
                 leader_id=2, leader_epoch=7)),
         )),),
         node_endpoints=(NodeEndpoint(node_id=2, host="10.0.0.2", port=9092, rack="az-b"),),
@@ -140,7 +140,7 @@ def test_share_acknowledge_endpoints_rewritten() -> None:
         acquisition_lock_timeout_ms=15_000,
         responses=(ShareAcknowledgeTopicResponse(topic_id=uuid.UUID(int=3), partitions=(
             ShareAcknowledgePartitionData(partition_index=4, error_code=6,
-                                          current_leader=ShareLeaderIdAndEpoch(leader_id=3, leader_epoch=1)),)),),
+                                          current_leader=LeaderIdAndEpoch(leader_id=3, leader_epoch=1)),)),),
         node_endpoints=(NodeEndpoint(node_id=3, host="10.0.0.3", port=9092),),
     )
     out = rewrite_share_acknowledge_node_endpoints(frame_of(msg, 2), 2, PROXY)

@@ -7,22 +7,22 @@ import uuid
 import pytest
 
 from insync_proxy.protocol import ApiKey, ApiVersionsResponse, decode_response, encode_response_with_header
-from insync_proxy.protocol.messages import ApiVersion, NodeEndpoint, encode_response
-from insync_proxy.protocol.quorum import (
+from insync_proxy.protocol.messages import (
+    ApiVersion,
     DescribeQuorumListener,
     DescribeQuorumNode,
     DescribeQuorumResponse,
-    decode_describe_quorum_response,
-    encode_describe_quorum_response,
-)
-from insync_proxy.protocol.schema import decode_struct, encode_struct
-from insync_proxy.protocol.share import (
+    NodeEndpoint,
     ShareAcknowledgeResponse,
     ShareFetchPartitionData,
     ShareFetchResponse,
     ShareFetchTopicResponse,
-    find_share_node_endpoints,
+    decode_describe_quorum_response,
+    encode_describe_quorum_response,
+    encode_response,
 )
+from insync_proxy.protocol.schema import decode_struct, encode_struct
+from insync_proxy.protocol.share import find_share_node_endpoints
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
 from insync_proxy.proxy.broker_ports import BrokerPorts
