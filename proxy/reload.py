@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
@@ -36,7 +36,31 @@ from insync_proxy.proxy.logsetup import apply_logging
 from insync_proxy.proxy.tls import TlsMaterial
 
 if TYPE_CHECKING:
-    from insync_proxy.proxy.server import InsyncProxy
+    from insync_proxy.proxy.audit import AuditLog
+    from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
+    from insync_proxy.proxy.audit.summary import ProduceSummaries
+    from insync_proxy.proxy.connection import ConnectionSettings
+    from insync_proxy.proxy.exchange import BehaviourRegistry
+    from insync_proxy.proxy.metadata_refresh import MetadataRefresh
+    from insync_proxy.proxy.metrics import ProxyMetrics
+    from insync_proxy.proxy.min_insync import MinInsyncCache
+
+
+class InsyncProxy(Protocol):
+    """What a reload changes of the proxy process (proxy/server.py; nothing here imports it)."""
+
+    config: ProxyConfig
+    metrics: ProxyMetrics
+    upstream_tls: TlsMaterial
+    downstream_tls: TlsMaterial
+    connection_settings: ConnectionSettings
+    control: ControlConnection
+    audit: AuditLog | None
+    audit_to_kafka: KafkaAuditSink | None
+    summaries: ProduceSummaries | None
+    registry: BehaviourRegistry
+    min_insync: MinInsyncCache
+    metadata: MetadataRefresh
 
 log = logging.getLogger("insync_proxy")
 

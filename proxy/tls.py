@@ -147,7 +147,7 @@ def _read(tls: TlsConfig, side: Side) -> tuple[dict[str, bytes], str]:
     """The bytes of every file of the side, and their fingerprint (with the settings naming them)."""
     contents: dict[str, bytes] = {}
     digest = hashlib.sha256(repr(replace(tls, key_password=None)).encode())
-    if tls.key_password:
+    if tls.key_password and not tls.key_password_file:
         digest.update(hashlib.sha256(tls.key_password.encode()).digest())
     for attr in ("ca_file", "cert_file", "key_file", "key_password_file"):
         path = getattr(tls, attr)
@@ -181,7 +181,8 @@ def load_material(tls: TlsConfig, side: Side, now: float | None = None) -> Loade
             raise TlsReloadError(f"{side}.ca_file = {tls.ca_file!r}: every CA certificate in it has expired "
                                  f"(the last at {_utc(max(c.not_after for c in cas))})")
         ca = min(valid, key=lambda c: c.not_after)
-    if "key_password_file" in contents:
+    given = tls
+    if "key_password_file" in contents:  # the file's content now, not the password read at start
         password = contents["key_password_file"].decode("utf-8", "replace").rstrip("\r\n")
         tls = replace(tls, key_password=password)
     make = client_ssl_context if side == "upstream_tls" else server_ssl_context
@@ -194,7 +195,7 @@ def load_material(tls: TlsConfig, side: Side, now: float | None = None) -> Loade
     except (OSError, ValueError) as exc:
         raise TlsReloadError(f"{side}: cannot load its files ({exc})") from None
     # A file changed while it was loaded (a rotation in progress): the next check loads it whole.
-    if _read(tls, side)[1] != fingerprint:
+    if _read(given, side)[1] != fingerprint:
         raise _Changing()
     return Loaded(context, fingerprint, certificate, ca)
 
@@ -296,6 +297,6 @@ class TlsMaterial:
         parts = []
         if new.certificate is not None and (old.certificate is None or new.certificate != old.certificate):
             parts.append(f"certificate serial {new.certificate.serial:x} valid until {_utc(new.certificate.not_after)}")
-        if new.ca != old.ca or (new.ca is not None and not parts):
+        if new.ca != old.ca:
             parts.append("CA bundle" + (f" (first expiry {_utc(new.ca.not_after)})" if new.ca else ""))
         return f"{self.side}: " + (", ".join(parts) or "files changed") + "; new connections use it"
