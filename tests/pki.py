@@ -13,10 +13,11 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import dh, ec, x448, x25519
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-Key = ec.EllipticCurvePrivateKey
+Key = CertificateIssuerPrivateKeyTypes
 
 
 def _now() -> datetime.datetime:
@@ -31,7 +32,7 @@ def key_pem(key: Key, password: str | None = None) -> bytes:
 
 def load_key(pem: bytes) -> Key:
     key = serialization.load_pem_private_key(pem, None)
-    assert isinstance(key, ec.EllipticCurvePrivateKey), "tests.pki signs with EC keys only"
+    assert not isinstance(key, x25519.X25519PrivateKey | x448.X448PrivateKey | dh.DHPrivateKey), "cannot sign"
     return key
 
 
@@ -53,6 +54,11 @@ class Ca:
                 .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
                 .sign(key, hashes.SHA256()))
         return cls(cert, key)
+
+    @classmethod
+    def from_files(cls, cert: Path, key: Path) -> Ca:
+        """An existing CA (e.g. the dev cluster's, whose certificate the brokers trust)."""
+        return cls(x509.load_pem_x509_certificate(cert.read_bytes()), load_key(key.read_bytes()))
 
     @property
     def pem(self) -> bytes:
