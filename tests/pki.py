@@ -67,12 +67,15 @@ class Ca:
     def issue(self, name: str, valid_seconds: float = 3600, server: bool = False,
               not_before: datetime.datetime | None = None) -> Issued:
         """A certificate CN=name (a server one for 127.0.0.1/localhost with `server`), valid `valid_seconds` from
-        `not_before` (default now, minus a minute of clock slack)."""
+        `not_before` (default: from now, and a minute before it for clock slack)."""
         key = ec.generate_private_key(ec.SECP256R1())
-        start = not_before or _now() - datetime.timedelta(minutes=1)
+        start = not_before or _now()
+        end = start + datetime.timedelta(seconds=valid_seconds)
+        if not_before is None:
+            start -= datetime.timedelta(minutes=1)  # clock slack: valid from now on, wherever it is checked
         builder = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
                    .issuer_name(self.cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(start).not_valid_after(start + datetime.timedelta(seconds=valid_seconds)))
+                   .not_valid_before(start).not_valid_after(end))
         if server:
             import ipaddress
 

@@ -46,7 +46,11 @@ class InProcessProxy:
         self.loop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="proxy-loop", daemon=True)
         self.thread.start()
-        self.proxy: InsyncProxy = self.run(self._start())
+        try:
+            self.proxy: InsyncProxy = self.run(self._start())
+        except BaseException:
+            self._stop_loop()
+            raise
 
     def _load(self) -> Any:
         return load_config(str(self.config_file), env={})
@@ -72,8 +76,12 @@ class InProcessProxy:
         try:
             self.run(self.proxy.stop(drain_timeout=5), timeout=60)
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(30)
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
+        self.loop.close()
 
 
 def upstream_toml(cluster: LocalKafkaCluster, ca_file: Path, cert: Path, key: Path, admin_port: int,
