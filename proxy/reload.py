@@ -211,6 +211,8 @@ class Reloads:
         try:
             secret = self.password_file.changed()
         except ValueError as exc:
+            if self._failing.get("control_sasl") == str(exc) and not force:
+                return []  # said once already: the same broken file is not reported at every check
             self._failed("control_sasl", str(exc), "the control connection keeps its password")
             return [f"control_sasl: FAILED: {exc}"]
         if secret is None or secret == self.proxy.config.control_sasl.password:

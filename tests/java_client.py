@@ -35,8 +35,9 @@ class JavaClient:
                 "-cp", f"{self.out}:{self.libs}/*", self.main_class, *args]
 
     def start(self, *args: str) -> subprocess.Popen[str]:
-        """The check running in the background (stdout and stderr piped, text)."""
-        return subprocess.Popen(self.command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        """The check running in the background (stdin, stdout and stderr piped, text)."""
+        return subprocess.Popen(self.command(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
 
     def run(self, *args: str, timeout: float = 300) -> str:
         result = subprocess.run(self.command(*args), capture_output=True, text=True, timeout=timeout)

@@ -142,6 +142,9 @@ class LibrdkafkaProducer:
             time.sleep(0.002)
         self.producer.flush(120)
         self.producer.poll(1)  # the last statistics
+        # The producer's stats callback holds this object: drop the producer now, not at a later GC
+        # (until then it would keep reconnecting to a proxy that is gone)
+        del self.producer
 
     def warm(self) -> bool:
         """Mark the end of the warm-up once its connections are open and records are acknowledged."""
@@ -160,7 +163,8 @@ class LibrdkafkaProducer:
 
 
 def java_counts(process: subprocess.Popen[str], timeout: float) -> ProducerCounts:
-    out, err = process.communicate(timeout=timeout)
+    """Stop the Java producer (a line on its stdin) and read what it counted."""
+    out, err = process.communicate("stop\n", timeout=timeout)
     match = re.search(r"sent=(\d+) acked=(\d+) errors=(\d+) connects=(-?\d+) closes=(-?\d+)", out)
     assert process.returncode == 0 and match, f"Java producer failed ({process.returncode}):\n{out}\n{err[-3000:]}"
     sent, acked, errors, connects, closes = (int(g) for g in match.groups())
@@ -179,12 +183,16 @@ class RotationResult:
     wrong_certificate: list[str]
     #: Client connections open at the end of the warm-up that were closed by the end (should be none).
     warm_connections_closed: int
+    #: Who closed each of those: "client" (the client's side went away) or "broker" (the upstream did).
+    closed_by: list[str]
     #: Established upstream connections still in use at the end whose certificate has expired.
     expired_certificates_in_use: int
     #: Seconds the proxy took to use a rotated certificate (from its file write to the swap), the slowest.
     slowest_pickup_seconds: float
     #: CPU seconds of this process during the rotations (the proxy, librdkafka and the test).
     cpu_seconds: float
+    #: CPU seconds of the proxy's event loop thread during the rotations (the proxy's own work).
+    proxy_cpu_seconds: float
 
     def summary(self) -> str:
         return (f"rotations={self.rotations} java(sent={self.java.sent} acked={self.java.acked} "
@@ -193,8 +201,29 @@ class RotationResult:
                 f"connects={self.librdkafka.connects} closes={self.librdkafka.closes}) "
                 f"new_upstream_connections_checked={self.new_connections_checked} "
                 f"wrong_certificate={len(self.wrong_certificate)} warm_connections_closed={self.warm_connections_closed} "
+                f"{self.closed_by or ''} "
                 f"expired_certificates_in_use={self.expired_certificates_in_use} "
-                f"slowest_pickup={self.slowest_pickup_seconds:.1f}s cpu_seconds={self.cpu_seconds:.1f}")
+                f"slowest_pickup={self.slowest_pickup_seconds:.1f}s process_cpu_seconds={self.cpu_seconds:.1f} "
+                f"proxy_loop_cpu_seconds={self.proxy_cpu_seconds:.1f}")
+
+
+def _watch_closes(connections: set[ClientConnection], closed_by: list[str]) -> None:
+    """Note who ends each of these connections: the client (connection_lost) or the broker (upstream_lost)."""
+    for connection in connections:
+        def client_lost(exc: Exception | None, c: ClientConnection = connection,
+                        original: Callable[[Exception | None], None] = connection.connection_lost) -> None:
+            if not c.closed:
+                closed_by.append(f"client {c.peer} at {c.listener.label} ({exc!r})")
+            original(exc)
+
+        def broker_lost(exc: Exception | None, c: ClientConnection = connection,
+                        original: Callable[[Exception | None], None] = connection.upstream_lost) -> None:
+            if not c.closed:
+                closed_by.append(f"broker of {c.peer} at {c.listener.label} ({exc!r})")
+            original(exc)
+
+        connection.connection_lost = client_lost  # type: ignore[method-assign]
+        connection.upstream_lost = broker_lost  # type: ignore[method-assign]
 
 
 def _upstream_serials(proxy: InsyncProxy, connections: set[ClientConnection]) -> dict[ClientConnection, Any]:
@@ -227,7 +256,8 @@ def run_rotation(cluster: LocalKafkaCluster, ca: Ca, ca_file: Path, workdir: Pat
         wait_until(proxy.ready, 60, what="the proxy ready")
         bootstrap = f"127.0.0.1:{proxy.proxy.bootstrap_port}"
         warmup = 12
-        java_process = java.start("produce-for", bootstrap, topic, str(int(duration + warmup)), str(warmup))
+        # Java runs until told to stop (its own bound: well after the rotations)
+        java_process = java.start("produce-for", bootstrap, topic, str(int(duration * 2 + 300)), str(warmup))
         librdkafka = LibrdkafkaProducer(bootstrap, topic)
         started = time.monotonic()
         wait_until(librdkafka.warm, 60, what="librdkafka's first acknowledgements")
@@ -235,18 +265,19 @@ def run_rotation(cluster: LocalKafkaCluster, ca: Ca, ca_file: Path, workdir: Pat
         line = java_process.stdout.readline()  # the Java producer says WARM after its warm-up
         assert line.strip() == "WARM", line
         warm = proxy.call(lambda: set(proxy.proxy.connections))
-        cpu_before = time.process_time()
+        closed_by: list[str] = []
+        proxy.call(lambda: _watch_closes(warm, closed_by))
+        cpu_before, loop_cpu_before = time.process_time(), proxy.call(time.thread_time)
         say(f"warm after {time.monotonic() - started:.0f}s: {len(warm)} client connections; rotating every "
             f"{period:.0f}s for {duration:.0f}s, each certificate valid {validity:.0f}s")
         checked, wrong, rotations, slowest = 0, [], 0, 0.0
-        end = time.monotonic() + duration
-        while time.monotonic() + period <= end + 0.5:
-            next_at = time.monotonic() + period
-            wait_until(lambda t=next_at: time.monotonic() >= t, period + 5, interval=0.2, what="the next rotation")
+        begin = time.monotonic()
+        for rotations in range(1, int(duration // period) + 1):
+            at = begin + rotations * period
+            wait_until(lambda t=at: time.monotonic() >= t, period + 30, interval=0.2, what="the next rotation")
             issued = ca.issue("insync-proxy", valid_seconds=validity)
             written = time.monotonic()
             issued.write(cert, key)
-            rotations += 1
 
             def serial_in_use() -> int | None:
                 current = proxy.proxy.upstream_tls.current.certificate
@@ -254,7 +285,8 @@ def run_rotation(cluster: LocalKafkaCluster, ca: Ca, ca_file: Path, workdir: Pat
 
             wait_until(lambda s=issued.serial: proxy.call(serial_in_use) == s, 30, interval=0.1,
                        what=f"the proxy to use rotation {rotations}")
-            slowest = max(slowest, time.monotonic() - written)
+            pickup = time.monotonic() - written
+            slowest = max(slowest, pickup)
             # New connections after the rotation: a fresh client opens bootstrap and broker connections
             before = proxy.call(lambda: set(proxy.proxy.connections))
             probe = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
@@ -268,18 +300,20 @@ def run_rotation(cluster: LocalKafkaCluster, ca: Ca, ca_file: Path, workdir: Pat
                 if certificate is None or certificate.serial != issued.serial:
                     wrong.append(f"rotation {rotations}: {connection.listener.label} presented "
                                  f"{certificate.serial if certificate else None:x}, not {issued.serial:x}")
-            say(f"rotation {rotations}: serial {issued.serial:x} in use after {time.monotonic() - written:.1f}s; "
+            say(f"rotation {rotations}: serial {issued.serial:x} in use after {pickup:.1f}s; "
                 f"{len(fresh)} new upstream connection(s) present it")
-        cpu = time.process_time() - cpu_before
+        cpu, loop_cpu = time.process_time() - cpu_before, proxy.call(time.thread_time) - loop_cpu_before
         now = time.time()
         still = proxy.call(lambda: set(proxy.proxy.connections))
+        closed_by = list(closed_by)  # the clients' own closes at their stop come later: not counted
         in_use = proxy.call(lambda: _upstream_serials(proxy.proxy, warm & still))
         expired = sum(1 for c in in_use.values() if c is not None and c.not_after < now)
         counts = librdkafka.stop()
         librdkafka = None
         java_result = java_counts(java_process, timeout=180)
         java_process = None
-        return RotationResult(rotations, java_result, counts, checked, wrong, len(warm - still), expired, slowest, cpu)
+        return RotationResult(rotations, java_result, counts, checked, wrong, len(warm - still), closed_by, expired,
+                              slowest, cpu, loop_cpu)
     finally:
         if librdkafka is not None:
             librdkafka.stop()

