@@ -180,7 +180,11 @@ class Reloads:
             interval = self.proxy.config.tls_reload_seconds
             await asyncio.sleep(interval or _IDLE_SECONDS)
             if interval:
-                self.check_files()
+                try:
+                    self.check_files()
+                except Exception:  # a bug here must not end the checks: said, counted, tried again
+                    log.exception("TLS file check failed; tried again in %.0fs", interval)
+                    self.metrics.background_task_failures_total.labels("tls_reload").inc()
 
     def check_files(self, force: bool = False, config: ProxyConfig | None = None) -> list[str]:
         """Re-read every TLS file and the password file; swap what changed and loads. What changed, in words."""
