@@ -2,7 +2,7 @@
 every 60 s by a new one of the same CA, each valid 3 minutes, while Kafka's Java producer and librdkafka
 produce through the proxy without pause; the suite runs the same for 60 s (tests/integration/test_reload.py).
 
-    python3 -m benchmarks.rotation_soak [--minutes 10] [--period 60] [--validity 180]
+    python3 benchmarks/rotation_soak.py [--minutes 10] [--period 60] [--validity 180]
 
 Starts a local 3-broker Kafka with mTLS listeners of its own (JVMs; about a minute) and stops it at the end.
 Prints one line per rotation and a summary: records sent/acknowledged/failed and reconnects per client, the
@@ -17,12 +17,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from insync_proxy.devcluster.certificates import make_test_certificates
-from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
-from insync_proxy.devcluster.distribution import selected_version
-from tests.java_client import JavaClient
-from tests.pki import Ca
-from tests.rotation import run_rotation
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from insync_proxy.devcluster.certificates import make_test_certificates  # noqa: E402
+from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
+from insync_proxy.devcluster.distribution import selected_version  # noqa: E402
+from tests.java_client import JavaClient  # noqa: E402
+from tests.pki import Ca  # noqa: E402
+from tests.rotation import run_rotation  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
