@@ -190,7 +190,7 @@ def load_material(tls: TlsConfig, side: Side, now: float | None = None) -> Loade
         context = make(tls)
     except ssl.SSLError as exc:
         why = "the key does not belong to the certificate (half-written pair?)" if "KEY_VALUES_MISMATCH" in str(exc) \
-            else f"{exc.reason or exc}"
+            else f"the certificate, its key or the key's password does not load ({exc.reason or exc})"
         raise TlsReloadError(f"{side}.cert_file/key_file = {tls.cert_file!r}/{tls.key_file!r}: {why}") from None
     except (OSError, ValueError) as exc:
         raise TlsReloadError(f"{side}: cannot load its files ({exc})") from None
@@ -201,6 +201,7 @@ def load_material(tls: TlsConfig, side: Side, now: float | None = None) -> Loade
 
 
 def pem_certificates_named(pem: bytes, what: str) -> list[Certificate]:
+    """`pem_certificates`, its ValueError as the TlsReloadError of a reload."""
     try:
         return pem_certificates(pem, what)
     except ValueError as exc:
