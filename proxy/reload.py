@@ -278,7 +278,8 @@ class Reloads:
         self._count("config", ok=True)
         log.info("reload (%s) done: %s%s", trigger, ", ".join(merged.applied) or "no setting changed",
                  f"; needs a restart: {', '.join(merged.needs_restart)}" if merged.needs_restart else "")
-        return {"result": "failed" if failed else "ok", "changed": merged.applied,
+        # partial: the settings applied, but TLS material that does not load kept the working one
+        return {"result": "partial" if failed else "ok", "changed": merged.applied,
                 "needs_restart": merged.needs_restart, "tls": tls}
 
     def apply(self, config: ProxyConfig) -> None:

@@ -405,3 +405,23 @@ async def test_post_reload_answers_what_changed(tmp_path: Path) -> None:
     finally:
         await proxy.admin.stop()
         await proxy.control.close()
+
+
+async def test_a_reload_whose_new_tls_files_do_not_load_keeps_the_working_material(tmp_path: Path, ca: Ca) -> None:
+    files = _Files(tmp_path, ca)
+    base = _proxy_config(tmp_path, files)
+    # Given a new configuration naming a certificate whose key is another's, and another TTL
+    replace_file(tmp_path / "other.crt", ca.issue("insync-proxy").cert_pem)
+    new = replace(base, min_insync_ttl_seconds=8.0,
+                  upstream_tls=replace(base.upstream_tls, cert_file=str(tmp_path / "other.crt")))
+    proxy = InsyncProxy(base, load=lambda: new)
+    working = proxy.upstream_tls.context
+    # When the proxy reloads
+    answer = proxy.reloads.reload("POST /reload")
+    # Then the settings applied, the TLS material did not, and the answer says so
+    assert answer["result"] == "partial"
+    assert answer["changed"] == ["upstream_tls.cert_file", "min_insync_ttl_seconds"]
+    assert len(answer["tls"]) == 1 and "upstream_tls: FAILED: " in answer["tls"][0]
+    assert proxy.upstream_tls.context is working and proxy.min_insync.ttl == 8.0
+    assert proxy.metrics.reload_failing.labels("upstream_tls")._value.get() == 1
+    await proxy.control.close()
