@@ -222,8 +222,11 @@ def _watch_closes(connections: set[ClientConnection], closed_by: list[str]) -> N
                 closed_by.append(f"broker of {c.peer} at {c.listener.label} ({exc!r})")
             original(exc)
 
-        connection.connection_lost = client_lost  # type: ignore[method-assign]
-        connection.upstream_lost = broker_lost  # type: ignore[method-assign]
+        try:
+            connection.connection_lost = client_lost  # type: ignore[method-assign]
+            connection.upstream_lost = broker_lost  # type: ignore[method-assign]
+        except (AttributeError, TypeError):
+            return  # a compiled connection.py cannot be patched: the count of closed connections still says it
 
 
 def _upstream_serials(proxy: InsyncProxy, connections: set[ClientConnection]) -> dict[ClientConnection, Any]:
