@@ -38,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     certs = make_test_certificates(work / "pki", ("insync-proxy",))
     ca = Ca.from_files(certs.ca_cert, work / "pki" / "ca.key")
     java = JavaClient(selected_version())
-    cluster = LocalKafkaCluster(ClusterSettings(tls_keystore_pem=certs.broker_keystore, tls_client_ca_pem=certs.ca_cert))
+    # The brokers close a connection idle for connections.max.idle.ms (10 minutes by default): the Java
+    # producer's bootstrap connection is idle after its first Metadata, and its close would read as a
+    # reconnect. An hour: every close in the run is then one the rotation caused.
+    cluster = LocalKafkaCluster(ClusterSettings(tls_keystore_pem=certs.broker_keystore, tls_client_ca_pem=certs.ca_cert,
+                                                extra_broker_config={"connections.max.idle.ms": "3600000"}))
     cluster.start()
     try:
         result = run_rotation(cluster, ca, certs.ca_cert, work, java, period=args.period, validity=args.validity,
