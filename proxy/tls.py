@@ -15,7 +15,7 @@ import re
 import ssl
 import time
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -185,9 +185,12 @@ def load_material(tls: TlsConfig, side: Side, now: float | None = None) -> Loade
     if "key_password_file" in contents:  # the file's content now, not the password read at start
         password = contents["key_password_file"].decode("utf-8", "replace").rstrip("\r\n")
         tls = replace(tls, key_password=password)
-    make = client_ssl_context if side == "upstream_tls" else server_ssl_context
     try:
-        context = make(tls)
+        if side == "upstream_tls":
+            context = client_ssl_context(tls if isinstance(tls, UpstreamTlsConfig)
+                                         else UpstreamTlsConfig(**{f.name: getattr(tls, f.name) for f in fields(tls)}))
+        else:
+            context = server_ssl_context(tls)
     except ssl.SSLError as exc:
         why = "the key does not belong to the certificate (half-written pair?)" if "KEY_VALUES_MISMATCH" in str(exc) \
             else f"the certificate, its key or the key's password does not load ({exc.reason or exc})"

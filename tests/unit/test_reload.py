@@ -26,6 +26,7 @@ from insync_proxy.proxy.config import (
     ProxyConfig,
     SaslConfig,
     TlsConfig,
+    UpstreamTlsConfig,
 )
 from insync_proxy.proxy.config_reference import reference_markdown
 from insync_proxy.proxy.config_schema import schema
@@ -46,7 +47,7 @@ def ca() -> Ca:
 def _client_side(tmp_path: Path, ca: Ca, issued: Issued) -> tuple[TlsMaterial, TlsConfig]:
     (tmp_path / "ca.pem").write_bytes(ca.pem)
     issued.write(tmp_path / "proxy.crt", tmp_path / "proxy.key")
-    tls = TlsConfig(enabled=True, ca_file=str(tmp_path / "ca.pem"), cert_file=str(tmp_path / "proxy.crt"),
+    tls = UpstreamTlsConfig(enabled=True, ca_file=str(tmp_path / "ca.pem"), cert_file=str(tmp_path / "proxy.crt"),
                     key_file=str(tmp_path / "proxy.key"))
     return TlsMaterial("upstream_tls", tls), tls
 
@@ -116,7 +117,7 @@ def test_content_not_mtime_says_a_file_changed_kubernetes_symlink_swap(tmp_path:
     (tmp_path / "..data").symlink_to("..2026_01")
     for name in ("ca.crt", "tls.crt", "tls.key"):
         (tmp_path / name).symlink_to(f"..data/{name}")
-    tls = TlsConfig(enabled=True, ca_file=str(tmp_path / "ca.crt"), cert_file=str(tmp_path / "tls.crt"),
+    tls = UpstreamTlsConfig(enabled=True, ca_file=str(tmp_path / "ca.crt"), cert_file=str(tmp_path / "tls.crt"),
                     key_file=str(tmp_path / "tls.key"))
     material = TlsMaterial("upstream_tls", tls)
     new = ca.issue("insync-proxy")
@@ -132,7 +133,7 @@ def test_an_encrypted_key_reloads_with_its_password_file(tmp_path: Path, ca: Ca)
     (tmp_path / "ca.pem").write_bytes(ca.pem)
     issued.write(tmp_path / "p.crt", tmp_path / "p.key", password="one")
     (tmp_path / "password").write_text("one\n")
-    tls = TlsConfig(enabled=True, ca_file=str(tmp_path / "ca.pem"), cert_file=str(tmp_path / "p.crt"),
+    tls = UpstreamTlsConfig(enabled=True, ca_file=str(tmp_path / "ca.pem"), cert_file=str(tmp_path / "p.crt"),
                     key_file=str(tmp_path / "p.key"), key_password="one", key_password_file=str(tmp_path / "password"))
     material = TlsMaterial("upstream_tls", tls)
     rotated = ca.issue("insync-proxy")
@@ -148,7 +149,7 @@ def test_unusable_material_at_start_is_one_clear_error(tmp_path: Path, ca: Ca) -
     replace_file(tmp_path / "p.crt", issued.cert_pem)
     replace_file(tmp_path / "p.key", ca.issue("other").key_pem())
     with pytest.raises(TlsReloadError, match="upstream_tls.cert_file/key_file.*does not belong"):
-        TlsMaterial("upstream_tls", TlsConfig(enabled=True, ca_file=str(tmp_path / "ca.pem"),
+        TlsMaterial("upstream_tls", UpstreamTlsConfig(enabled=True, ca_file=str(tmp_path / "ca.pem"),
                                               cert_file=str(tmp_path / "p.crt"), key_file=str(tmp_path / "p.key")))
 
 
@@ -239,8 +240,9 @@ class _Files:
 def _tls(files: _Files, side: str) -> TlsConfig:
     d = files.directory
     cert, key = ("c.crt", "c.key") if side == "upstream_tls" else ("s.crt", "s.key")
-    return TlsConfig(enabled=True, ca_file=str(d / "ca.pem"), cert_file=str(d / cert), key_file=str(d / key),
-                     key_password="pw")
+    kind = UpstreamTlsConfig if side == "upstream_tls" else TlsConfig
+    return kind(enabled=True, ca_file=str(d / "ca.pem"), cert_file=str(d / cert), key_file=str(d / key),
+                key_password="pw")
 
 
 def _proxy_config(tmp_path: Path, files: _Files) -> ProxyConfig:
@@ -273,7 +275,6 @@ CHANGES: dict[str, Change] = {
     "upstream_tls.key_password": (lambda f: "other", lambda p: p.upstream_tls.tls.key_password),
     "downstream_tls.key_password": (lambda f: "other", lambda p: p.downstream_tls.tls.key_password),
     "upstream_tls.check_hostname": (lambda f: False, lambda p: p.upstream_tls.context.check_hostname),
-    "downstream_tls.check_hostname": (lambda f: False, lambda p: p.downstream_tls.tls.check_hostname),
     "control_sasl.mechanism": (lambda f: "SCRAM-SHA-256", lambda p: p.control.sasl.mechanism),
     "control_sasl.username": (lambda f: "other", lambda p: p.control.sasl.username),
     "control_sasl.password": (lambda f: "other", lambda p: p.control.sasl.password),
