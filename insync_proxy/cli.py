@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import errno
 import json
 import logging
@@ -26,6 +25,7 @@ from insync_proxy.proxy.config_files import check_files
 from insync_proxy.proxy.config_loader import load_config
 from insync_proxy.proxy.config_reference import effective_toml
 from insync_proxy.proxy.config_schema import Entry, default_text, schema
+from insync_proxy.proxy.logsetup import JsonLogFormatter, setup_logging
 
 log = logging.getLogger("insync_proxy")
 
@@ -88,27 +88,7 @@ def _without_values(message: str) -> str:
     return text
 
 
-class JsonLogFormatter(logging.Formatter):
-    """log_format = "json": one JSON object a line with time (UTC, ISO 8601), level, logger and message."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
-
-
-def _setup_logging(level: str, log_format: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLogFormatter() if log_format == "json"
-                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler], force=True)
+_setup_logging = setup_logging
 
 
 def _install_loop(use_uvloop: bool) -> str:
@@ -226,8 +206,9 @@ def _intended_log_format(args: argparse.Namespace) -> str:
     return "text"
 
 
-async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
-    """Run the proxy until SIGTERM or SIGINT, then drain and stop.
+async def serve(config: ProxyConfig, ready_message: str | None = None,
+                load: typing.Callable[[], ProxyConfig] | None = None) -> None:
+    """Run the proxy until SIGTERM or SIGINT, then drain and stop; SIGHUP reloads (`load` re-reads the settings).
 
     The proxy logs "listening" once its ports are bound and "ready" when /readyz turns ready.
     """
@@ -236,12 +217,13 @@ async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
     from insync_proxy.proxy.logs import flush_all
     from insync_proxy.proxy.server import InsyncProxy
 
-    proxy = InsyncProxy(config)
+    proxy = InsyncProxy(config, load=load)
     await proxy.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: proxy.reloads.reload("SIGHUP"))
     if ready_message:
         print(ready_message.format(bootstrap=f"{config.advertised_host}:{proxy.bootstrap_port}",
                                    admin=proxy.admin.url), flush=True)
@@ -250,6 +232,21 @@ async def serve(config: ProxyConfig, ready_message: str | None = None) -> None:
         await proxy.stop()
     finally:
         flush_all()  # repeated lines held back since their last summary: counted before the process exits
+
+
+def _reload_source(args: argparse.Namespace) -> typing.Callable[[], ProxyConfig]:
+    """What a reload (SIGHUP, POST /reload) reads: the sources and the schema `run` read, its warnings logged.
+    The TLS files are the reload's own to check (proxy/reload.py): new files that do not load keep the working
+    material, and the other settings still apply."""
+
+    def load() -> ProxyConfig:
+        warnings: list[str] = []
+        config = config_from_args(args, warnings=warnings)
+        for warning in warnings:
+            log.warning("configuration: %s", warning)
+        return config
+
+    return load
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -267,8 +264,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     (log.warning if any(m.stale for m in build) else log.info)("data path: %s", describe(build))
     import asyncio
 
+    from insync_proxy.proxy.tls import TlsReloadError
+
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, load=_reload_source(args)))
+    except TlsReloadError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
     except OSError as exc:
         code, why = start_failure(config, exc)
         log.error("cannot start: %s", why)

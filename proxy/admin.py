@@ -1,4 +1,5 @@
-"""The admin HTTP port: /metrics (Prometheus), /healthz (alive), /readyz (upstream known).
+"""The admin HTTP port: /metrics (Prometheus), /healthz (alive), /readyz (upstream known), and POST /reload
+(re-read the configuration and the TLS files; the answer says what changed, as JSON).
 
 A minimal HTTP/1.1 server on asyncio, so the image needs no web framework.
 """
@@ -6,8 +7,10 @@ A minimal HTTP/1.1 server on asyncio, so the image needs no web framework.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -17,8 +20,11 @@ log = logging.getLogger("insync_proxy.admin")
 
 
 class AdminServer:
-    def __init__(self, metrics: ProxyMetrics, ready: Callable[[], tuple[bool, str]], host: str, port: int) -> None:
+    def __init__(self, metrics: ProxyMetrics, ready: Callable[[], tuple[bool, str]], host: str, port: int,
+                 reload: Callable[[], dict[str, Any]] | None = None) -> None:
+        """`reload` answers POST /reload (None: 404); the port is loopback by default (admin_host)."""
         self.metrics = metrics
+        self.reload = reload
         self.ready = ready
         self.host = host
         self.port = port
@@ -66,8 +72,12 @@ class AdminServer:
         return generate_latest(metrics.scrape_registry) + topics.encode()
 
     def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
+        if method == "POST" and path == "/reload" and self.reload is not None:
+            answer = self.reload()
+            status = "200 OK" if answer.get("result") == "ok" else "422 Unprocessable Entity"
+            return status, "application/json", (json.dumps(answer, indent=1) + "\n").encode()
         if method not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", "text/plain", b"GET only\n"
+            return "405 Method Not Allowed", "text/plain", b"GET only (and POST /reload)\n"
         if path == "/metrics":
             return "200 OK", CONTENT_TYPE_LATEST, self._metrics()
         if path == "/healthz":
@@ -75,4 +85,4 @@ class AdminServer:
         if path == "/readyz":
             ready, reason = self.ready()
             return ("200 OK" if ready else "503 Service Unavailable"), "text/plain", (reason + "\n").encode()
-        return "404 Not Found", "text/plain", b"try /metrics, /healthz or /readyz\n"
+        return "404 Not Found", "text/plain", b"try /metrics, /healthz, /readyz or POST /reload\n"

@@ -99,13 +99,13 @@ class TlsConfig:
     enabled: bool = setting(False, meaning="use TLS on this side")
     ca_file: str | None = setting(
         None, meaning="PEM file of the CA certificates to trust (upstream: default the system store; "
-                      "downstream: when set, clients must present a certificate it signed)")
+                      "downstream: when set, clients must present a certificate it signed)", reloads=True)
     cert_file: str | None = setting(
-        None, meaning="PEM certificate the proxy presents (upstream: the mTLS client certificate)")
-    key_file: str | None = setting(None, meaning="PEM private key of cert_file")
-    key_password: str | None = setting(None, secret=True, meaning="password of an encrypted key_file")
+        None, meaning="PEM certificate the proxy presents (upstream: the mTLS client certificate)", reloads=True)
+    key_file: str | None = setting(None, meaning="PEM private key of cert_file", reloads=True)
+    key_password: str | None = setting(None, secret=True, meaning="password of an encrypted key_file", reloads=True)
     key_password_file: str | None = setting(None, file_for="key_password",
-                                            meaning="file holding key_password (instead of the value)")
+                                            meaning="file holding key_password (instead of the value)", reloads=True)
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ class UpstreamTlsConfig(TlsConfig):
     """TLS towards the brokers: TlsConfig's settings and the host name check (the proxy as a TLS server has no
     host name to check, so [downstream_tls] has no such setting)."""
 
-    check_hostname: bool = setting(True, meaning="verify the broker's certificate names the host connected to")
+    check_hostname: bool = setting(True, meaning="verify the broker's certificate names the host connected to",
+                                   reloads=True)
 
 
 @dataclass(frozen=True)
@@ -121,11 +122,11 @@ class SaslConfig:
     """SASL credentials of the proxy's own control connection (client connections pass theirs through)."""
 
     mechanism: str | None = setting(None, choices=SASL_MECHANISMS, ignore_case=True,
-                                    meaning="SASL mechanism of the proxy's own connections; unset: no SASL")
-    username: str | None = setting(None, meaning="SASL user of the proxy's own connections")
-    password: str | None = setting(None, secret=True, meaning="password of username")
+                                    meaning="SASL mechanism of the proxy's own connections; unset: no SASL", reloads=True)
+    username: str | None = setting(None, meaning="SASL user of the proxy's own connections", reloads=True)
+    password: str | None = setting(None, secret=True, meaning="password of username", reloads=True)
     password_file: str | None = setting(None, file_for="password",
-                                        meaning="file holding the password (instead of the value)")
+                                        meaning="file holding the password (instead of the value)", reloads=True)
 
 
 @dataclass(frozen=True)
@@ -153,10 +154,10 @@ class ListenerConfig:
 class AcksPolicyConfig:
     """A per-topic-pattern policy: fast_fail precheck for acks=-1, and an acks floor for acks=1."""
 
-    topics: str = setting(".*", format="regex", meaning="regular expression over the whole topic name")
-    fast_fail: bool = setting(False, meaning="the acks=-2 precheck (ISR below min: NOT_ENOUGH_REPLICAS) for acks=-1 too")
+    topics: str = setting(".*", format="regex", meaning="regular expression over the whole topic name", reloads=True)
+    fast_fail: bool = setting(False, meaning="the acks=-2 precheck (ISR below min: NOT_ENOUGH_REPLICAS) for acks=-1 too", reloads=True)
     acks_floor: int | None = setting(None, choices=VALID_FLOORS,
-                                     meaning="raise acks=1 to this: -1 (all) or -2 (min.insync.replicas)")
+                                     meaning="raise acks=1 to this: -1 (all) or -2 (min.insync.replicas)", reloads=True)
 
     def matches(self, topic: str) -> bool:
         return re.fullmatch(self.topics, topic) is not None
@@ -166,15 +167,15 @@ class AcksPolicyConfig:
 class AuditConfig:
     enabled: bool = setting(True, flag="--audit", meaning="write audit events")
     directory: str = setting("audit", meaning="where audit JSON Lines files go")
-    max_file_bytes: int = setting(64 * 1024 * 1024, min=1024, meaning="an audit file is rotated at this size")
+    max_file_bytes: int = setting(64 * 1024 * 1024, min=1024, meaning="an audit file is rotated at this size", reloads=True)
     max_total_bytes: int = setting(1024 * 1024 * 1024, min=1024,
-                                   meaning="the oldest audit files are deleted above this total")
+                                   meaning="the oldest audit files are deleted above this total", reloads=True)
     queue_size: int = setting(100_000, min=1, meaning="events waiting for the writer; a full queue drops and counts")
     kafka_topic: str | None = setting(None, meaning="also write the events to this (existing) topic")
-    interval_seconds: float = setting(10.0, min=0.1, meaning="seconds each produce_summary event covers")
+    interval_seconds: float = setting(10.0, min=0.1, meaning="seconds each produce_summary event covers", reloads=True)
     detail: str = setting(
         "summary", choices=AUDIT_DETAILS,
-        meaning="every_request: also one produce_decision event per partition per request (debugging)")
+        meaning="every_request: also one produce_decision event per partition per request (debugging)", reloads=True)
 
 
 @dataclass(frozen=True)
@@ -193,28 +194,32 @@ class ProxyConfig:
                             meaning="name of this proxy in audit events")
     max_frame_bytes: int = setting(104_857_600, min=1024, max=2**31 - 1,
                                    meaning="largest Kafka frame accepted, like the broker's socket.request.max.bytes")
-    drain_timeout_seconds: float = setting(30.0, min=0, meaning="on SIGTERM, wait this long for in-flight requests")
+    drain_timeout_seconds: float = setting(30.0, min=0, meaning="on SIGTERM, wait this long for in-flight requests", reloads=True)
     connect_timeout_seconds: float = setting(10.0, min=0, min_exclusive=True,
-                                             meaning="connecting to a broker gives up after this long")
+                                             meaning="connecting to a broker gives up after this long", reloads=True)
     control_request_timeout_seconds: float = setting(
         2.0, min=0, min_exclusive=True,
-        meaning="each read of the control connection waits this long on one broker, then tries the next")
+        meaning="each read of the control connection waits this long on one broker, then tries the next", reloads=True)
     upstream_tls: UpstreamTlsConfig = setting(UpstreamTlsConfig(), meaning="TLS towards the brokers")
     downstream_tls: TlsConfig = setting(TlsConfig(), meaning="TLS towards the clients")
     control_sasl: SaslConfig = setting(SaslConfig(), meaning="SASL of the proxy's own connections")
-    min_insync_ttl_seconds: float = setting(30.0, min=1, meaning="min.insync.replicas cache TTL (refreshed ahead)")
+    tls_reload_seconds: float = setting(
+        30.0, min=0, reloads=True,
+        meaning="re-read every TLS file (both sides, and control_sasl.password_file) this often; changed content "
+                "replaces the material once it loads (0: only on SIGHUP or POST /reload)")
+    min_insync_ttl_seconds: float = setting(30.0, min=1, meaning="min.insync.replicas cache TTL (refreshed ahead)", reloads=True)
     min_insync_miss_wait_ms: float = setting(
-        50.0, min=0, meaning="a Produce to a topic whose min.insync.replicas is unknown waits this long for it")
+        50.0, min=0, meaning="a Produce to a topic whose min.insync.replicas is unknown waits this long for it", reloads=True)
     metadata_refresh_seconds: float = setting(10.0, min=1,
-                                              meaning="the proxy's own Metadata refresh (brokers, ISR)")
+                                              meaning="the proxy's own Metadata refresh (brokers, ISR)", reloads=True)
     acks_policies: tuple[AcksPolicyConfig, ...] = setting(
         (), toml="acks_policy", meaning="per-topic acks policies; the first whose topics match wins")
     audit: AuditConfig = setting(AuditConfig(), meaning="the audit stream of acks decisions")
     topic_label_limit: int = setting(200, min=0, meaning="topics with their own metric labels; the rest share the label "
-                                                             "topic=\"__overflow__\"")
-    log_level: str = setting("INFO", choices=LOG_LEVELS, ignore_case=True, meaning="log level")
+                                                             "topic=\"__overflow__\"", reloads=True)
+    log_level: str = setting("INFO", choices=LOG_LEVELS, ignore_case=True, meaning="log level", reloads=True)
     log_format: str = setting("text", choices=LOG_FORMATS,
-                              meaning="text, or json: one object a line (time, level, logger, message)")
+                              meaning="text, or json: one object a line (time, level, logger, message)", reloads=True)
     use_uvloop: bool = setting(True, flag="--uvloop", meaning="use uvloop's event loop (about twice the throughput)")
     debug_address_leak_check: bool = setting(
         False, meaning="tests: scan every response to clients for a real broker address; count and log each")

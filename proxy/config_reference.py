@@ -96,6 +96,12 @@ def reference_markdown() -> str:
         "- **Secrets** (marked *secret*) never appear in logs or in `check-config`'s output. A password can",
         "  come from its value, its environment variable, or a file (`password_file`, `key_password_file`;",
         "  one trailing newline is dropped), never two of them at once.",
+        "- **Reloads**: SIGHUP or `POST /reload` on the admin port re-reads the TOML file, the environment and the",
+        "  secret files through the same checks. Settings marked *yes* apply to the next exchange without dropping",
+        "  a connection; a changed *no* setting gets one WARNING (\"needs a restart\") and keeps its running",
+        "  value. A configuration that does not validate changes nothing (one ERROR; the process runs on). TLS",
+        "  files are also re-read by content every `tls_reload_seconds` (docs/operations.md, \"Rotating",
+        "  certificates\").",
         "",
     ]
     sections: dict[str, list[Entry]] = {}
@@ -110,8 +116,8 @@ def reference_markdown() -> str:
             out += [holder.meaning[0].upper() + holder.meaning[1:] + "."
                     + (" TOML only (an array of tables); the flags set the first one." if array and
                        holder.first_item_flags else " TOML only (an array of tables)." if array else ""), ""]
-        out += ["| Key | Type | Default | Allowed | Environment | Flag | Meaning |",
-                "| --- | --- | --- | --- | --- | --- | --- |"]
+        out += ["| Key | Type | Default | Allowed | Environment | Flag | Reloads | Meaning |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for e in entries:
             name = e.key[len(table) + 1:] if table else e.key
             kind = type_name(e.type) + (", secret" if e.meta.secret else "")
@@ -121,7 +127,8 @@ def reference_markdown() -> str:
             default = "(required)" if e.meta.required else default_text(e) \
                 if e.meta.default_text or e.default in (None, ()) else f"`{default_text(e)}`"
             out.append(f"| `{name}` | {kind} | {_md(default)} | {_md(allowed(e))} | "
-                       f"{'`' + e.env + '`' if e.env else '-'} | {flag} | {_md(e.meta.meaning)} |")
+                       f"{'`' + e.env + '`' if e.env else '-'} | {flag} | {'yes' if e.meta.reloads else 'no'} | "
+                       f"{_md(e.meta.meaning)} |")
         out.append("")
     out += ["## Other `INSYNC_PROXY_*` variables", "",
             "Not settings of the proxy: the dev cluster, the tests and the build read them, and the proxy",

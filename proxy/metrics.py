@@ -279,6 +279,22 @@ class ProxyMetrics:
             "each failure is also logged as a WARNING, its repeats as one summary a minute", ["task"], registry=r,
         )
 
+        # Live reloads (proxy/reload.py): TLS material on its interval, the configuration on SIGHUP / POST /reload
+        self.reloads_total = Counter(
+            p + "reloads", "Reload attempts by what (upstream_tls, downstream_tls, control_sasl, config) and "
+            "result (ok, failed: the working material or configuration stays; each failure logged as an ERROR)",
+            ["what", "result"], registry=r,
+        )
+        self.reload_failing = Gauge(
+            p + "reload_failing", "1 while the latest reload of `what` failed (the old material is in use)",
+            ["what"], registry=r,
+        )
+        self.tls_certificate_expiry = Gauge(
+            p + "tls_certificate_expiry_timestamp_seconds", "notAfter (UNIX seconds) of the certificate in use, "
+            "by side (upstream_tls, downstream_tls) and file (cert_file; ca_file: its CA expiring first)",
+            ["side", "file"], registry=r,
+        )
+
         # Requests
         # Per request: lock-free (updated from the event loop only), same exposition as prometheus-client's.
         self.requests_total = LockFreeCounter(

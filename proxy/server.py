@@ -36,7 +36,8 @@ from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import MinInsyncCache
 from insync_proxy.proxy.observer import ExchangeObserver
 from insync_proxy.proxy.readiness import PartitionReadiness
-from insync_proxy.proxy.tls import client_ssl_context, server_ssl_context
+from insync_proxy.proxy.reload import Reloads
+from insync_proxy.proxy.tls import TlsMaterial
 
 log = logging.getLogger("insync_proxy")
 
@@ -46,14 +47,15 @@ def _call_soon(callback: Callable[[], None]) -> None:
 
 
 class InsyncProxy:
-    """Everything one proxy process runs; `start()` then `stop()`."""
+    """Everything one proxy process runs; `start()` then `stop()`; `load` re-reads the settings (reload.py)."""
 
-    def __init__(self, config: ProxyConfig, metrics: ProxyMetrics | None = None) -> None:
+    def __init__(self, config: ProxyConfig, metrics: ProxyMetrics | None = None,
+                 load: Callable[[], ProxyConfig] | None = None) -> None:
         self.config = config
         self.metrics = metrics or ProxyMetrics(topic_label_limit=config.topic_label_limit)
         self.cluster_view = ClusterView()
-        self.upstream_ssl = client_ssl_context(config.upstream_tls)
-        self.downstream_ssl = server_ssl_context(config.downstream_tls)
+        self.upstream_tls = TlsMaterial("upstream_tls", config.upstream_tls)
+        self.downstream_tls = TlsMaterial("downstream_tls", config.downstream_tls)
         self.control = self._control_connection(config.upstream_addresses())
         self.min_insync = MinInsyncCache(
             self.control, self.metrics, config.min_insync_ttl_seconds, config.min_insync_miss_wait_ms / 1000
@@ -64,7 +66,7 @@ class InsyncProxy:
         self.summaries = ProduceSummaries(config.audit.interval_seconds) if self.audit is not None else None
         self.listeners = Listeners(
             config.listeners, bind_host=config.bind_host, advertised_host=config.advertised_host,
-            ssl_context=lambda: self.downstream_ssl, cluster_view=self.cluster_view, metrics=self.metrics,
+            ssl_context=self.downstream_tls.listener_context, cluster_view=self.cluster_view, metrics=self.metrics,
             connection_factory=lambda listener, upstream: ClientConnection(self.connection_settings, listener, upstream))
         self.readiness = PartitionReadiness(self.cluster_view, self.min_insync, self.metrics, self.audit)
         self.metadata = MetadataRefresh(self.control, self.cluster_view, self.min_insync, self.metrics,
@@ -82,11 +84,13 @@ class InsyncProxy:
             registry=self.registry, metrics=self.metrics, max_frame_bytes=config.max_frame_bytes,
             observer=ExchangeObserver(self.metrics, self.capture,
                                       self.cluster_view.known_brokers if config.debug_address_leak_check else None),
-            connect_timeout_seconds=config.connect_timeout_seconds, upstream_ssl=self.upstream_ssl,
+            connect_timeout_seconds=config.connect_timeout_seconds, upstream_ssl=self.upstream_tls.context,
             bootstrap_candidates=self.bootstrap_candidates, on_closed=self._connection_closed,
             observe_whole_frames=self.capture is not None or config.debug_address_leak_check,
         )
-        self.admin = AdminServer(self.metrics, lambda: self.ready, config.admin_host, config.admin_port)
+        self.reloads = Reloads(self, load)
+        self.admin = AdminServer(self.metrics, lambda: self.ready, config.admin_host, config.admin_port,
+                                 reload=lambda: self.reloads.reload("POST /reload"))
         self._bootstrap_cycle = itertools.count()
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = False
@@ -121,7 +125,7 @@ class InsyncProxy:
         """A connection of the proxy's own: the control connection, or one to the audit topic's leader."""
         config = self.config
         return ControlConnection(
-            addresses, ssl_context=self.upstream_ssl, sasl=config.control_sasl if config.control_sasl.mechanism else None,
+            addresses, ssl_context=self.upstream_tls.context, sasl=config.control_sasl if config.control_sasl.mechanism else None,
             timeout=config.connect_timeout_seconds, request_timeout=config.control_request_timeout_seconds,
             metrics=self.metrics, max_frame_bytes=config.max_frame_bytes,
         )
@@ -173,6 +177,7 @@ class InsyncProxy:
         self._note_readiness()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.metadata.run(after_each=self._note_readiness)))
+        self._tasks.append(loop.create_task(self.reloads.run()))
         if self.summaries is not None:
             self._tasks.append(loop.create_task(self._summary_loop()))
 

@@ -73,6 +73,10 @@ class KafkaAuditSink:
         self.loop = asyncio.get_running_loop()
         self._task = self.loop.create_task(self._run())
 
+    def leaders(self) -> list[ControlConnection]:
+        """The connections to the audit topic's leaders open now."""
+        return list(self._leaders.values())
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()

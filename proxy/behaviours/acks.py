@@ -60,6 +60,10 @@ class AcksPolicy(BehaviourBase):
         self.metrics = context.metrics
         #: A failed precheck re-reads the topic's ISR (at most once a second) so a retry sees recovery.
         self.rereads = rereads
+        self.set_policies(policies)
+
+    def set_policies(self, policies: Sequence[AcksPolicyConfig]) -> None:
+        """Decide with these policies from the next Produce on (a reload); exchanges under way keep theirs."""
         self.policies = list(policies)
         self.has_floor = any(p.acks_floor is not None for p in self.policies)
         self.has_fast_fail = any(p.fast_fail for p in self.policies)

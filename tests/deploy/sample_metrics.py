@@ -20,6 +20,11 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
     m.upstream_up.set(1)
     m.control_authentication_failures_total.labels("SCRAM-SHA-512").inc(0)
     m.brokers_without_port.labels("default").set(0)
+    for side in ("upstream_tls", "downstream_tls"):
+        m.tls_certificate_expiry.labels(side, "cert_file").set(2_000_000_000)
+        m.reloads_total.labels(side, "ok").inc(0)
+        m.reload_failing.labels(side).set(0)
+    m.reloads_total.labels("config", "failed").inc(0)
     for listener in ("default",):
         m.client_connections_active.labels(listener).set(rng.randint(1, 5))
         m.client_connections_total.labels(listener).inc()

@@ -1,6 +1,7 @@
 // The Java client through insync-proxy: compiled by the test suite against kafka-clients from Maven Central.
 // Usage: ClientCheck roundtrip|transactions|keyless <bootstrap> <topic> [count]
 //        ClientCheck produce-consume <bootstrap> <topic> <count> <acks> <client.properties>
+//        ClientCheck produce-for <bootstrap> <topic> <seconds> <warmup seconds>
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.*;
@@ -53,6 +54,7 @@ public class ClientCheck {
             case "transactions": transactions(bootstrap, topic); break;
             case "keyless": keyless(bootstrap, topic, Integer.parseInt(args[3])); break;
             case "produce-consume": produceConsume(bootstrap, topic, Integer.parseInt(args[3]), args[4], args[5]); break;
+            case "produce-for": produceFor(bootstrap, topic, Integer.parseInt(args[3]), Integer.parseInt(args[4])); break;
             default: throw new IllegalArgumentException(mode);
         }
     }
@@ -158,6 +160,52 @@ public class ClientCheck {
         if (!got.containsAll(expected)) throw new IllegalStateException("missing records: " + expected.size()
             + " produced, " + got.size() + " read");
         System.out.println("OK produce-consume " + count);
+    }
+
+    static double producerMetric(KafkaProducer<byte[], byte[]> producer, String name) {
+        for (Map.Entry<org.apache.kafka.common.MetricName, ? extends org.apache.kafka.common.Metric> e
+                : producer.metrics().entrySet())
+            if (e.getKey().group().equals("producer-metrics") && e.getKey().name().equals(name))
+                return ((Number) e.getValue().metricValue()).doubleValue();
+        return -1;
+    }
+
+    // Produces without pause (acks=all, one record every 2 ms) for `seconds` or until a line arrives on stdin;
+    // prints what it sent, the send
+    // errors, and the connections the producer opened and closed after the first `warmup` seconds (reconnects).
+    static void produceFor(String bootstrap, String topic, int seconds, int warmup) throws Exception {
+        Properties p = producerProps(bootstrap);
+        p.put("linger.ms", "5");
+        p.put("delivery.timeout.ms", "120000");
+        p.put("connections.max.idle.ms", "3600000");  // no idle close during a long run: every close is a reconnect
+        java.util.concurrent.atomic.AtomicLong errors = new java.util.concurrent.atomic.AtomicLong();
+        java.util.concurrent.atomic.AtomicLong acked = new java.util.concurrent.atomic.AtomicLong();
+        long sent = 0;
+        double connectsAtWarmup = -1, closesAtWarmup = -1;
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            long start = System.currentTimeMillis(), end = start + seconds * 1000L;
+            while (System.currentTimeMillis() < end && System.in.available() == 0) {  // a line on stdin: stop
+                if (connectsAtWarmup < 0 && System.currentTimeMillis() >= start + warmup * 1000L) {
+                    connectsAtWarmup = producerMetric(producer, "connection-creation-total");
+                    closesAtWarmup = producerMetric(producer, "connection-close-total");
+                    System.out.println("WARM");
+                    System.out.flush();
+                }
+                producer.send(new ProducerRecord<>(topic, ("k" + sent).getBytes(), ("java-" + sent).getBytes()),
+                    (metadata, exception) -> {
+                        if (exception != null) {
+                            errors.incrementAndGet();
+                            System.err.println("send error: " + exception);
+                        } else acked.incrementAndGet();
+                    });
+                sent++;
+                Thread.sleep(2);
+            }
+            producer.flush();
+            System.out.println("sent=" + sent + " acked=" + acked.get() + " errors=" + errors.get()
+                + " connects=" + (long) (producerMetric(producer, "connection-creation-total") - connectsAtWarmup)
+                + " closes=" + (long) (producerMetric(producer, "connection-close-total") - closesAtWarmup));
+        }
     }
 
     static void keyless(String bootstrap, String topic, int count) throws Exception {
