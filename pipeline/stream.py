@@ -269,7 +269,7 @@ class StreamTally:
                 self.watermark_us = _iso_micros(progress.eventTime["watermark"])
 
 
-def await_queries(queries: list[StreamingQuery], tally: StreamTally, poll_seconds: float = 2.0) -> None:
+def await_queries(queries: list[StreamingQuery], tally: StreamTally, poll_seconds: int = 2) -> None:
     """Wait until every query has stopped, counting their progress as they go; a failed query's
     exception is raised (``StreamingQueryException``)."""
     try:
