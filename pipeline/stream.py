@@ -334,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line interface of ``python -m insync_proxy.pipeline.stream``."""
     parser = argparse.ArgumentParser(
         prog="python -m insync_proxy.pipeline.stream",
+        allow_abbrev=False,  # like every insync-proxy command: a flag is spelt out or refused
         description=__doc__.split("\n\n")[2] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="output: OUTPUT/windows (Parquet, partitioned by date), OUTPUT/rejected (JSON Lines)\n"
