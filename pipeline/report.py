@@ -651,7 +651,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             from insync_proxy.pipeline.jars import kafka_jars
 
             progress.stage("resolving Spark's Kafka connector jars")
-            jars = kafka_jars()
+            jars = kafka_jars(note=progress.stage)
         progress.stage(f"starting Spark ({args.master or 'default master'})")
         spark = build_session(args.master, "insync-proxy durability report", shuffle_partitions=args.shuffle_partitions,
                               driver_memory=args.driver_memory, jars=jars, verbose=verbose)

@@ -8,15 +8,21 @@ to (``--input-dir``, Spark's file source), parses and validates every line with 
 the batch report, and keeps per (window, topic, partition, decision) counts, record bytes and
 latency percentiles. Windows are written to Parquet (partitioned by date) once the watermark passes
 their end, so each window row is written exactly once; rejected lines go to ``rejected/`` as JSON.
-Both queries checkpoint under ``--checkpoint`` and resume where they stopped.
+Both queries checkpoint under ``--checkpoint`` and resume where they stopped. With ``--available-now``
+the job processes what the source holds and stops, and the end of that input closes the windows
+still open (:func:`close_open_windows`), so a finished run's windows are all written.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from insync_proxy.pipeline.spark_env import PipelineError, Progress
 
@@ -27,6 +33,16 @@ if TYPE_CHECKING:
 
 DEFAULT_WINDOW = "1 minute"
 DEFAULT_WATERMARK = "5 minutes"
+#: spark.sql.shuffle.partitions of the session, hence of a new checkpoint's state store (a checkpoint
+#: keeps the number it started with). Spark's own 200 means 200 state-store tasks per micro-batch and up
+#: to 200 Parquet files per batch: a finished 150 s run (1,833 lines) took 76 s and wrote 41 files for
+#: 45 window rows with 200, 21 s with 8.
+DEFAULT_SHUFFLE_PARTITIONS = 8
+#: Under the checkpoint: the end-of-input markers :func:`close_open_windows` writes (a file source of the
+#: windows query, so each marker is read once and recorded in the checkpoint like any input).
+END_OF_INPUT_DIR = "end-of-input"
+WINDOWS_QUERY = "insync_durability_windows"
+REJECTED_QUERY = "insync_rejected"
 
 
 def _bucket_count(i: int) -> Column:
@@ -39,7 +55,8 @@ def _bucket_count(i: int) -> Column:
     )
 
 
-def windowed_aggregates(events: DataFrame, window: str = DEFAULT_WINDOW, watermark: str = DEFAULT_WATERMARK) -> DataFrame:
+def windowed_aggregates(events: DataFrame, window: str = DEFAULT_WINDOW, watermark: str = DEFAULT_WATERMARK,
+                        end_of_input: DataFrame | None = None) -> DataFrame:
     """Produce requests per (window, topic, partition, decision): requests, records, bytes, latency.
 
     ``events`` are valid typed events (:func:`pipeline.schema.valid_events`), v1 or v2, batch or
@@ -49,6 +66,10 @@ def windowed_aggregates(events: DataFrame, window: str = DEFAULT_WINDOW, waterma
     the merged histogram (one running sum per bucket: a single aggregation, so it streams), read as
     in the batch report (at most +18.9%). ``below_min_decisions`` counts v1 decisions taken while
     the ISR was below min ISR (v2 summaries carry no ISR: see the readiness events for that).
+
+    ``end_of_input`` (a frame of ``interval_start`` timestamps, :func:`end_of_input_markers`) is
+    merged in before the watermark and dropped right after it: its rows only move the watermark.
+    The events' count and latest ``interval_start`` (epoch µs) per micro-batch are observed as ``events``.
     """
     from pyspark.sql import functions as F
 
@@ -59,7 +80,18 @@ def windowed_aggregates(events: DataFrame, window: str = DEFAULT_WINDOW, waterma
 
     below = (F.col("event") == EVENT_PRODUCE_DECISION) & (F.col("isr_size") < F.col("min_isr"))
     flagged = events.withColumn("_below", F.when(below, 1).otherwise(0).cast("long"))
-    rows = summaries(flagged, extra_columns=("_below",)).withWatermark("interval_start", watermark)
+    rows = summaries(flagged, extra_columns=("_below",))
+    if end_of_input is not None:
+        rows = rows.observe("events", F.count(F.lit(1)).alias("summaries"),
+                            F.unix_micros(F.max("interval_start")).alias("last_interval_start_us"))
+        markers = end_of_input.select("interval_start", F.lit(True).alias("_end_of_input"))
+        rows = rows.withColumn("_end_of_input", F.lit(False)).unionByName(markers, allowMissingColumns=True)
+    rows = rows.withWatermark("interval_start", watermark)
+    if end_of_input is not None:
+        # The markers are no traffic. The condition names the event-time column on purpose: Spark's
+        # optimizer pushes a filter on other columns below the watermark, where it would drop the
+        # markers before they move it.
+        rows = rows.filter(F.when(F.col("_end_of_input"), F.lit(False)).otherwise(F.col("interval_start").isNotNull()))
     requests = F.col("requests")
     grouped = rows.groupBy(F.window("interval_start", window).alias("window"), "topic", "partition", "decision").agg(
         F.coalesce(F.sum(requests), F.lit(0)).cast("long").alias("requests"),
@@ -91,6 +123,67 @@ def windowed_aggregates(events: DataFrame, window: str = DEFAULT_WINDOW, waterma
     )
 
 
+def end_of_input_markers(spark: SparkSession, checkpoint: str | Path) -> DataFrame:
+    """The end-of-input markers under ``checkpoint`` as a stream of ``interval_start`` timestamps."""
+    from pyspark.sql import functions as F
+
+    directory = Path(checkpoint) / END_OF_INPUT_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    return (spark.readStream.schema("end_of_input_us long").json(str(directory))
+            .select(F.timestamp_micros(F.col("end_of_input_us")).alias("interval_start")))
+
+
+def write_end_of_input_marker(checkpoint: str | Path, end_us: int) -> Path:
+    """Add a marker whose time is ``end_us`` (epoch microseconds); written aside and renamed, so the
+    file source never reads half a file (it skips names starting with ``.``)."""
+    directory = Path(checkpoint) / END_OF_INPUT_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"end-of-input-{end_us}.json"
+    partial = directory / f".{path.name}.partial"
+    partial.write_text(f'{{"end_of_input_us": {end_us}}}\n')
+    os.replace(partial, path)
+    return path
+
+
+def _with_trigger(writer: DataStreamWriter, trigger: str | None, available_now: bool) -> DataStreamWriter:
+    if available_now:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=trigger) if trigger else writer
+
+
+def start_windows(
+    spark: SparkSession,
+    parsed: DataFrame,
+    output: str | Path,
+    checkpoint: str | Path,
+    *,
+    window: str = DEFAULT_WINDOW,
+    watermark: str = DEFAULT_WATERMARK,
+    trigger: str | None = "30 seconds",
+    available_now: bool = False,
+) -> StreamingQuery:
+    """Start the windows query over parsed lines (:func:`pipeline.schema.parse_audit_events`).
+
+    Its sources are the lines and the end-of-input markers under ``checkpoint`` (both always, so a
+    checkpoint serves either trigger). The written rows are observed as ``windows``.
+    """
+    from pyspark.sql import functions as F
+
+    from insync_proxy.pipeline.schema import valid_events
+
+    windows = windowed_aggregates(valid_events(parsed), window, watermark, end_of_input_markers(spark, checkpoint))
+    return _with_trigger(
+        windows.observe("windows", F.count(F.lit(1)).alias("rows"))
+        .writeStream.queryName(WINDOWS_QUERY)
+        .outputMode("append")  # with a watermark each window is emitted once, when it is final
+        .format("parquet")
+        .partitionBy("date")
+        .option("path", str(Path(output) / "windows"))
+        .option("checkpointLocation", str(Path(checkpoint) / "windows")),
+        trigger, available_now,
+    ).start()
+
+
 def start_streams(
     spark: SparkSession,
     lines: DataFrame,
@@ -102,50 +195,150 @@ def start_streams(
     trigger: str | None = "30 seconds",
     available_now: bool = False,
 ) -> list[StreamingQuery]:
-    """Start the aggregate and rejected-lines queries over raw streaming ``lines`` (value, source).
+    """Start the windows and rejected-lines queries over raw streaming ``lines`` (value, source).
 
-    ``available_now=True`` processes what is there and stops (tests, backfills); otherwise a
-    micro-batch runs every ``trigger``. Returns the started queries (aggregates first).
+    ``available_now=True`` processes what is there and stops (tests, backfills; then call
+    :func:`close_open_windows`); otherwise a micro-batch runs every ``trigger``. Returns the started
+    queries (windows first). The rejected lines are observed as ``rejected``.
     """
-    from insync_proxy.pipeline.schema import parse_audit_events, rejected_events, valid_events
+    from pyspark.sql import functions as F
+
+    from insync_proxy.pipeline.schema import parse_audit_events, rejected_events
     from insync_proxy.pipeline.spark_env import configure_session
 
     configure_session(spark)
     parsed = parse_audit_events(lines, source_col="source")
-    out, ckpt = Path(output), Path(checkpoint)
-
-    def with_trigger(writer: DataStreamWriter) -> DataStreamWriter:
-        if available_now:
-            return writer.trigger(availableNow=True)
-        return writer.trigger(processingTime=trigger) if trigger else writer
-
-    aggregates = with_trigger(
-        windowed_aggregates(valid_events(parsed), window, watermark)
-        .writeStream.queryName("insync_durability_windows")
-        .outputMode("append")  # with a watermark each window is emitted once, when it is final
-        .format("parquet")
-        .partitionBy("date")
-        .option("path", str(out / "windows"))
-        .option("checkpointLocation", str(ckpt / "windows"))
-    ).start()
-    rejected = with_trigger(
-        rejected_events(parsed)
-        .writeStream.queryName("insync_rejected")
+    windows = start_windows(spark, parsed, output, checkpoint, window=window, watermark=watermark, trigger=trigger,
+                            available_now=available_now)
+    rejected = _with_trigger(
+        rejected_events(parsed).observe("rejected", F.count(F.lit(1)).alias("rows"))
+        .writeStream.queryName(REJECTED_QUERY)
         .outputMode("append")
         .format("json")
-        .option("path", str(out / "rejected"))
-        .option("checkpointLocation", str(ckpt / "rejected"))
+        .option("path", str(Path(output) / "rejected"))
+        .option("checkpointLocation", str(Path(checkpoint) / "rejected")),
+        trigger, available_now,
     ).start()
-    return [aggregates, rejected]
+    return [windows, rejected]
+
+
+def _iso_micros(text: str) -> int:
+    """Spark's progress timestamp (``2026-11-21T07:10:00.000Z``) as epoch microseconds."""
+    moment = datetime.fromisoformat(text)
+    return int(moment.timestamp()) * 1_000_000 + moment.microsecond
+
+
+@dataclass
+class StreamTally:
+    """What the queries did, summed over their micro-batches (each batch counted once)."""
+
+    audit_lines: int = 0
+    rejected_lines: int = 0
+    window_rows: int = 0
+    late_rows_dropped: int = 0
+    batches: int = 0
+    #: Window rows in the state store after the last batch: not written yet.
+    open_window_rows: int = 0
+    #: The latest summary's interval start the windows query saw (epoch µs), and its last watermark.
+    last_interval_start_us: int | None = None
+    watermark_us: int | None = None
+    _seen: set[tuple[str, int]] = field(default_factory=set)
+
+    def take(self, query: StreamingQuery) -> None:
+        """Add the query's progress updates not counted yet (``recentProgress`` keeps the last 100:
+        call this at least every 100 micro-batches)."""
+        for progress in query.recentProgress:
+            key = (str(progress.runId), progress.batchId)
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            metrics = progress.observedMetrics or {}
+            if progress.name == REJECTED_QUERY:
+                self.rejected_lines += int(metrics["rejected"]["rows"]) if "rejected" in metrics else 0
+                continue
+            self.batches += 1
+            self.audit_lines += int(progress.sources[0].numInputRows or 0) if progress.sources else 0
+            self.window_rows += int(metrics["windows"]["rows"]) if "windows" in metrics else 0
+            last = metrics["events"]["last_interval_start_us"] if "events" in metrics else None
+            if last is not None:  # epoch microseconds: a timestamp would come as text in the JVM's own format
+                self.last_interval_start_us = max(int(last), self.last_interval_start_us or int(last))
+            for state in progress.stateOperators or []:
+                self.late_rows_dropped += int(state.numRowsDroppedByWatermark or 0)
+                self.open_window_rows = int(state.numRowsTotal or 0)
+            if (progress.eventTime or {}).get("watermark"):
+                self.watermark_us = _iso_micros(progress.eventTime["watermark"])
+
+
+def await_queries(queries: list[StreamingQuery], tally: StreamTally, poll_seconds: int = 2) -> None:
+    """Wait until every query has stopped, counting their progress as they go; a failed query's
+    exception is raised (``StreamingQueryException``)."""
+    try:
+        while any(q.isActive for q in queries):
+            for q in queries:
+                tally.take(q)
+            next(q for q in queries if q.isActive).awaitTermination(poll_seconds)
+    finally:
+        for q in queries:
+            tally.take(q)
+    for q in queries:
+        q.awaitTermination()  # raises the query's exception, if it failed
+
+
+def _shifted_us(spark: SparkSession, base_us: int, *intervals: str) -> int:
+    """``base_us`` plus Spark interval strings (``'5 minutes'``, as ``--window``/``--watermark`` take them)."""
+    from pyspark.sql import functions as F
+
+    moment = F.timestamp_micros(F.lit(base_us))
+    for interval in intervals:
+        moment = moment + F.expr(f"INTERVAL {interval}")
+    return int(spark.range(1).select(F.unix_micros(moment)).first()[0])  # type: ignore[index]
+
+
+def close_open_windows(
+    spark: SparkSession,
+    parsed: DataFrame,
+    output: str | Path,
+    checkpoint: str | Path,
+    tally: StreamTally,
+    *,
+    window: str = DEFAULT_WINDOW,
+    watermark: str = DEFAULT_WATERMARK,
+) -> int:
+    """After an available-now run: let the end of its input close the windows still open; returns how
+    many window rows that wrote.
+
+    The watermark trails the newest event by ``watermark``, so a finished input's last windows never
+    close on their own. This adds an end-of-input marker ``window + watermark`` after the run's latest
+    summary (:func:`write_end_of_input_marker`) and runs the windows query once more: the marker
+    moves the watermark past the end of every window holding data, Spark writes them, and the
+    marker itself is dropped (it is no traffic). It goes through the checkpoint like any input, so
+    the windows are written exactly once; events that arrive later for a closed window are late and
+    dropped, as for any window the watermark passed. Without an open window nothing is done.
+    """
+    if tally.open_window_rows == 0:
+        return 0
+    if tally.last_interval_start_us is not None:
+        end_us = _shifted_us(spark, tally.last_interval_start_us, window, watermark)
+    elif tally.watermark_us is not None:  # windows left open by an earlier run: the newest event is watermark + delay
+        end_us = _shifted_us(spark, tally.watermark_us, watermark, window, watermark)
+    else:
+        return 0
+    write_end_of_input_marker(checkpoint, end_us)
+    before = tally.window_rows
+    query = start_windows(spark, parsed, output, checkpoint, window=window, watermark=watermark, available_now=True)
+    await_queries([query], tally)
+    return tally.window_rows - before
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line interface of ``python -m insync_proxy.pipeline.stream``."""
     parser = argparse.ArgumentParser(
         prog="python -m insync_proxy.pipeline.stream",
+        allow_abbrev=False,  # like every insync-proxy command: a flag is spelt out or refused
         description=__doc__.split("\n\n")[2] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="output: OUTPUT/windows (Parquet, partitioned by date), OUTPUT/rejected (JSON Lines)",
+        epilog="output: OUTPUT/windows (Parquet, partitioned by date), OUTPUT/rejected (JSON Lines)\n"
+               "exit status: 0 done, 2 bad arguments/missing input/no Java, 1 a streaming query failed",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--kafka-bootstrap", metavar="HOST:PORT[,...]", help="read the audit topic (needs --topic)")
@@ -158,18 +351,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--watermark", default=DEFAULT_WATERMARK,
                         help=f"how late events may arrive (default {DEFAULT_WATERMARK!r}); a window is written this long after it ends")
     parser.add_argument("--trigger", default="30 seconds", help="micro-batch interval (default '30 seconds')")
-    parser.add_argument("--available-now", action="store_true", help="process what is available, then stop")
-    parser.add_argument("--starting-offsets", default="latest", help="Kafka startingOffsets for a new checkpoint")
+    parser.add_argument("--available-now", action="store_true",
+                        help="process what is available, then stop; the end of that input closes the open windows")
+    parser.add_argument("--starting-offsets", default=None,
+                        help="Kafka startingOffsets for a new checkpoint (default earliest with --available-now, "
+                             "else latest)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap records per micro-batch")
+    parser.add_argument("--shuffle-partitions", type=int, default=DEFAULT_SHUFFLE_PARTITIONS,
+                        help=f"spark.sql.shuffle.partitions for a new checkpoint (default {DEFAULT_SHUFFLE_PARTITIONS}: "
+                             "a task and a state-store partition each per micro-batch; raise it on a cluster)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="show Spark's own log (WARN and up) and full traces on failure (like INSYNC_DEBUG=1)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: start the streaming queries and wait for them; returns the exit status."""
+    from insync_proxy.pipeline.report import failure_line, verbose_requested
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.kafka_bootstrap and not args.topic:
         parser.error("--kafka-bootstrap needs --topic")
+    if args.shuffle_partitions < 1:
+        parser.error("--shuffle-partitions must be at least 1")
+    verbose = verbose_requested(args.verbose)
     progress = Progress()
     try:
         from insync_proxy.pipeline import sources
@@ -182,34 +388,67 @@ def main(argv: list[str] | None = None) -> int:
             from insync_proxy.pipeline.jars import kafka_jars
 
             progress.stage("resolving Spark's Kafka connector jars")
-            jars = kafka_jars()
+            jars = kafka_jars(note=progress.stage)
         elif not Path(args.input_dir).is_dir():
             raise PipelineError(f"--input-dir {args.input_dir!r} is not a directory")
         progress.stage(f"starting Spark ({args.master or 'default master'})")
-        spark = build_session(args.master, "insync-proxy durability stream", jars=jars)
+        spark = build_session(args.master, "insync-proxy durability stream", shuffle_partitions=args.shuffle_partitions,
+                              jars=jars, verbose=verbose)
         if args.kafka_bootstrap:
-            lines = sources.stream_audit_kafka(spark, args.kafka_bootstrap, args.topic, args.starting_offsets,
+            starting = args.starting_offsets or ("earliest" if args.available_now else "latest")
+            lines = sources.stream_audit_kafka(spark, args.kafka_bootstrap, args.topic, starting,
                                                args.max_offsets_per_trigger)
         else:
             from pyspark.sql import functions as F
 
             lines = (spark.readStream.option("pathGlobFilter", "*.jsonl").option("recursiveFileLookup", "true")
                      .text(args.input_dir).select("value", F.col("_metadata.file_path").alias("source")))
-        queries = start_streams(spark, lines, args.output, args.checkpoint, window=args.window,
-                                watermark=args.watermark, trigger=args.trigger, available_now=args.available_now)
-        progress.stage(f"streaming to {args.output} (checkpoint {args.checkpoint}); Ctrl-C stops")
-        try:
-            for query in queries:
-                query.awaitTermination()
-        except KeyboardInterrupt:
-            for query in queries:
-                query.stop()
-        for query in queries:
-            progress_info: dict[str, Any] = dict(query.lastProgress or {})
-            progress.stage(f"{query.name}: last batch {progress_info.get('numInputRows', 0)} rows")
+        run = _run(spark, lines, args, progress)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a failed query: one line; --verbose / INSYNC_DEBUG=1 shows the whole trace
+        if verbose:
+            raise
+        from insync_proxy.pipeline import spark_env
+
+        log = f"Spark's log: {spark_env.spark_log_path}; " if spark_env.spark_log_path else ""
+        print(f"error: the streaming job failed: {failure_line(exc)} ({log}--verbose or INSYNC_DEBUG=1 shows "
+              "Spark's log and the full trace)", file=sys.stderr)
+        return 1
+    return run
+
+
+def _run(spark: SparkSession, lines: DataFrame, args: argparse.Namespace, progress: Progress) -> int:
+    """Run the queries the arguments ask for, then print what they did."""
+    from insync_proxy.pipeline.schema import parse_audit_events
+
+    out = Path(args.output)
+    queries = start_streams(spark, lines, out, args.checkpoint, window=args.window, watermark=args.watermark,
+                            trigger=args.trigger, available_now=args.available_now)
+    progress.stage(f"streaming to {out} (checkpoint {args.checkpoint})"
+                   + (": what the source holds now" if args.available_now else "; Ctrl-C stops"))
+    tally = StreamTally()
+    started = time.monotonic()
+    try:
+        await_queries(queries, tally)
+    except KeyboardInterrupt:
+        for query in queries:
+            query.stop()
+        await_queries(queries, tally)
+    progress.stage(f"read {tally.audit_lines:,} audit lines in {tally.batches:,} micro-batch(es) "
+                   f"({time.monotonic() - started:.1f} s): {tally.rejected_lines:,} rejected, "
+                   f"written to {out / 'rejected'}")
+    closed = 0
+    if args.available_now and tally.open_window_rows:
+        progress.stage(f"end of input: closing the {tally.open_window_rows:,} window row(s) still open")
+        closed = close_open_windows(spark, parse_audit_events(lines, source_col="source"), out, args.checkpoint,
+                                    tally, window=args.window, watermark=args.watermark)
+    progress.stage(f"wrote {tally.window_rows:,} window rows to {out / 'windows'}"
+                   + (f" ({closed:,} closed by the end of input)" if closed else "")
+                   + f"; {tally.late_rows_dropped:,} late rows dropped by the watermark; "
+                   + (f"{tally.open_window_rows:,} window rows still open (written once the watermark passes them)"
+                      if tally.open_window_rows else "no window left open"))
     return 0
 
 

@@ -2,10 +2,10 @@
 
 Spark sessions the tests start in child processes (`python -m insync_proxy.pipeline.stream`, the report
 command, the standalone cluster's driver) read spark-defaults.conf from SPARK_CONF_DIR, set here for the
-run: the shared session's 4 shuffle partitions instead of Spark's 200. The report command sets its own;
-the stream command keeps Spark's, and its stateful window aggregate then runs 200 state-store tasks per
-micro-batch (test_stream.py's command test, back to back on the 2 shared cores: 323 s with 200, 51 s with
-4 at load 7-10; at load 22-27, over 600 s (timed out) with 200, 198 s with 4).
+run: the shared session's 4 shuffle partitions instead of Spark's 200. The report and stream commands set
+their own (`--shuffle-partitions`, default 8); with Spark's 200 the stream's stateful window aggregate ran
+200 state-store tasks per micro-batch (test_stream.py's command test, back to back on the 2 shared cores:
+323 s with 200, 51 s with 4 at load 7-10; at load 22-27, over 600 s (timed out) with 200, 198 s with 4).
 """
 
 from __future__ import annotations

@@ -11,11 +11,10 @@ import os
 import subprocess
 import sys
 import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
@@ -55,31 +54,36 @@ def test_streaming_windows_over_the_audit_topic(
         wait_until(all_decisions_in_the_topic, 90, interval=0, what="the decisions in the audit topic")
     finally:
         consumer.close()
-    # And a decision 10 minutes ahead (the watermark follows decisions), so the current windows close
-    later = (datetime.now(UTC) + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    marker = {"schema_version": 1, "event": "produce_decision", "ts": later, "proxy_id": "watermark",
-              "listener": "bootstrap", "client_id": "w", "topic": "w", "partition": 0, "acks_requested": -1,
-              "acks_sent": -1, "isr_size": 1, "min_isr": 1, "decision": "forwarded", "error_code": 0,
-              "latency_ms": 1.0, "record_bytes": 1, "api_version": 9, "correlation_id": 1}
-    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "acks": "all"})
-    producer.produce(AUDIT_TOPIC, json.dumps(marker).encode())
-    assert producer.flush(30) == 0
-
-    # When the streaming job processes what the topic holds (available-now) in its own process
+    # When the docs' streaming command processes what the topic holds (available-now, a new checkpoint: from the
+    # earliest offset) in its own process, with the connector PySpark's version resolves to ...
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    env = {**os.environ, "INSYNC_SPARK_KAFKA_VERSION": os.environ.get("INSYNC_SPARK_KAFKA_VERSION", "4.2.0"),
-           "INSYNC_SPARK_TOKEN_PROVIDER_VERSION": os.environ.get("INSYNC_SPARK_TOKEN_PROVIDER_VERSION", "4.0.0")}
+    env = {k: v for k, v in os.environ.items() if k not in ("INSYNC_SPARK_KAFKA_VERSION",
+                                                           "INSYNC_SPARK_TOKEN_PROVIDER_VERSION")}
     result = subprocess.run(
         [sys.executable, "-m", "insync_proxy.pipeline.stream", "--kafka-bootstrap", kafka_cluster.bootstrap_servers,
          "--topic", AUDIT_TOPIC, "--output", str(out), "--checkpoint", str(checkpoint), "--master", "local[2]",
-         "--available-now", "--starting-offsets", "earliest"],
+         "--available-now"],
         capture_output=True, text=True, timeout=600, env=env,
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    # ... and the batch report reads the same topic
+    report = subprocess.run(
+        [sys.executable, "-m", "insync_proxy.pipeline.report", "--kafka-bootstrap", kafka_cluster.bootstrap_servers,
+         "--topic", AUDIT_TOPIC, "--output", str(tmp_path / "report"), "--master", "local[2]", "--quiet"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert report.returncode == 0, report.stderr[-4000:]
 
-    # Then the closed window for that topic counts exactly the decisions the client saw
+    # Then the windows for that topic, the last one closed by the end of input, count exactly the decisions the
+    # client saw, as the batch report does
     rows = [r for r in _collect(spark.read.parquet(str(out / "windows"))) if r["topic"] == topic]
     by_decision: dict[str, int] = {}
     for r in rows:
         by_decision[r["decision"]] = by_decision.get(r["decision"], 0) + r["requests"]
     assert by_decision == {"forwarded": requests}, by_decision
+    reported: dict[str, int] = {}
+    for r in _collect(spark.read.parquet(str(tmp_path / "report" / "decisions_by_kind"))):
+        if r["topic"] == topic:
+            reported[r["decision"]] = reported.get(r["decision"], 0) + r["requests"]
+    assert reported == by_decision
+    assert "no window left open" in result.stderr, result.stderr[-2000:]
