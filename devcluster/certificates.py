@@ -57,9 +57,9 @@ def _sign(directory: Path, name: str, csr: Path, ca_cert: Path, ca_key: Path, ex
     return cert
 
 
-def make_test_certificates(directory: Path, clients: tuple[str, ...] = ("insync-proxy",), days: int = 2) -> DevCertificates:
+def make_test_certificates(directory: Path, clients: tuple[str, ...] = ("insync-proxy",), days: int = 30) -> DevCertificates:
     """A CA, a broker certificate for 127.0.0.1/localhost and one client certificate per name, in `directory`,
-    each valid for `days` (the dev cluster asks for more than the tests: check-config warns within 7 days)."""
+    each valid for `days` (well past the 7 days within which check-config and run warn of an expiry)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, ca_cert = directory / "ca.key", directory / "ca.crt"
     _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(ca_key), what="CA key")

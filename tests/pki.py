@@ -1,6 +1,6 @@
 """Certificates made in the test process (cryptography): short-lived ones, to the second, for rotations.
 
-The dev cluster's certificates (openssl, proxy/devcluster/certificates.py) live for days; a rotation test
+The dev cluster's certificates (openssl, devcluster/certificates.py) live for days; a rotation test
 needs certificates valid for 30 s, already expired, or signed by a second CA.
 """
 

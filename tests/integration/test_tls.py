@@ -23,7 +23,7 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
         pytest.skip("openssl is not installed: cannot make a test certificate")
     cert, key = tmp_path / "proxy.pem", tmp_path / "proxy.key"
     subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj", "/CN=localhost",
          "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True, timeout=60,
     )
