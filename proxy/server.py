@@ -23,6 +23,7 @@ from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
+from insync_proxy.proxy.budget import MemoryBudget
 from insync_proxy.proxy.capture import FrameCapture
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.config import ProxyConfig
@@ -65,7 +66,8 @@ class InsyncProxy:
         self.listeners = Listeners(
             config.listeners, bind_host=config.bind_host, advertised_host=config.advertised_host,
             ssl_context=lambda: self.downstream_ssl, cluster_view=self.cluster_view, metrics=self.metrics,
-            connection_factory=lambda listener, upstream: ClientConnection(self.connection_settings, listener, upstream))
+            connection_factory=lambda listener, upstream, count: ClientConnection(self.connection_settings, listener,
+                                                                                   upstream, count))
         self.readiness = PartitionReadiness(self.cluster_view, self.min_insync, self.metrics, self.audit)
         self.metadata = MetadataRefresh(self.control, self.cluster_view, self.min_insync, self.metrics,
                                         self.listeners, self.readiness, config.metadata_refresh_seconds)
@@ -85,6 +87,7 @@ class InsyncProxy:
             connect_timeout_seconds=config.connect_timeout_seconds, upstream_ssl=self.upstream_ssl,
             bootstrap_candidates=self.bootstrap_candidates, on_closed=self._connection_closed,
             observe_whole_frames=self.capture is not None or config.debug_address_leak_check,
+            budget=MemoryBudget(config.max_buffered_bytes, config.max_buffered_bytes_per_connection),
         )
         self.admin = AdminServer(self.metrics, lambda: self.ready, config.admin_host, config.admin_port)
         self._bootstrap_cycle = itertools.count()

@@ -1,0 +1,112 @@
+"""The memory budget: a process-wide bound on the bytes the proxy holds for peers that do not read.
+
+Sans-IO: it sees numbers and asks its adapter (proxy/connection.py) to act. Each write buffer of a
+connection (towards the client: responses; towards the broker: requests) is an account. A write buffer
+grows when its reader is slower than its source; the per-connection ceiling already stops a source when
+its buffer passes `per_connection_bytes` (the transport's high-water mark). The budget bounds the sum:
+once the process holds `max_bytes`, an account that holds anything more is *held*: its source stops
+(its adapter lowers the buffer's high-water mark to 0, so the transport pauses the source now and says
+when the buffer is empty) until its own reader has taken every byte. Accounts that hold nothing (a
+producer whose responses leave at once, a consumer that keeps up) keep flowing: the budget stops the
+connections that hold bytes, the slow ones, not everyone.
+
+The bound is thus `max_bytes` plus, for each connection that was still reading when the budget was
+reached, what one read left in its buffer (at most one read of the event loop, 256 KiB with uvloop).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Protocol
+
+#: The budget of a sidecar: `max_buffered_bytes`'s default.
+DEFAULT_MAX_BUFFERED_BYTES: Final = 64 * 1024 * 1024
+#: One write buffer's ceiling: `max_buffered_bytes_per_connection`'s default (the high-water mark of
+#: both write buffers of a connection).
+DEFAULT_PER_CONNECTION_BYTES: Final = 4 * 1024 * 1024
+
+
+class BufferIO(Protocol):
+    """What the budget asks of one write buffer's adapter."""
+
+    def buffered(self) -> int:
+        """Bytes in the write buffer now."""
+
+    def hold(self) -> None:
+        """Stop this buffer's source until the buffer is empty (then call `BudgetAccount.update(0)`)."""
+
+    def release(self) -> None:
+        """The buffer is empty: back to the per-connection ceiling."""
+
+
+class MemoryBudget:
+    """The process's write buffers: what they hold together, and which are held back by the budget."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+                 per_connection_bytes: int = DEFAULT_PER_CONNECTION_BYTES) -> None:
+        """`max_bytes`: the process-wide budget; `per_connection_bytes`: one write buffer's ceiling."""
+        self.max_bytes = max_bytes
+        self.per_connection_bytes = per_connection_bytes
+        #: Bytes held by every account, as last reported.
+        self.buffered = 0
+        #: Accounts the budget holds back now (each one write buffer, so a connection counts once per side).
+        self.paused = 0
+        #: Accounts that held bytes when last reported: the ones `refresh` measures again.
+        self.holding: set[BudgetAccount] = set()
+
+    def account(self, io: BufferIO) -> BudgetAccount:
+        """A new write buffer's account (holding nothing)."""
+        return BudgetAccount(self, io)
+
+    @property
+    def exceeded(self) -> bool:
+        """The process holds the whole budget: any account that holds more is held back."""
+        return self.buffered >= self.max_bytes
+
+    def refresh(self) -> bool:
+        """Measure again the accounts that held bytes: a buffer drains without telling (below its low-water
+        mark). True while some account still holds bytes (the adapter calls again later)."""
+        for account in list(self.holding):
+            if not account.paused:
+                account.update(account.io.buffered())
+        return bool(self.holding)
+
+
+class BudgetAccount:
+    """One write buffer: what it holds, whether the budget holds its source back."""
+
+    __slots__ = ("budget", "held", "io", "paused")
+
+    def __init__(self, budget: MemoryBudget, io: BufferIO) -> None:
+        self.budget = budget
+        self.io = io
+        self.held = 0
+        self.paused = False
+
+    def update(self, held: int) -> None:
+        """The buffer holds `held` bytes now (after a write, or when it drained)."""
+        budget = self.budget
+        budget.buffered += held - self.held
+        self.held = held
+        if held:
+            budget.holding.add(self)
+            if not self.paused and budget.buffered >= budget.max_bytes:
+                self.paused = True
+                budget.paused += 1
+                self.io.hold()
+        else:
+            budget.holding.discard(self)
+            if self.paused:
+                # Its reader took every byte: a reader that keeps up is never held for long.
+                self.paused = False
+                budget.paused -= 1
+                self.io.release()
+
+    def close(self) -> None:
+        """The connection closed: its bytes no longer count."""
+        budget = self.budget
+        budget.buffered -= self.held
+        self.held = 0
+        budget.holding.discard(self)
+        if self.paused:
+            self.paused = False
+            budget.paused -= 1
