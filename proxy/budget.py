@@ -25,6 +25,20 @@ DEFAULT_MAX_BUFFERED_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_PER_CONNECTION_BYTES: Final = 4 * 1024 * 1024
 
 
+#: What the process takes besides its write buffers (interpreter, event loop, metrics, caches, connection
+#: state; measured: 34-40 MiB idle), with room to spare: the first term of `memory_limit_bytes`.
+PROCESS_BYTES: Final = 64 * 1024 * 1024
+#: Beyond the budget: a read left in the buffer of each connection still reading when the budget was
+#: reached, and frames the core reassembles for behaviours (Metadata answers, Produce requests).
+OVERSHOOT_BYTES: Final = 32 * 1024 * 1024
+
+
+def memory_limit_bytes(max_buffered_bytes: int) -> int:
+    """The container memory limit for a budget (docs/operations.md, "Memory and connections"; the Kubernetes
+    example's limit is this of its ConfigMap's budget): the process, the budget, the overshoot."""
+    return PROCESS_BYTES + max_buffered_bytes + OVERSHOOT_BYTES
+
+
 class BufferIO(Protocol):
     """What the budget asks of one write buffer's adapter."""
 
