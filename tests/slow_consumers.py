@@ -15,6 +15,7 @@ from pathlib import Path
 
 from insync_proxy.protocol import ApiKey
 from insync_proxy.protocol.records import encode_record_batch
+from tests.helpers import wait_until
 from tests.raw_client import RawKafkaClient
 
 MIB = 1024 * 1024
@@ -66,8 +67,12 @@ def read_response(sock: socket.socket) -> tuple[int, bytes]:
 
 
 def reference_answer(host: str, port: int, topic: str, max_bytes: int) -> bytes:
-    """What one Fetch of the slow consumers is answered, read at once (the whole answer to compare with)."""
-    with socket.create_connection((host, port), timeout=60) as sock:
+    """What one Fetch of the slow consumers is answered, read at once (the whole answer to compare with).
+
+    The proxy opens a broker's port once its Metadata named the broker: connecting is retried a while."""
+    sock = wait_until(lambda: socket.create_connection((host, port), timeout=60), 30,
+                      what=f"the proxy's port {port}", retry_on=(ConnectionRefusedError,))
+    with sock:
         sock.sendall(fetch_request(1, topic, max_bytes))
         correlation_id, body = read_response(sock)
         assert correlation_id == 1
