@@ -56,7 +56,7 @@ class ConnectionSettings:
     observe_whole_frames: bool = False
     #: The process's memory budget over every write buffer (proxy/budget.py), and its ceiling per buffer.
     budget: MemoryBudget = field(default_factory=MemoryBudget)
-    _refresh_armed: bool = False
+    _refresh_armed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         budget = self.budget

@@ -56,17 +56,21 @@ class FileDescriptors:
             limit = soft if soft != resource.RLIM_INFINITY else 2**31 - 1
         self.limit = limit
         self.count_open = count_open or _count_open_fds
+        #: Descriptors open before any client connection (set when the listeners are bound).
+        self.base = 0
 
     def full(self, client_connections: int) -> bool:
         """No room for one more client connection (and its upstream one) beside the headroom.
 
         Far from the limit an estimate does (two per connection, the headroom for the rest); near it the open
-        descriptors are counted (/proc/self/fd), so what else the process opened is seen too.
+        descriptors are counted too (/proc/self/fd), so what else the process opened is seen; the estimate
+        still counts upstream connections being opened (a burst of accepts).
         """
-        if FDS_PER_CONNECTION * client_connections + 4 * FD_HEADROOM < self.limit // 2:
+        estimate = self.base + FDS_PER_CONNECTION * (client_connections + 1)
+        if estimate + 4 * FD_HEADROOM < self.limit // 2:
             return False
         # The accepted socket is open already: one more (upstream) for this connection, then the headroom.
-        return self.count_open() + FDS_PER_CONNECTION - 1 + FD_HEADROOM > self.limit
+        return max(estimate, self.count_open() + FDS_PER_CONNECTION - 1) + FD_HEADROOM > self.limit
 
 
 def _count_open_fds() -> int:
@@ -188,6 +192,7 @@ class Listeners:
 
     async def open_bootstrap(self) -> None:
         """Bind every group's bootstrap port (an OSError when one cannot be bound)."""
+        self.file_descriptors.base = self.file_descriptors.count_open()
         for group in self.groups:
             group.bootstrap = await self._listen(group, None, group.config.bootstrap_port)
             log.info(
