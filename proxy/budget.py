@@ -10,8 +10,13 @@ when the buffer is empty) until its own reader has taken every byte. Accounts th
 producer whose responses leave at once, a consumer that keeps up) keep flowing: the budget stops the
 connections that hold bytes, the slow ones, not everyone.
 
-The bound is thus `max_bytes` plus, for each connection that was still reading when the budget was
-reached, what one read left in its buffer (at most one read of the event loop, 256 KiB with uvloop).
+A buffer learns it holds bytes only after a write its socket did not take whole, i.e. after its source
+was read: every buffer not held may still take one read (`read_bytes`, the event loop's read size). The
+budget counts that read for each of them as held already, so what the process holds stays within
+`max_bytes` however many connections turn slow at once, as long as those reads fit in it. With more
+connections than that (two buffers each: 128 connections at 64 MiB) the budget is reached from the
+start: a buffer is held as soon as it holds anything (a reader that keeps up drains it at once and reads
+on), and the process holds at most the remainder of one read per buffer.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ DEFAULT_MAX_BUFFERED_BYTES: Final = 64 * 1024 * 1024
 #: One write buffer's ceiling: `max_buffered_bytes_per_connection`'s default (the high-water mark of
 #: both write buffers of a connection).
 DEFAULT_PER_CONNECTION_BYTES: Final = 4 * 1024 * 1024
+#: What one read of the event loop may bring into a buffer (uvloop and asyncio read up to 256 KiB).
+READ_BYTES: Final = 256 * 1024
 
 
 #: What the process takes besides its write buffers (interpreter, event loop, metrics, caches, connection
@@ -56,10 +63,14 @@ class MemoryBudget:
     """The process's write buffers: what they hold together, and which are held back by the budget."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
-                 per_connection_bytes: int = DEFAULT_PER_CONNECTION_BYTES) -> None:
-        """`max_bytes`: the process-wide budget; `per_connection_bytes`: one write buffer's ceiling."""
+                 per_connection_bytes: int = DEFAULT_PER_CONNECTION_BYTES, read_bytes: int = READ_BYTES) -> None:
+        """`max_bytes`: the process-wide budget; `per_connection_bytes`: one write buffer's ceiling;
+        `read_bytes`: what one read may bring into a buffer not held (counted for each as held already)."""
         self.max_bytes = max_bytes
         self.per_connection_bytes = per_connection_bytes
+        self.read_bytes = read_bytes
+        #: Accounts open (two per connection once its broker connection is open).
+        self.accounts = 0
         #: Bytes held by every account, as last reported.
         self.buffered = 0
         #: Accounts the budget holds back now (each one write buffer, so a connection counts once per side).
@@ -69,12 +80,14 @@ class MemoryBudget:
 
     def account(self, io: BufferIO) -> BudgetAccount:
         """A new write buffer's account (holding nothing)."""
+        self.accounts += 1
         return BudgetAccount(self, io)
 
     @property
     def exceeded(self) -> bool:
-        """The process holds the whole budget: any account that holds more is held back."""
-        return self.buffered >= self.max_bytes
+        """The process holds the whole budget, a read for each buffer not held counted in: any account that
+        holds more is held back."""
+        return self.buffered + self.read_bytes * (self.accounts - self.paused) >= self.max_bytes
 
     def refresh(self) -> bool:
         """Measure again the accounts that held bytes: a buffer drains without telling (below its low-water
@@ -88,13 +101,14 @@ class MemoryBudget:
 class BudgetAccount:
     """One write buffer: what it holds, whether the budget holds its source back."""
 
-    __slots__ = ("budget", "held", "io", "paused")
+    __slots__ = ("budget", "closed", "held", "io", "paused")
 
     def __init__(self, budget: MemoryBudget, io: BufferIO) -> None:
         self.budget = budget
         self.io = io
         self.held = 0
         self.paused = False
+        self.closed = False
 
     def update(self, held: int) -> None:
         """The buffer holds `held` bytes now (after a write, or when it drained)."""
@@ -103,7 +117,7 @@ class BudgetAccount:
         self.held = held
         if held:
             budget.holding.add(self)
-            if not self.paused and budget.buffered >= budget.max_bytes:
+            if not self.paused and budget.exceeded:
                 self.paused = True
                 budget.paused += 1
                 self.io.hold()
@@ -117,7 +131,11 @@ class BudgetAccount:
 
     def close(self) -> None:
         """The connection closed: its bytes no longer count."""
+        if self.closed:
+            return
+        self.closed = True
         budget = self.budget
+        budget.accounts -= 1
         budget.buffered -= self.held
         self.held = 0
         budget.holding.discard(self)
