@@ -7,8 +7,9 @@ Connections are bounded: a listener group holds at most `max_connections` client
 process keeps file descriptors in hand for its own work (control and broker connections, audit files,
 the admin port). A connection beyond either bound is accepted and closed at once, counted
 (`insync_proxy_bad_input_total{cause="refused_connection"}`) and logged rate-limited: the client sees a
-clean close instead of a hang in the backlog, the listener never meets EMFILE (which event loops answer
-with a log line a second and no counter), and established connections carry on.
+clean close instead of a hang in the backlog, the listener does not meet EMFILE on a client's account
+(asyncio's accept loop answers it with an error line and a second without accepting, nothing counted),
+and established connections carry on. Accepting needs a descriptor for a moment: the headroom keeps it.
 """
 
 from __future__ import annotations
