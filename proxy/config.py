@@ -17,6 +17,7 @@ from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 from insync_proxy.proxy.broker_ports import DEFAULT_NODE_ID_RANGES
+from insync_proxy.proxy.budget import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_PER_CONNECTION_BYTES
 
 ENV_PREFIX = "INSYNC_PROXY_"
 #: Where every setting is described (generated from this module).
@@ -148,6 +149,9 @@ class ListenerConfig:
                 "Metadata v10 (never for real Metadata v10+ clients)")
     hide_unready_partitions: bool = setting(
         False, meaning="present partitions below min ISR as leaderless (producer-only listeners)")
+    max_connections: int = setting(
+        10_000, min=1, meaning="client connections open at once on this listener (its bootstrap and broker ports); "
+                               "more are closed at once, counted and logged (refused_connection)")
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,14 @@ class ProxyConfig:
                             meaning="name of this proxy in audit events")
     max_frame_bytes: int = setting(104_857_600, min=1024, max=2**31 - 1,
                                    meaning="largest Kafka frame accepted, like the broker's socket.request.max.bytes")
+    max_buffered_bytes: int = setting(
+        DEFAULT_MAX_BUFFERED_BYTES, min=64 * 1024,
+        meaning="memory budget: bytes the whole process may hold for slow clients and brokers; beyond it the "
+                "connections that hold bytes stop reading their source until their reader catches up")
+    max_buffered_bytes_per_connection: int = setting(
+        DEFAULT_PER_CONNECTION_BYTES, min=16 * 1024,
+        meaning="ceiling of one connection's write buffer (each direction): beyond it that connection stops "
+                "reading its source")
     drain_timeout_seconds: float = setting(30.0, min=0, meaning="on SIGTERM, wait this long for in-flight requests", reloads=True)
     connect_timeout_seconds: float = setting(10.0, min=0, min_exclusive=True,
                                              meaning="connecting to a broker gives up after this long", reloads=True)

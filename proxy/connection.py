@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from insync_proxy.proxy.budget import BudgetAccount, MemoryBudget
 from insync_proxy.proxy.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry, Exchange, Frame, ListenerSettings
 from insync_proxy.proxy.logs import (
@@ -31,8 +32,8 @@ log: Final = logging.getLogger("insync_proxy.connection")
 #: Every connection can say these lines again (the cluster in trouble, a bug hit by a client): rate-limited.
 _repeated: Final = RateLimitedLog(log)
 
-_WRITE_HIGH_WATER: Final = 4 * 1024 * 1024
-_WRITE_LOW_WATER: Final = 1 * 1024 * 1024
+#: Seconds between two measures of write buffers that held bytes when last seen (they drain silently).
+_BUDGET_REFRESH_SECONDS: Final = 0.5
 
 
 @dataclass
@@ -53,9 +54,74 @@ class ConnectionSettings:
     cut_through_from: int | None = CUT_THROUGH_FROM
     #: The observer reads whole responses (debug capture, address-leak check): cut-through keeps a copy.
     observe_whole_frames: bool = False
+    #: The process's memory budget over every write buffer (proxy/budget.py), and its ceiling per buffer.
+    budget: MemoryBudget = field(default_factory=MemoryBudget)
+    _refresh_armed: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        budget = self.budget
+        self.metrics.buffered_bytes.set_function(lambda: budget.buffered)
+        self.metrics.budget_paused_connections.set_function(lambda: budget.paused)
+
+    def refresh_budget_soon(self) -> None:
+        """Measure again, in a while, the write buffers that held bytes (they drain without a callback
+        above their low-water mark); armed only while some buffer holds bytes, so an idle proxy sleeps."""
+        if not self._refresh_armed:
+            self._refresh_armed = True
+            asyncio.get_running_loop().call_later(_BUDGET_REFRESH_SECONDS, self._refresh_budget)
+
+    def _refresh_budget(self) -> None:
+        self._refresh_armed = False
+        if self.budget.refresh():
+            self.refresh_budget_soon()
 
 
-def _write(transport: Any, data: tuple[Frame, ...], counter: Any) -> None:
+class OpenConnections:
+    """Client connections open now on one listener group (its max_connections counts them)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+class WriteBuffer:
+    """One transport's write buffer as an account of the memory budget (proxy/budget.py's `BufferIO`)."""
+
+    __slots__ = ("account", "ceiling", "settings", "transport")
+
+    def __init__(self, settings: ConnectionSettings, transport: Any) -> None:
+        self.settings = settings
+        self.transport = transport
+        self.ceiling = settings.budget.per_connection_bytes
+        transport.set_write_buffer_limits(self.ceiling, self.ceiling // 4)
+        self.account: BudgetAccount = settings.budget.account(self)
+
+    def buffered(self) -> int:
+        return int(self.transport.get_write_buffer_size())
+
+    def hold(self) -> None:
+        # A high-water mark of 0: the transport pauses its protocol now (it holds bytes), which stops the
+        # source, and calls resume_writing once the buffer is empty.
+        self.transport.set_write_buffer_limits(0, 0)
+
+    def release(self) -> None:
+        self.transport.set_write_buffer_limits(self.ceiling, self.ceiling // 4)
+
+    def written(self) -> None:
+        """After a write: report what the buffer holds (nothing, when the socket took it all: no work)."""
+        held = self.transport.get_write_buffer_size()
+        if held or self.account.held:
+            self.account.update(held)
+            if held:
+                self.settings.refresh_budget_soon()
+
+    def measure(self) -> None:
+        """Report what the buffer holds now (it drained to a mark)."""
+        self.account.update(self.buffered())
+
+
+def _write(transport: Any, data: tuple[Frame, ...], counter: Any, buffer: WriteBuffer | None) -> None:
     """One write of one or more buffers: uvloop sends a list in one writev, without joining it."""
     if len(data) == 1:
         transport.write(data[0])
@@ -63,15 +129,21 @@ def _write(transport: Any, data: tuple[Frame, ...], counter: Any) -> None:
     else:
         transport.writelines(data)
         counter.inc(sum(len(d) for d in data))
+    if buffer is not None:
+        buffer.written()
 
 
 class ClientConnection(asyncio.Protocol):
     """Client side: feeds the core, carries out its actions, opens the upstream connection."""
 
     def __init__(
-        self, settings: ConnectionSettings, listener: ListenerSettings, upstream_address: tuple[str, int] | None
+        self, settings: ConnectionSettings, listener: ListenerSettings, upstream_address: tuple[str, int] | None,
+        open_connections: OpenConnections | None = None,
     ) -> None:
         self.settings = settings
+        #: Counted in connection_made, uncounted in close (a TLS handshake that fails makes neither call).
+        self.open_connections = open_connections or OpenConnections()
+        self._counted = False
         self.listener = listener
         self.upstream_address = upstream_address
         self.core = ConnectionCore(
@@ -79,6 +151,7 @@ class ClientConnection(asyncio.Protocol):
             cut_through_from=settings.cut_through_from, observe_whole_frames=settings.observe_whole_frames,
         )
         self.transport: asyncio.Transport | None = None
+        self.write_buffer: WriteBuffer | None = None
         self.upstream: UpstreamConnection | None = None
         self.peer = "?"
         self.closed = False
@@ -97,7 +170,7 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ ConnectionIO
     def write_client(self, *data: Frame) -> None:
         if self.transport is not None and not self.closed:
-            _write(self.transport, data, self._bytes_out)
+            _write(self.transport, data, self._bytes_out, self.write_buffer)
 
     def write_upstream(self, *data: Frame) -> None:
         upstream = self.upstream
@@ -124,6 +197,11 @@ class ClientConnection(asyncio.Protocol):
         self.settings.connections.discard(self)
         self.settings.on_closed()
         self._metrics.client_connections_active.labels(self.listener.name).dec()
+        if self.write_buffer is not None:
+            self.write_buffer.account.close()
+        if self._counted:
+            self._counted = False
+            self.open_connections.count -= 1
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         if self.transport is not None:
@@ -156,7 +234,9 @@ class ClientConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        transport.set_write_buffer_limits(_WRITE_HIGH_WATER, _WRITE_LOW_WATER)
+        self.write_buffer = WriteBuffer(self.settings, transport)
+        self.open_connections.count += 1
+        self._counted = True
         self._metrics.client_connections_total.labels(self.listener.name).inc()
         self._metrics.client_connections_active.labels(self.listener.name).inc()
         self.settings.connections.add(self)
@@ -174,7 +254,7 @@ class ClientConnection(asyncio.Protocol):
             try:
                 _, upstream = await asyncio.wait_for(
                     loop.create_connection(
-                        lambda: UpstreamConnection(self, label, self._metrics),  # noqa: B023 - awaited here
+                        lambda: UpstreamConnection(self, label, settings),  # noqa: B023 - awaited here
                         host, port, ssl=settings.upstream_ssl,
                         server_hostname=host if settings.upstream_ssl else None,
                     ),
@@ -211,13 +291,16 @@ class ClientConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ flow control
     def pause_writing(self) -> None:
-        # The client reads slower than the broker answers: stop reading the broker.
+        # The client reads slower than the broker answers (its ceiling, or the budget): stop reading the broker.
         if self.upstream is not None:
             self.upstream.pause_reading()
 
     def resume_writing(self) -> None:
+        # Resume first: the budget may hold the buffer again at once (pause_writing from within measure()).
         if self.upstream is not None:
             self.upstream.resume_reading()
+        if self.write_buffer is not None and not self.closed:
+            self.write_buffer.measure()
 
     def upstream_paused_writing(self) -> None:
         # The broker reads slower than the client sends: stop reading the client.
@@ -254,24 +337,27 @@ class ClientConnection(asyncio.Protocol):
 class UpstreamConnection(asyncio.Protocol):
     """Broker side of one client connection: hands the broker's bytes to the client's core."""
 
-    def __init__(self, client: ClientConnection, label: str, metrics: ProxyMetrics) -> None:
+    def __init__(self, client: ClientConnection, label: str, settings: ConnectionSettings) -> None:
         self.client = client
         self.label = label
+        self.settings = settings
         self.transport: asyncio.Transport | None = None
+        self.write_buffer: WriteBuffer | None = None
         self.closed = False
+        metrics = settings.metrics
         self._metrics = metrics
         self._bytes_in = metrics.network_bytes_total.labels("upstream_in")
         self._bytes_out = metrics.network_bytes_total.labels("upstream_out")
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        transport.set_write_buffer_limits(_WRITE_HIGH_WATER, _WRITE_LOW_WATER)
+        self.write_buffer = WriteBuffer(self.settings, transport)
         self._metrics.upstream_connections_total.labels(self.label).inc()
         self._metrics.upstream_connections_active.labels(self.label).inc()
 
     def write(self, *data: Frame) -> None:
         if self.transport is not None and not self.closed:
-            _write(self.transport, data, self._bytes_out)
+            _write(self.transport, data, self._bytes_out, self.write_buffer)
 
     def data_received(self, data: bytes) -> None:
         self._bytes_in.inc(len(data))
@@ -282,6 +368,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.client.upstream_resumed_writing()
+        if self.write_buffer is not None and not self.closed:
+            self.write_buffer.measure()
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.closed:
@@ -302,5 +390,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self.closed = True
         self._metrics.upstream_connections_active.labels(self.label).dec()
+        if self.write_buffer is not None:
+            self.write_buffer.account.close()
         if self.transport is not None:
             self.transport.close()

@@ -9,6 +9,7 @@ own requests through its context).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ class ControlRequests(Protocol):
     async def metadata_by_ids(self, topic_ids: list[uuid.UUID]) -> MetadataResponse:
         """Metadata of these topic ids (names, partitions, ISR); raises ControlError when no broker answers."""
         ...
+
+
+def call_soon_on_the_loop(callback: Callable[[], None]) -> None:
+    """`BehaviourContext.call_soon` of the running proxy: the callback runs on the event loop's next turn."""
+    asyncio.get_running_loop().call_soon(callback)
 
 
 @dataclass(slots=True)

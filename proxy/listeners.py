@@ -2,20 +2,33 @@
 
 Broker listeners follow the cluster: a broker first seen in Metadata gets its port (node_id_ranges say
 which), a broker that left keeps its port through a grace period (a rolling restart), then it is closed.
+
+Connections are bounded: a listener group holds at most `max_connections` client connections, and the
+process keeps file descriptors in hand for its own work (control and broker connections, audit files,
+the admin port). A connection beyond either bound is accepted and closed at once, counted
+(`insync_proxy_bad_input_total{cause="refused_connection"}`) and logged rate-limited: the client sees a
+clean close instead of a hang in the backlog, the listener does not meet EMFILE on a client's account
+(asyncio's accept loop answers it with an error line and a second without accepting, nothing counted),
+and established connections carry on. Accepting needs a descriptor for a moment: the headroom keeps it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import resource
 import ssl
 import time
 from collections.abc import Callable, Container, Iterable
+from typing import Any, Final
 
 from insync_proxy.proxy.broker_ports import NO_PORT, BrokerPorts
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.config import ListenerConfig
+from insync_proxy.proxy.connection import OpenConnections
 from insync_proxy.proxy.exchange import ListenerAddresses, ListenerSettings
+from insync_proxy.proxy.logs import REFUSED_CONNECTION, report_bad_input
 from insync_proxy.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy")
@@ -24,8 +37,65 @@ log = logging.getLogger("insync_proxy")
 BROKER_LISTENER_GRACE_SECONDS = 300.0
 
 #: Makes the protocol object of one accepted client connection: (the listener's settings, the broker it
-#: stands for or None for a bootstrap port).
-ConnectionFactory = Callable[[ListenerSettings, "tuple[str, int] | None"], asyncio.BaseProtocol]
+#: stands for or None for a bootstrap port, the group's count of open connections to keep).
+ConnectionFactory = Callable[[ListenerSettings, "tuple[str, int] | None", OpenConnections], asyncio.BaseProtocol]
+
+#: File descriptors one client connection takes: its own and its upstream connection's.
+FDS_PER_CONNECTION: Final = 2
+#: File descriptors kept in hand for the proxy's own work beside client connections (control and audit
+#: connections, audit files, admin requests, broker listeners opened later).
+FD_HEADROOM: Final = 32
+
+
+class FileDescriptors:
+    """The process's file descriptor limit (RLIMIT_NOFILE's soft limit) and whether a connection fits under it."""
+
+    def __init__(self, limit: int | None = None, count_open: Callable[[], int] | None = None) -> None:
+        """`limit`: None reads RLIMIT_NOFILE; `count_open`: the descriptors open now (tests pass their own)."""
+        if limit is None:
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            limit = soft if soft != resource.RLIM_INFINITY else 2**31 - 1
+        self.limit = limit
+        self.count_open = count_open or _count_open_fds
+        #: Descriptors open before any client connection (set when the listeners are bound).
+        self.base = 0
+
+    def full(self, client_connections: int) -> bool:
+        """No room for one more client connection (and its upstream one) beside the headroom.
+
+        Far from the limit an estimate does (two per connection, the headroom for the rest); near it the open
+        descriptors are counted too (/proc/self/fd), so what else the process opened is seen; the estimate
+        still counts upstream connections being opened (a burst of accepts).
+        """
+        estimate = self.base + FDS_PER_CONNECTION * (client_connections + 1)
+        if estimate + 4 * FD_HEADROOM < self.limit // 2:
+            return False
+        # The accepted socket is open already: one more (upstream) for this connection, then the headroom.
+        return max(estimate, self.count_open() + FDS_PER_CONNECTION - 1) + FD_HEADROOM > self.limit
+
+
+def _count_open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the directory listdir opened
+    except OSError:  # no /proc: the estimate only
+        return 0
+
+
+class RefusedConnection(asyncio.Protocol):
+    """A connection over a bound: closed as soon as it is made, counted, logged rate-limited."""
+
+    def __init__(self, metrics: ProxyMetrics, listener: str, label: str, why: str) -> None:
+        self.metrics = metrics
+        self.listener = listener
+        self.label = label
+        self.why = why
+
+    def connection_made(self, transport: Any) -> None:
+        peer = transport.get_extra_info("peername")
+        transport.close()
+        report_bad_input(self.metrics, REFUSED_CONNECTION, self.listener,
+                         "listener %s: refused a connection from %s: %s", self.label,
+                         f"{peer[0]}:{peer[1]}" if peer else "?", self.why)
 
 
 class Listener:
@@ -66,6 +136,8 @@ class ListenerGroup:
         self.addresses = ListenerAddresses(advertised_host, self.ports)
         self.bootstrap: Listener | None = None
         self.brokers: dict[int, Listener] = {}
+        #: Client connections open on any port of the group (max_connections bounds them).
+        self.open_connections = OpenConnections()
         #: Brokers of the latest Metadata that node_id_ranges do not cover (named at port 0, logged once).
         self.unmapped: set[int] = set()
         #: Node ids there is nothing more to open for: a listener is open, or the node id has no port.
@@ -97,7 +169,8 @@ class Listeners:
 
     def __init__(self, configs: Iterable[ListenerConfig], *, bind_host: str, advertised_host: str,
                  ssl_context: Callable[[], ssl.SSLContext | None], cluster_view: ClusterView,
-                 metrics: ProxyMetrics, connection_factory: ConnectionFactory) -> None:
+                 metrics: ProxyMetrics, connection_factory: ConnectionFactory,
+                 file_descriptors: FileDescriptors | None = None) -> None:
         self.groups = [ListenerGroup(c, advertised_host) for c in configs]
         self.bind_host = bind_host
         self.advertised_host = advertised_host
@@ -106,6 +179,7 @@ class Listeners:
         self.cluster_view = cluster_view
         self.metrics = metrics
         self.connection_factory = connection_factory
+        self.file_descriptors = file_descriptors or FileDescriptors()
         self._lock = asyncio.Lock()
         self._closed = False
         self._missing_since: dict[int, float] = {}
@@ -119,6 +193,7 @@ class Listeners:
 
     async def open_bootstrap(self) -> None:
         """Bind every group's bootstrap port (an OSError when one cannot be bound)."""
+        self.file_descriptors.base = self.file_descriptors.count_open()
         for group in self.groups:
             group.bootstrap = await self._listen(group, None, group.config.bootstrap_port)
             log.info(
@@ -132,8 +207,12 @@ class Listeners:
         holder: list[Listener] = []
 
         def factory() -> asyncio.BaseProtocol:
+            listener = holder[0]
+            why = self._refusal(group)
+            if why is not None:
+                return RefusedConnection(self.metrics, group.name, listener.label, why)
             upstream = None if node_id is None else self.cluster_view.known_brokers.get(node_id)
-            return self.connection_factory(holder[0].settings, upstream)
+            return self.connection_factory(listener.settings, upstream, group.open_connections)
 
         server = await asyncio.get_running_loop().create_server(
             factory, self.bind_host, port, ssl=self.ssl_context(), reuse_address=True, backlog=1024
@@ -141,6 +220,16 @@ class Listeners:
         listener = Listener(group, node_id, server, server.sockets[0].getsockname()[1])
         holder.append(listener)
         return listener
+
+    def _refusal(self, group: ListenerGroup) -> str | None:
+        """Why a new connection to `group` must be refused now, or None."""
+        if group.open_connections.count >= group.config.max_connections:
+            return f"max_connections ({group.config.max_connections}) connections open on this listener"
+        if self.file_descriptors.full(sum(g.open_connections.count for g in self.groups)):
+            return (f"the process is at its file descriptor limit ({self.file_descriptors.limit}, RLIMIT_NOFILE; "
+                    f"{FD_HEADROOM} kept for the proxy's own connections): raise it (ulimit -n) or lower "
+                    f"max_connections")
+        return None
 
     async def sync(self, remove_missing: bool) -> None:
         """Open a listener for every broker of the cluster view that has none; with `remove_missing`, close

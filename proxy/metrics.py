@@ -253,6 +253,14 @@ class ProxyMetrics:
             "broker closed a connection with requests in flight, refused_connection); every one counted, "
             "logged rate-limited (proxy/logs.py)", ["listener", "cause"], registry=r,
         )
+        self.buffered_bytes = Gauge(
+            p + "buffered_bytes", "Bytes the proxy holds in write buffers for clients and brokers slower than "
+            "their peer (bounded by max_buffered_bytes, proxy/budget.py)", registry=r,
+        )
+        self.budget_paused_connections = Gauge(
+            p + "budget_paused_connections", "Write buffers (a connection's responses or requests) whose source "
+            "the memory budget holds back until their reader takes what they hold", registry=r,
+        )
         self.upstream_connections_active = Gauge(
             p + "upstream_connections_active", "Connections to brokers open now", ["broker"], registry=r
         )

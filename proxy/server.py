@@ -23,11 +23,12 @@ from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
+from insync_proxy.proxy.budget import MemoryBudget
 from insync_proxy.proxy.capture import FrameCapture
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.config import ProxyConfig
 from insync_proxy.proxy.connection import ClientConnection, ConnectionSettings
-from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.context import BehaviourContext, call_soon_on_the_loop
 from insync_proxy.proxy.control import ControlConnection, ControlError
 from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry
 from insync_proxy.proxy.listeners import Listeners
@@ -40,10 +41,6 @@ from insync_proxy.proxy.reload import Reloads
 from insync_proxy.proxy.tls import TlsMaterial
 
 log = logging.getLogger("insync_proxy")
-
-
-def _call_soon(callback: Callable[[], None]) -> None:
-    asyncio.get_running_loop().call_soon(callback)
 
 
 class InsyncProxy:
@@ -67,7 +64,8 @@ class InsyncProxy:
         self.listeners = Listeners(
             config.listeners, bind_host=config.bind_host, advertised_host=config.advertised_host,
             ssl_context=self.downstream_tls.listener_context, cluster_view=self.cluster_view, metrics=self.metrics,
-            connection_factory=lambda listener, upstream: ClientConnection(self.connection_settings, listener, upstream))
+            connection_factory=lambda listener, upstream, count: ClientConnection(self.connection_settings, listener,
+                                                                                   upstream, count))
         self.readiness = PartitionReadiness(self.cluster_view, self.min_insync, self.metrics, self.audit)
         self.metadata = MetadataRefresh(self.control, self.cluster_view, self.min_insync, self.metrics,
                                         self.listeners, self.readiness, config.metadata_refresh_seconds)
@@ -87,6 +85,7 @@ class InsyncProxy:
             connect_timeout_seconds=config.connect_timeout_seconds, upstream_ssl=self.upstream_tls.context,
             bootstrap_candidates=self.bootstrap_candidates, on_closed=self._connection_closed,
             observe_whole_frames=self.capture is not None or config.debug_address_leak_check,
+            budget=MemoryBudget(config.max_buffered_bytes, config.max_buffered_bytes_per_connection),
         )
         self.reloads = Reloads(self, load)
         self.admin = AdminServer(self.metrics, lambda: self.ready, config.admin_host, config.admin_port,
@@ -104,7 +103,7 @@ class InsyncProxy:
             cluster_view=self.cluster_view, min_insync=self.min_insync, metrics=self.metrics, audit=self.audit,
             refresh_topics=self.metadata.refresh_topics_soon,
             open_broker_listeners=lambda: self.listeners.sync(remove_missing=False),
-            call_soon=_call_soon, control=self.control,
+            call_soon=call_soon_on_the_loop, control=self.control,
         )
         #: A topic's ISR re-read at most once a second, for a failed acks precheck and a leader's error alike.
         rereads = IsrRereads(context.refresh_topics)

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -87,10 +88,15 @@ class ProxyProcess:
         audit_interval_seconds: float = 1,
         audit_enabled: bool = True,
         node_id_ranges: tuple[str, ...] | dict[str, tuple[str, ...]] = DEFAULT_NODE_ID_RANGES,
+        listener_toml: dict[str, str] | None = None,
+        open_files_limit: int | None = None,
     ) -> None:
         """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks.
-        `node_id_ranges`: every listener's, or each group's by name (the proxy's default unless given)."""
+        `node_id_ranges`: every listener's, or each group's by name (the proxy's default unless given).
+        `listener_toml`: more settings of a group's [[listener]] table, by name; `open_files_limit`: the
+        proxy's RLIMIT_NOFILE (soft and hard), as `ulimit -n` would set it."""
         self.cluster = cluster
+        self.open_files_limit = open_files_limit
         self.dir = Path(tempfile.mkdtemp(prefix="insync-proxy-test-"))
         self.audit_dir = self.dir / "audit"
         self.capture_dir = self.dir / "capture"
@@ -111,6 +117,7 @@ class ProxyProcess:
             listeners.append(
                 f'[[listener]]\nname = "{name}"\nbootstrap_port = {bootstrap}\nbroker_port_base = {base}\n'
                 + f"node_id_ranges = {json.dumps(list(ranges))}\n" + extra.get(name, "")
+                + (listener_toml or {}).get(name, "")
             )
         servers = json.dumps((bootstrap_servers or cluster.bootstrap_servers).split(","))
         self.config_file = self.dir / "config.toml"
@@ -131,7 +138,7 @@ class ProxyProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "insync_proxy", "run", "--config", str(self.config_file)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                preexec_fn=self._preexec, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -145,6 +152,16 @@ class ProxyProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"proxy not ready after {timeout}s:\n{self.log_tail()}")
+
+    def _preexec(self) -> None:
+        _die_with_parent()
+        if self.open_files_limit is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files_limit, self.open_files_limit))
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
 
     @property
     def admin_url(self) -> str:

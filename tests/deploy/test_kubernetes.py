@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from insync_proxy.proxy.behaviours.acks import policy_for
+from insync_proxy.proxy.budget import memory_limit_bytes
 from insync_proxy.proxy.config import ProxyConfig
 from insync_proxy.proxy.config_loader import load_config
 from tests.deploy.tools import DEPLOY
@@ -172,6 +173,16 @@ def _configmap_config(tmp_path: Path) -> ProxyConfig:
     path = tmp_path / "config.toml"
     path.write_text(raw.replace("/etc/insync-proxy/tls/", f"{tmp_path}/"))
     return load_config(str(path), env={"INSYNC_PROXY_CONTROL_SASL_PASSWORD": "secret"})
+
+
+def test_the_sidecar_memory_limit_is_the_documented_formula_of_its_budget(tmp_path: Path) -> None:
+    """limits.memory = 64 MiB (the process) + max_buffered_bytes + 32 MiB (docs/operations.md)."""
+    config = _configmap_config(tmp_path)
+    limit = _proxy_container()["resources"]["limits"]["memory"]
+    assert re.fullmatch(r"\d+Mi", limit), limit
+    assert int(limit[:-2]) * 1024 * 1024 == memory_limit_bytes(config.max_buffered_bytes)
+    request = _proxy_container()["resources"]["requests"]["memory"]
+    assert int(request[:-2]) <= int(limit[:-2])
 
 
 def test_configmap_config_loads_and_matches_the_mounts(tmp_path: Path) -> None:

@@ -1,0 +1,144 @@
+"""The memory budget: a process-wide bound on the bytes the proxy holds for peers that do not read.
+
+Sans-IO: it sees numbers and asks its adapter (proxy/connection.py) to act. Each write buffer of a
+connection (towards the client: responses; towards the broker: requests) is an account. A write buffer
+grows when its reader is slower than its source; the per-connection ceiling already stops a source when
+its buffer passes `per_connection_bytes` (the transport's high-water mark). The budget bounds the sum:
+once the process holds `max_bytes`, an account that holds anything more is *held*: its source stops
+(its adapter lowers the buffer's high-water mark to 0, so the transport pauses the source now and says
+when the buffer is empty) until its own reader has taken every byte. Accounts that hold nothing (a
+producer whose responses leave at once, a consumer that keeps up) keep flowing: the budget stops the
+connections that hold bytes, the slow ones, not everyone.
+
+A buffer learns it holds bytes only after a write its socket did not take whole, i.e. after its source
+was read: every buffer not held may still take one read (`read_bytes`, the event loop's read size). The
+budget counts that read for each of them as held already, so what the process holds stays within
+`max_bytes` however many connections turn slow at once, as long as those reads fit in it. With more
+connections than that (two buffers each: 128 connections at 64 MiB) the budget is reached from the
+start: a buffer is held as soon as it holds anything (a reader that keeps up drains it at once and reads
+on), and the process holds at most the remainder of one read per buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Protocol
+
+#: The budget of a sidecar: `max_buffered_bytes`'s default.
+DEFAULT_MAX_BUFFERED_BYTES: Final = 64 * 1024 * 1024
+#: One write buffer's ceiling: `max_buffered_bytes_per_connection`'s default (the high-water mark of
+#: both write buffers of a connection).
+DEFAULT_PER_CONNECTION_BYTES: Final = 4 * 1024 * 1024
+#: What one read of the event loop may bring into a buffer (uvloop and asyncio read up to 256 KiB).
+READ_BYTES: Final = 256 * 1024
+
+
+#: What the process takes besides its write buffers (interpreter, event loop, metrics, caches, connection
+#: state; measured: 34-40 MiB idle), with room to spare: the first term of `memory_limit_bytes`.
+PROCESS_BYTES: Final = 64 * 1024 * 1024
+#: Beyond the budget: a read left in the buffer of each connection still reading when the budget was
+#: reached, and frames the core reassembles for behaviours (Metadata answers, Produce requests).
+OVERSHOOT_BYTES: Final = 32 * 1024 * 1024
+
+
+def memory_limit_bytes(max_buffered_bytes: int) -> int:
+    """The container memory limit for a budget (docs/operations.md, "Memory and connections"; the Kubernetes
+    example's limit is this of its ConfigMap's budget): the process, the budget, the overshoot."""
+    return PROCESS_BYTES + max_buffered_bytes + OVERSHOOT_BYTES
+
+
+class BufferIO(Protocol):
+    """What the budget asks of one write buffer's adapter."""
+
+    def buffered(self) -> int:
+        """Bytes in the write buffer now."""
+
+    def hold(self) -> None:
+        """Stop this buffer's source until the buffer is empty (then call `BudgetAccount.update(0)`)."""
+
+    def release(self) -> None:
+        """The buffer is empty: back to the per-connection ceiling."""
+
+
+class MemoryBudget:
+    """The process's write buffers: what they hold together, and which are held back by the budget."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+                 per_connection_bytes: int = DEFAULT_PER_CONNECTION_BYTES, read_bytes: int = READ_BYTES) -> None:
+        """`max_bytes`: the process-wide budget; `per_connection_bytes`: one write buffer's ceiling;
+        `read_bytes`: what one read may bring into a buffer not held (counted for each as held already)."""
+        self.max_bytes = max_bytes
+        self.per_connection_bytes = per_connection_bytes
+        self.read_bytes = read_bytes
+        #: Accounts open (two per connection once its broker connection is open).
+        self.accounts = 0
+        #: Bytes held by every account, as last reported.
+        self.buffered = 0
+        #: Accounts the budget holds back now (each one write buffer, so a connection counts once per side).
+        self.paused = 0
+        #: Accounts that held bytes when last reported: the ones `refresh` measures again.
+        self.holding: set[BudgetAccount] = set()
+
+    def account(self, io: BufferIO) -> BudgetAccount:
+        """A new write buffer's account (holding nothing)."""
+        self.accounts += 1
+        return BudgetAccount(self, io)
+
+    @property
+    def exceeded(self) -> bool:
+        """The process holds the whole budget, a read for each buffer not held counted in: any account that
+        holds more is held back."""
+        return self.buffered + self.read_bytes * (self.accounts - self.paused) >= self.max_bytes
+
+    def refresh(self) -> bool:
+        """Measure again the accounts that held bytes: a buffer drains without telling (below its low-water
+        mark). True while some account still holds bytes (the adapter calls again later)."""
+        for account in list(self.holding):
+            if not account.paused:
+                account.update(account.io.buffered())
+        return bool(self.holding)
+
+
+class BudgetAccount:
+    """One write buffer: what it holds, whether the budget holds its source back."""
+
+    __slots__ = ("budget", "closed", "held", "io", "paused")
+
+    def __init__(self, budget: MemoryBudget, io: BufferIO) -> None:
+        self.budget = budget
+        self.io = io
+        self.held = 0
+        self.paused = False
+        self.closed = False
+
+    def update(self, held: int) -> None:
+        """The buffer holds `held` bytes now (after a write, or when it drained)."""
+        budget = self.budget
+        budget.buffered += held - self.held
+        self.held = held
+        if held:
+            budget.holding.add(self)
+            if not self.paused and budget.exceeded:
+                self.paused = True
+                budget.paused += 1
+                self.io.hold()
+        else:
+            budget.holding.discard(self)
+            if self.paused:
+                # Its reader took every byte: a reader that keeps up is never held for long.
+                self.paused = False
+                budget.paused -= 1
+                self.io.release()
+
+    def close(self) -> None:
+        """The connection closed: its bytes no longer count."""
+        if self.closed:
+            return
+        self.closed = True
+        budget = self.budget
+        budget.accounts -= 1
+        budget.buffered -= self.held
+        self.held = 0
+        budget.holding.discard(self)
+        if self.paused:
+            self.paused = False
+            budget.paused -= 1

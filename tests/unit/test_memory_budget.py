@@ -1,0 +1,228 @@
+"""The memory budget (proxy/budget.py) with plain numbers, and its adapter over fake transports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from insync_proxy.proxy.budget import MemoryBudget
+from insync_proxy.proxy.connection import ConnectionSettings, WriteBuffer
+from insync_proxy.proxy.core import NoObserver
+from insync_proxy.proxy.exchange import BehaviourRegistry
+from insync_proxy.proxy.metrics import ProxyMetrics
+
+KIB = 1024
+
+
+class FakeBuffer:
+    """A write buffer: what it holds, and whether the budget holds its source back."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.held_back = False
+
+    def buffered(self) -> int:
+        return self.size
+
+    def hold(self) -> None:
+        self.held_back = True
+
+    def release(self) -> None:
+        self.held_back = False
+
+
+def test_below_the_budget_nothing_is_held_back() -> None:
+    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    buffers = [FakeBuffer() for _ in range(3)]
+    accounts = [budget.account(b) for b in buffers]
+    for account in accounts:
+        account.update(30 * KIB)
+    assert budget.buffered == 90 * KIB
+    assert budget.paused == 0 and not any(b.held_back for b in buffers)
+
+
+def test_at_the_budget_the_connections_holding_bytes_stop_and_the_others_keep_flowing() -> None:
+    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    slow = [FakeBuffer() for _ in range(4)]
+    slow_accounts = [budget.account(b) for b in slow]
+    producer = FakeBuffer()
+    producer_account = budget.account(producer)
+    # Given slow consumers whose buffers fill up to the budget
+    for account in slow_accounts[:3]:
+        account.update(40 * KIB)
+    assert budget.buffered == 120 * KIB and budget.exceeded
+    # The third one crossed the budget: it is held back; the first two were below it when they wrote
+    assert [b.held_back for b in slow] == [False, False, True, False]
+    # When the others write again (still holding bytes) they are held back too
+    slow_accounts[0].update(50 * KIB)
+    slow_accounts[1].update(41 * KIB)
+    slow_accounts[3].update(8 * KIB)
+    assert all(b.held_back for b in slow)
+    assert budget.paused == 4
+    # But a producer whose responses leave at once (its buffer empty after each write) is never held back
+    for _ in range(10):
+        producer_account.update(0)
+    assert not producer.held_back
+    # And a buffer held back is released once its reader took every byte, even over the budget
+    slow_accounts[3].update(0)
+    assert not slow[3].held_back and budget.paused == 3
+    assert budget.buffered == 50 * KIB + 41 * KIB + 40 * KIB
+
+
+def test_a_read_for_every_buffer_not_held_counts_as_held_already() -> None:
+    # Given 8 buffers that may each take a read of 16 KiB before they know they hold bytes
+    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=64 * KIB, read_bytes=16 * KIB)
+    buffers = [FakeBuffer() for _ in range(8)]
+    accounts = [budget.account(b) for b in buffers]
+    assert not budget.exceeded  # 8 x 16 KiB in reserve
+    # When they hold 128 KiB between them, the reserve makes the budget: the next that holds bytes is held
+    accounts[0].update(100 * KIB)
+    assert not buffers[0].held_back
+    accounts[1].update(28 * KIB)
+    assert buffers[1].held_back
+    # And a buffer held no longer needs its read in reserve
+    assert budget.buffered + 16 * KIB * (8 - budget.paused) == 240 * KIB
+    # And however many turn slow at once, each after one read, the sum stays within the budget
+    for account in accounts[2:]:
+        account.update(16 * KIB)
+    assert all(b.held_back for b in buffers[1:])
+    assert budget.buffered <= budget.max_bytes
+
+
+def test_closing_a_connection_gives_its_bytes_back() -> None:
+    budget = MemoryBudget(max_bytes=10 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    buffer = FakeBuffer()
+    account = budget.account(buffer)
+    account.update(20 * KIB)
+    assert buffer.held_back and budget.paused == 1
+    account.close()
+    assert budget.buffered == 0 and budget.paused == 0 and not budget.holding
+    # A second close changes nothing
+    account.close()
+    assert budget.buffered == 0 and budget.paused == 0
+
+
+def test_refresh_measures_buffers_that_drained_without_a_callback() -> None:
+    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    buffer = FakeBuffer()
+    account = budget.account(buffer)
+    buffer.size = 30 * KIB
+    account.update(buffer.size)
+    assert budget.refresh()  # still holding: the adapter calls again later
+    buffer.size = 0  # its reader took it, below the low-water mark: no callback
+    assert not budget.refresh()
+    assert budget.buffered == 0 and not budget.holding
+
+
+class FakeTransport:
+    """The write-buffer side of a transport, with asyncio's flow-control rules."""
+
+    def __init__(self, protocol: Any) -> None:
+        self.protocol = protocol
+        self.size = 0
+        self.high = self.low = 0
+        self.protocol_paused = False
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        self.high, self.low = high, low
+        self._maybe_pause()
+
+    def get_write_buffer_size(self) -> int:
+        return self.size
+
+    def write(self, data: bytes) -> None:
+        self.size += len(data)  # the peer reads nothing
+        self._maybe_pause()
+
+    def drain(self, n: int) -> None:
+        """The peer read n bytes."""
+        self.size -= n
+        if self.protocol_paused and self.size <= self.low:
+            self.protocol_paused = False
+            self.protocol.resume_writing()
+
+    def _maybe_pause(self) -> None:
+        if not self.protocol_paused and self.size > self.high:
+            self.protocol_paused = True
+            self.protocol.pause_writing()
+
+
+class Source:
+    """What a write buffer's source sees: paused or reading (the protocol's pause/resume_writing)."""
+
+    def __init__(self) -> None:
+        self.reading = True
+        self.buffer: WriteBuffer | None = None
+
+    def pause_writing(self) -> None:
+        self.reading = False
+
+    def resume_writing(self) -> None:
+        self.reading = True
+        assert self.buffer is not None
+        self.buffer.measure()
+
+
+def _scraped(gauge: Any) -> float:
+    """What a scrape reads of a gauge (ours are read from the budget at scrape time)."""
+    return float(gauge.collect()[0].samples[0].value)
+
+
+def _settings(budget: MemoryBudget) -> ConnectionSettings:
+    return ConnectionSettings(
+        registry=BehaviourRegistry([]), observer=NoObserver(), metrics=ProxyMetrics(), max_frame_bytes=1 << 20,
+        connect_timeout_seconds=1.0, upstream_ssl=None, bootstrap_candidates=list, budget=budget,
+    )
+
+
+def _buffer(settings: ConnectionSettings) -> tuple[FakeTransport, Source, WriteBuffer]:
+    source = Source()
+    transport = FakeTransport(source)
+    buffer = WriteBuffer(settings, transport)
+    source.buffer = buffer
+    return transport, source, buffer
+
+
+def test_the_adapter_stops_a_slow_reader_at_the_budget_and_resumes_it_when_it_read_everything() -> None:
+    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=128 * KIB, read_bytes=0)
+    settings = _settings(budget)
+    settings.refresh_budget_soon = lambda: None  # type: ignore[method-assign]  # no event loop here
+    slow = [_buffer(settings) for _ in range(3)]
+    # Each buffer's ceiling is the per-connection one
+    assert slow[0][0].high == 128 * KIB and slow[0][0].low == 32 * KIB
+    # Given two slow readers holding 100 KiB each (below their ceiling and the budget): they keep reading
+    for transport, source, buffer in slow[:2]:
+        transport.write(b"x" * 100 * KIB)
+        buffer.written()
+        assert source.reading
+    # When a third one takes the process to the budget, it stops (its high-water mark drops to 0) ...
+    transport, source, buffer = slow[2]
+    transport.write(b"x" * 60 * KIB)
+    buffer.written()
+    assert not source.reading and transport.high == 0
+    assert _scraped(settings.metrics.budget_paused_connections) == 1
+    assert _scraped(settings.metrics.buffered_bytes) == 260 * KIB
+    # ... and the first one, writing again, stops too
+    transport0, source0, buffer0 = slow[0]
+    transport0.write(b"x" * KIB)
+    buffer0.written()
+    assert not source0.reading
+    # When the third one's reader takes everything it reads again, at its ceiling
+    transport.drain(60 * KIB)
+    assert source.reading and transport.high == 128 * KIB
+    assert budget.paused == 1 and budget.buffered == 201 * KIB
+    # And a slow reader held back that reads only part stays stopped (no resume, no spin)
+    transport0.drain(50 * KIB)
+    assert not source0.reading
+
+
+def test_a_buffer_emptied_at_once_costs_the_budget_nothing() -> None:
+    budget = MemoryBudget(max_bytes=64 * KIB, per_connection_bytes=32 * KIB, read_bytes=0)
+    settings = _settings(budget)
+    armed: list[bool] = []
+    settings.refresh_budget_soon = lambda: armed.append(True)  # type: ignore[method-assign]
+    transport, source, buffer = _buffer(settings)
+    for _ in range(100):
+        transport.write(b"y" * 1000)
+        transport.size = 0  # the socket took it all
+        buffer.written()
+    assert source.reading and budget.buffered == 0 and not budget.holding and not armed
