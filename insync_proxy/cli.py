@@ -7,6 +7,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -269,13 +270,16 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
             print(f"a dev cluster is already running: bootstrap.servers={state['bootstrap_servers']} "
                   "(stop it with: insync-proxy dev-cluster down)")
             return 1
+    if args.broker_heap and not re.fullmatch(r"[1-9][0-9]*[mMgG]", args.broker_heap):
+        print(f"insync-proxy: --broker-heap {args.broker_heap!r}: a size like 1g or 1500m", file=sys.stderr)
+        return 2
     data_dir = cache_dir() / "dev-cluster" / "data"
     import shutil
 
     shutil.rmtree(data_dir, ignore_errors=True)
     cluster = LocalKafkaCluster(ClusterSettings(
         version=args.kafka_version, broker_ports=DEV_BROKER_PORTS, controller_port=DEV_CONTROLLER_PORT,
-        data_dir=data_dir, die_with_parent=False,
+        data_dir=data_dir, die_with_parent=False, **({"broker_heap": args.broker_heap} if args.broker_heap else {}),
     ))
     try:
         cluster.start()
@@ -387,6 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="up: start (detached); down: stop and delete its data; status: show; "
                           "fetch: only download the Kafka jars (every supported version)")
     dev.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
+    dev.add_argument("--broker-heap", metavar="SIZE",
+                     help="each broker's -Xmx, e.g. 1g (default 384m: a few hundred partitions; about 1g for 3,000 "
+                          "topics x 2 partitions, 2500m for 10,000)")
 
     chaos = sub.add_parser(
         "chaos", help="VerifiableProducer through the proxy while brokers are killed and restarted; checks no "

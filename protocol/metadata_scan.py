@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from .api_keys import ApiKey
@@ -84,31 +84,51 @@ class ScannedTopic(NamedTuple):
     end: int  # offset after the topic
 
 
-@dataclass(slots=True, eq=False)
 class MetadataScan:
     """A scanned MetadataResponse frame (response header + body); read-only once built.
 
-    Not a frozen dataclass only because a frozen one costs several microseconds more to build, on
-    every Metadata response. Holds a view of the frame: keep the scanned buffer unmodified while the
-    scan is in use (or scan ``bytes(frame)`` to keep it longer).
+    A plain class (mypyc compiles it to a native one; a frozen dataclass costs several microseconds more
+    to build, on every Metadata response). Holds a view of the frame: keep the scanned buffer unmodified
+    while the scan is in use (or scan ``bytes(frame)`` to keep it longer).
     """
 
-    frame: memoryview
-    api_version: int
-    correlation_id: int
-    throttle_time_ms: int  # 0 before v3
-    brokers: tuple[ScannedBroker, ...]
-    cluster_id: str | None  # None before v2
-    controller_id: int  # -1 before v1
-    topics: tuple[ScannedTopic, ...]
-    cluster_authorized_operations: int  # v8-v10, else -2**31 (omitted)
-    error_code: int  # top-level error, v13+ (0 before)
-    #: (offset of the host, offset after the port) per broker, in ``brokers`` order.
-    broker_spans: tuple[tuple[int, int], ...]
-    body_start: int  # offset after the response header
-    topics_end: int  # offset after the last topic
-    tags_start: int  # offset of the top-level tagged-field section (v9+), -1 before
-    _partition_starts: dict[int, list[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    def __init__(
+        self,
+        frame: memoryview,
+        api_version: int,
+        correlation_id: int,
+        throttle_time_ms: int,
+        brokers: tuple[ScannedBroker, ...],
+        cluster_id: str | None,
+        controller_id: int,
+        topics: tuple[ScannedTopic, ...],
+        cluster_authorized_operations: int,
+        error_code: int,
+        broker_spans: tuple[tuple[int, int], ...],
+        body_start: int,
+        topics_end: int,
+        tags_start: int,
+    ) -> None:
+        self.frame = frame
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.throttle_time_ms = throttle_time_ms  # 0 before v3
+        self.brokers = brokers
+        self.cluster_id = cluster_id  # None before v2
+        self.controller_id = controller_id  # -1 before v1
+        self.topics = topics
+        self.cluster_authorized_operations = cluster_authorized_operations  # v8-v10, else -2**31 (omitted)
+        self.error_code = error_code  # top-level error, v13+ (0 before)
+        #: (offset of the host, offset after the port) per broker, in ``brokers`` order.
+        self.broker_spans = broker_spans
+        self.body_start = body_start  # offset after the response header
+        self.topics_end = topics_end  # offset after the last topic
+        self.tags_start = tags_start  # offset of the top-level tagged-field section (v9+), -1 before
+        self._partition_starts: dict[int, list[int]] = {}
+
+    def __repr__(self) -> str:
+        return (f"MetadataScan(v{self.api_version}, correlation_id={self.correlation_id}, "
+                f"{len(self.brokers)} broker(s), {len(self.topics)} topic(s))")
 
     def partitions(self, topic: ScannedTopic) -> list[ScannedPartition]:
         """Read ``topic``'s partitions (index, error, leader, epoch, replicas, ISR, offline) from the frame."""
