@@ -71,7 +71,7 @@ CONTROL_CLIENT_ID = "insync-proxy-control"
 TOPICS_IN_USE = 5
 PARTITIONS = 2
 #: The proxy as a platform team runs it: the defaults (metadata_refresh_seconds 10, min.insync TTL 30 s).
-PROXY_TOML = "metadata_refresh_seconds = 10\nmin_insync_ttl_seconds = 30\n"
+PROXY_TOML = "min_insync_ttl_seconds = 30\n"
 
 
 # ---------------------------------------------------------------------------------------------- the counting relay
@@ -224,7 +224,7 @@ def client_traffic(proxy: ProxyProcess, topics: list[str]) -> Iterator[None]:
                     meta.request(MetadataRequest(topics=tuple(MetadataRequestTopic(name=t) for t in topics),
                                                  allow_auto_topic_creation=False), 12, MetadataResponse)
                     for (topic, partition), leader in leaders.items():
-                        clients[leader].request(produce_request({(topic, partition): batch(1, 100)}, -2), 9)
+                        clients[leader].request(produce_request({(topic, partition): batch(b"x" * 100)}, -2), 9)
             finally:
                 for client in [*clients.values(), meta]:
                     client.__exit__(None, None, None)

@@ -12,19 +12,25 @@ from insync_proxy.protocol import (
     ApiKey,
     ApiVersionsResponse,
     DescribeConfigsResponse,
+    MetadataRequest,
     MetadataResponse,
+    RequestHeader,
     decode_request,
     decode_request_header,
+    encode_request,
+    encode_request_header,
     encode_response,
 )
 from insync_proxy.protocol.messages import (
     ApiVersion,
     DescribeConfigsResourceResult,
     DescribeConfigsResult,
+    MetadataRequestTopic,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
+from insync_proxy.proxy.behaviours.metadata import names_topics
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.control import ControlConnection
 from insync_proxy.proxy.metadata_refresh import MetadataRefresh
@@ -214,3 +220,20 @@ async def test_a_failed_describe_backs_off_instead_of_asking_again_at_once() -> 
     await cache.fetch(["orders"])
     await cache.fetch(["orders"])  # e.g. the next client's Metadata answer, a moment later
     assert control.described == [["orders"]]
+
+
+def _metadata_request(version: int, topics: tuple[str, ...] | None) -> memoryview:
+    request = MetadataRequest(topics=None if topics is None else tuple(MetadataRequestTopic(name=t) for t in topics))
+    header = RequestHeader(request_api_key=ApiKey.METADATA, request_api_version=version, correlation_id=1,
+                           client_id="c")
+    return memoryview(encode_request_header(header) + encode_request(request, version))
+
+
+def test_a_metadata_request_names_topics_only_when_it_lists_some() -> None:
+    # Named topics come into use; all topics (null, or v0's empty list) and none (brokers only) do not
+    for version in (1, 4, 9, 12):
+        assert names_topics(_metadata_request(version, ("orders",)))
+        assert not names_topics(_metadata_request(version, None))
+        assert not names_topics(_metadata_request(version, ()))
+    assert names_topics(_metadata_request(0, ("orders",)))
+    assert not names_topics(_metadata_request(0, ()))  # v0: an empty list means all topics
