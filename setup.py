@@ -34,6 +34,8 @@ COMPILED_MODULES = [
     "protocol/headers.py",
     "protocol/produce.py",
     "protocol/fetch.py",
+    "protocol/metadata_scan.py",
+    "protocol/metadata_splice.py",
     "audit/buckets.py",
     "proxy/exchange.py",
     "proxy/core.py",

@@ -113,6 +113,13 @@ class KafkaNode:
         return "\n".join(out)
 
 
+def broker_heap_for(partitions: int, replication_factor: int = 3, brokers: int = 3) -> str:
+    """A broker -Xmx for a cluster of `partitions` partitions: 384 MB plus ~100 KB per replica a broker holds
+    (3,000 topics x 2 partitions x RF 3 on 3 brokers: 6,000 replicas a broker, 1 GB)."""
+    replicas_per_broker = -(-partitions * replication_factor // max(brokers, 1))
+    return f"{384 + (replicas_per_broker * 100 + 1023) // 1024}m"
+
+
 @dataclass
 class ClusterSettings:
     """What a cluster looks like; the defaults fit 2 cores and a few hundred MB per JVM."""
@@ -124,6 +131,9 @@ class ClusterSettings:
     broker_ports: list[int] | None = None
     controller_port: int | None = None
     data_dir: Path | None = None
+    #: -Xmx of each broker: 384m holds a few hundred partitions; a cluster of thousands of topics needs more
+    #: (`broker_heap_for`, `insync-proxy dev-cluster up --broker-heap`): with 384m, 3,000 topics x 2
+    #: partitions x RF 3 end in OutOfMemoryError.
     broker_heap: str = "384m"
     controller_heap: str = "256m"
     replica_lag_time_max_ms: int = 5000

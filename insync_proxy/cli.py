@@ -421,6 +421,9 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
             print(f"a dev cluster is already running: bootstrap.servers={state['bootstrap_servers']} "
                   "(stop it with: insync-proxy dev-cluster down)")
             return 1
+    if args.broker_heap and not re.fullmatch(r"[1-9][0-9]*[mMgG]", args.broker_heap):
+        print(f"insync-proxy: --broker-heap {args.broker_heap!r}: a size like 1g or 1500m", file=sys.stderr)
+        return 2
     data_dir = cache_dir() / "dev-cluster" / "data"
     security_dir = cache_dir() / "dev-cluster" / "security"
     import shutil
@@ -428,7 +431,8 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
     shutil.rmtree(data_dir, ignore_errors=True)
     shutil.rmtree(security_dir, ignore_errors=True)
     base: dict[str, Any] = {"version": args.kafka_version, "broker_ports": DEV_BROKER_PORTS,
-                            "controller_port": DEV_CONTROLLER_PORT, "data_dir": data_dir, "die_with_parent": False}
+                            "controller_port": DEV_CONTROLLER_PORT, "data_dir": data_dir, "die_with_parent": False,
+                            **({"broker_heap": args.broker_heap} if args.broker_heap else {})}
     setup = _secured_setup(args.security, security_dir)
     if args.security and setup is None:
         return 1
@@ -610,6 +614,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--security", choices=SECURITY_CHOICES,
                      help=SECURITY_HELP + "; `up` prints the proxy's TOML and the clients' properties and writes "
                                           "them beside the certificates")
+    dev.add_argument("--broker-heap", metavar="SIZE",
+                     help="each broker's -Xmx, e.g. 1g (default 384m: a few hundred partitions; about 1g for 3,000 "
+                          "topics x 2 partitions, 2500m for 10,000)")
 
     chaos = sub.add_parser(
         "chaos", help="VerifiableProducer through the proxy while brokers are killed and restarted; checks no "

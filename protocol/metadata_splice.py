@@ -159,7 +159,7 @@ def _splice(
         elif buf[tag_start] == 0:
             # The common case: no tagged fields yet.
             out.append(buf[copied:tag_start])
-            out.append(b"\x01" + _TAG637_HEAD + _I16.pack(value))
+            out.append(_tag637_section(value))
             copied = tag_start + 1
         else:
             out.append(buf[copied:tag_start])
@@ -173,6 +173,18 @@ def _splice(
         return bytes(buf)
     out.append(buf[copied:])
     return b"".join(out)
+
+
+def _tag637_section(value: int) -> bytes:
+    """A tagged-field section holding only tag 637 = ``value`` (built once per value: a splice writes thousands)."""
+    section = _TAG637_SECTIONS.get(value)
+    if section is None:
+        section = _TAG637_SECTIONS[value] = b"\x01" + _TAG637_HEAD + _I16.pack(value)
+    return section
+
+
+#: value -> its tagged-field section (min.insync.replicas values are few).
+_TAG637_SECTIONS: dict[int, bytes] = {}
 
 
 @functools.lru_cache(maxsize=1024)

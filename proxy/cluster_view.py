@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
@@ -85,15 +85,18 @@ class ClusterView:
             all_topics,
         )
 
-    def update_from_scan(self, scan: MetadataScan, all_topics: bool = False) -> None:
-        """Take in a scanned MetadataResponse (partitions are read from the scan's offsets only here)."""
+    def update_from_scan(self, scan: MetadataScan, all_topics: bool = False,
+                         only: Container[str] | None = None) -> None:
+        """Take in a scanned MetadataResponse (partitions are read from the scan's offsets only here); with
+        `only`, just those topics (the topics in use: a 3,000-topic answer then costs what its few topics do)."""
+        topics = scan.topics if only is None else [t for t in scan.topics if t.name is not None and t.name in only]
         self._apply(
             {b.node_id: (b.host, b.port) for b in scan.brokers},
             ((t.name, t.topic_id, t.error_code,
               [(p.partition_index, p.leader_id, p.leader_epoch, p.replica_nodes, p.isr_nodes)
                for p in scan.partitions(t)] if t.error_code == 0 else [])
-             for t in scan.topics),
-            all_topics,
+             for t in topics),
+            all_topics and only is None,
         )
 
     def _apply(
@@ -135,6 +138,16 @@ class ClusterView:
             for name in set(self.topic_partition_counts) - seen_topics:
                 self.forget_topic(name)
         self.updated_at = now
+
+    def forget_topics_but(self, keep: Container[str], older_than: float) -> None:
+        """Forget the topics not in `keep` whose partitions nobody told the view about for `older_than` seconds."""
+        now = self.clock()
+        for name, count in list(self.topic_partition_counts.items()):
+            if name in keep or not count:
+                continue
+            state = self.partitions.get((name, 0))
+            if state is None or now - state.seen_at > older_than:
+                self.forget_topic(name)
 
     def forget_topic(self, name: str) -> None:
         count = self.topic_partition_counts.pop(name, 0)

@@ -223,7 +223,16 @@ class ProxyConfig:
     min_insync_miss_wait_ms: float = setting(
         50.0, min=0, meaning="a Produce to a topic whose min.insync.replicas is unknown waits this long for it", reloads=True)
     metadata_refresh_seconds: float = setting(10.0, min=1,
-                                              meaning="the proxy's own Metadata refresh (brokers, ISR)", reloads=True)
+                                              meaning="the proxy's own Metadata refresh (brokers, ISR of the "
+                                                      "topics in use)", reloads=True)
+    topic_idle_seconds: float = setting(
+        600.0, min=1,
+        meaning="a topic no client named (Metadata of some topics, Produce) for this long leaves the topics in "
+                "use: its ISR and min.insync.replicas are no longer refreshed ahead")
+    describe_configs_batch_topics: int = setting(
+        500, min=1, max=10_000,
+        meaning="topics per DescribeConfigs of the control connection (each waits "
+                "control_request_timeout_seconds plus 2 ms per topic)")
     acks_policies: tuple[AcksPolicyConfig, ...] = setting(
         (), toml="acks_policy", meaning="per-topic acks policies; the first whose topics match wins")
     audit: AuditConfig = setting(AuditConfig(), meaning="the audit stream of acks decisions")

@@ -1,8 +1,12 @@
-"""The proxy's own Metadata: the periodic refresh (brokers, every partition's leader and ISR) and the
-targeted re-reads behaviours ask for (a failed acks precheck, a leader's error), on the control connection.
+"""The proxy's own Metadata: the periodic refresh (brokers, and the leader and ISR of each partition of the
+topics in use) and the targeted re-reads behaviours ask for (a failed acks precheck, a leader's error, a topic
+coming into use), on the control connection.
 
-After each periodic refresh: listeners follow the brokers, min.insync.replicas is kept warm for the
-topics seen, and the readiness sweep runs.
+Demand-driven: the periodic refresh asks for the topics the proxy's clients use (`TopicDemand`), never for
+all topics, so its cost follows the clients, not the cluster's size. A topic coming into use (a Produce to
+a topic not tracked yet, a Metadata request naming it) is read at once, in one request with the others
+that came into use in the same loop turn. After each periodic refresh: listeners follow the brokers, topics
+no longer in use leave the view, and the readiness sweep runs (over the topics in use).
 """
 
 from __future__ import annotations
@@ -38,24 +42,45 @@ class MetadataRefresh:
         self.readiness = readiness
         self.interval_seconds = interval_seconds
         self._background: set[asyncio.Task[Any]] = set()
+        #: Topics that came into use in this loop turn, read in one Metadata request.
+        self._new_topics: list[str] = []
+        min_insync.demand.on_new.append(self._topic_in_use)
+
+    def _topic_in_use(self, topic: str) -> None:
+        """A topic came into use: read its partitions soon (with the others of this loop turn) unless known."""
+        if topic in self.cluster_view.topic_partition_counts:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a synchronous test): the periodic refresh reads it
+        if not self._new_topics:
+            loop.call_soon(self._read_new_topics)
+        self._new_topics.append(topic)
+
+    def _read_new_topics(self) -> None:
+        topics, self._new_topics = self._new_topics, []
+        if topics:
+            self.refresh_topics_soon(topics)
 
     async def refresh_metadata(self) -> MetadataResponse:
-        """The control connection's own full Metadata: brokers (listeners follow) and every partition's ISR."""
+        """The control connection's own Metadata: brokers (listeners follow) and the topics in use (ISR)."""
+        demand = self.min_insync.demand
+        in_use = demand.in_use()
         try:
-            response = await self.control.metadata(None)
+            response = await self.control.metadata(in_use)
         except ControlError:
             self.metrics.upstream_up.set(0)
             self.metrics.metadata_cache_refreshes_total.labels("metadata", "error").inc()
             raise
         self.metrics.upstream_up.set(1)
         self.metrics.metadata_cache_refreshes_total.labels("metadata", "ok").inc()
-        self.cluster_view.update(response, all_topics=True)
+        self.cluster_view.update(response)
         await self.listeners.sync(remove_missing=True)
-        # Keep min.insync.replicas warm for every topic, so prechecks rarely meet a cold cache.
-        cold = [t for t in self.cluster_view.topic_partition_counts if not self.min_insync.has_fresh(t)]
-        if cold:
-            self.min_insync.fetch(cold)  # its failures are logged and counted where they happen
-        self.readiness.sweep()
+        # Topics no longer in use leave the view (a client's all-topics answer teaches only the topics in use,
+        # so what is left is what earlier use or a hide_unready_partitions listener put there).
+        self.cluster_view.forget_topics_but(demand, older_than=demand.idle_seconds)
+        self.readiness.sweep(in_use)
         return response
 
     async def run(self, after_each: Callable[[], None]) -> None:

@@ -355,6 +355,18 @@ class ProxyMetrics:
         self.describe_configs_errors_total = Counter(
             p + "describe_configs_errors", "DescribeConfigs failures by error", ["error"], registry=r
         )
+        self.topic_configs_read_total = Counter(
+            p + "topic_configs_read", "Topic configs the control connection asked for in DescribeConfigs (one per "
+            "topic per request): with the control requests, the proxy's load on the brokers", registry=r
+        )
+        self.topics_in_use = Gauge(
+            p + "topics_in_use", "Topics the proxy tracks: named by its clients' requests (Metadata of some topics, "
+            "Produce) within topic_idle_seconds", registry=r
+        )
+        self.control_requests_total = Counter(
+            p + "control_requests", "Requests the proxy's control connection sent, by API (Metadata, "
+            "DescribeConfigs; failovers count again)", ["api"], registry=r
+        )
         self.min_insync_unauthorized_total = Counter(
             p + "min_insync_unauthorized", "Topics left unenriched: no DESCRIBE_CONFIGS for the proxy", registry=r
         )

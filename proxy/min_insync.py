@@ -1,9 +1,17 @@
-"""The min.insync.replicas cache (KIP-637), fed by DescribeConfigs over the control connection.
+"""The min.insync.replicas cache (KIP-637), fed by DescribeConfigs over the control connection, and the
+topics in use (`TopicDemand`) that the proxy's control plane follows.
 
+- Demand-driven: only the topics the proxy's clients name in a request or produce to are refreshed
+  ahead of expiry; each leaves that set after `topic_idle_seconds` untouched. A topic seen only in an
+  all-topics answer is described when such an answer needs it and its entry is stale, never ahead.
 - One batched DescribeConfigs for every topic a response needs that is not cached; concurrent
-  misses for the same topic share one request.
-- TTL with refresh ahead of expiry; a miss waits at most a short bound, then the topic goes out
-  unenriched this time and the answer lands in the cache in the background.
+  misses for the same topic share one request. Batches hold at most `describe_configs_batch_topics`
+  topics, and each waits `control_request_timeout_seconds` plus 2 ms per topic (control.py).
+- TTL with refresh ahead of expiry at a per-topic point between 50% and 80% of the TTL (from the
+  process's randomised string hash): topics fetched together spread out, and a fleet of sidecars does
+  not refresh in step. A miss waits at most a short bound, then the topic goes out unenriched this
+  time and the answer lands in the cache in the background.
+- A topic whose DescribeConfigs failed is not asked again for a back-off (1 s, doubling up to the TTL).
 - No DESCRIBE_CONFIGS ACL for the proxy on a topic: no value (the field is omitted), counted, and
   warned once (the first such topic; the others are counted).
 """
@@ -12,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -28,6 +37,55 @@ log: Final = logging.getLogger("insync_proxy.min_insync")
 
 CONFIG_KEY: Final = "min.insync.replicas"
 MAX_TOPICS_PER_REQUEST: Final = 500
+#: The first back-off after a failed DescribeConfigs of a topic (doubled per failure, up to the TTL).
+FIRST_BACKOFF_SECONDS: Final = 1.0
+
+
+class TopicDemand:
+    """The topics in use: named by a client's request (Metadata of some topics, Produce), each until it has
+    gone `idle_seconds` untouched. What the proxy's own Metadata and min.insync.replicas refresh follow.
+
+    `touch` is on the Produce path: a dict store, with the clock read only by `tick` (the refresh loop's)
+    and for a topic seen for the first time, which calls `on_new` (start tracking it now).
+    """
+
+    def __init__(self, idle_seconds: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.idle_seconds = idle_seconds
+        self.clock = clock
+        self.now = clock()
+        #: topic -> when a client last named it (to `tick`'s resolution).
+        self.last_used: dict[str, float] = {}
+        #: Called with each topic the moment it comes into use (start following it).
+        self.on_new: list[Callable[[str], None]] = []
+
+    def touch(self, topic: str) -> None:
+        """A client named this topic (a Metadata request for it, a Produce to it)."""
+        last_used = self.last_used
+        if topic in last_used:
+            last_used[topic] = self.now
+            return
+        self.now = self.clock()
+        last_used[topic] = self.now
+        for on_new in self.on_new:
+            on_new(topic)
+
+    def tick(self) -> list[str]:
+        """Advance the clock; the topics that went idle leave the set (returned)."""
+        now = self.now = self.clock()
+        idle = [t for t, at in self.last_used.items() if now - at > self.idle_seconds]
+        for topic in idle:
+            del self.last_used[topic]
+        return idle
+
+    def in_use(self) -> list[str]:
+        """The topics in use now."""
+        return list(self.last_used)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self.last_used
+
+    def __len__(self) -> int:
+        return len(self.last_used)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +101,21 @@ class MinInsyncCache:
         metrics: ProxyMetrics,
         ttl_seconds: float = 30.0,
         miss_wait_seconds: float = 0.05,
+        demand: TopicDemand | None = None,
+        batch_topics: int = MAX_TOPICS_PER_REQUEST,
     ) -> None:
         self.control = control
         self.metrics = metrics
         self.ttl = ttl_seconds
         self.miss_wait = miss_wait_seconds
+        #: The topics in use: the only ones refreshed ahead of expiry.
+        self.demand = demand if demand is not None else TopicDemand()
+        self.batch_topics = max(1, batch_topics)
         self.entries: dict[str, CachedValue] = {}
         self._in_flight: dict[str, asyncio.Future[None]] = {}
+        #: topic -> (monotonic time before which it is not asked again, the back-off that led there)
+        self._backoff: dict[str, tuple[float, float]] = {}
+        self.demand.on_new.append(self._topic_in_use)
         #: One WARNING for the proxy's principal lacking DESCRIBE_CONFIGS, not one per topic or per refresh.
         self._warned_unauthorized = False
         self._refresh_task: asyncio.Task[None] | None = None
@@ -93,35 +159,59 @@ class MinInsyncCache:
             log.debug("min.insync.replicas fetch failed: %s", exc)
 
     # ------------------------------------------------------------------ writes
+    def _topic_in_use(self, topic: str) -> None:
+        """A topic came into use: read its min.insync.replicas now unless it is cached (the Produce cold path)."""
+        if not self.has_fresh(topic):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return  # no loop (a synchronous test): the refresh loop picks it up
+            self.fetch([topic])
+
     def fetch(self, topics: list[str]) -> asyncio.Future[None]:
         """Start (or join) DescribeConfigs for the topics; the future completes when all are in.
 
         The future never fails (a failure is logged and counted once, where it happens): callers may
-        drop it.
+        drop it. Topics in back-off after a failure are not asked again until it ends.
         """
         loop = asyncio.get_running_loop()
         waits = []
         new = []
+        backoff = self._backoff
+        now = time.monotonic() if backoff else 0.0
         for topic in topics:
             in_flight = self._in_flight.get(topic)
             if in_flight is not None:
                 waits.append(in_flight)
+            elif backoff and topic in backoff and backoff[topic][0] > now:
+                continue
             else:
                 new.append(topic)
-        for start in range(0, len(new), MAX_TOPICS_PER_REQUEST):
-            batch = new[start : start + MAX_TOPICS_PER_REQUEST]
+        size = self.batch_topics
+        for start in range(0, len(new), size):
+            batch = new[start : start + size]
             task = loop.create_task(self._describe(batch))
             for topic in batch:
                 self._in_flight[topic] = task
             waits.append(task)
         return asyncio.ensure_future(_gather_quietly(waits))
 
+    def _back_off(self, topics: list[str]) -> None:
+        """Not asked again for a while: 1 s, doubling per failure up to the TTL."""
+        now = time.monotonic()
+        for topic in topics:
+            previous = self._backoff.get(topic)
+            delay = FIRST_BACKOFF_SECONDS if previous is None else min(previous[1] * 2, max(self.ttl, 1.0))
+            self._backoff[topic] = (now + delay, delay)
+
     async def _describe(self, topics: list[str]) -> None:
         started = time.perf_counter()
+        self.metrics.topic_configs_read_total.inc(len(topics))
         try:
             response = await self.control.describe_topic_configs(topics, [CONFIG_KEY])
         except Exception as exc:
             # Reported here, once: the fetch's future never fails, so no caller can drop a failure.
+            self._back_off(topics)
             self.metrics.describe_configs_errors_total.labels(type(exc).__name__).inc()
             self.metrics.metadata_cache_refreshes_total.labels("min_insync", "error").inc()
             report_failure(self.metrics, "min_insync_fetch", f"DescribeConfigs of min.insync.replicas for "
@@ -133,8 +223,11 @@ class MinInsyncCache:
         self.metrics.describe_configs_latency_seconds.observe(time.perf_counter() - started)
         self.metrics.metadata_cache_refreshes_total.labels("min_insync", "ok").inc()
         now = time.monotonic()
+        failed: list[str] = []
         for result in response.results:
             topic = result.resource_name
+            if self._backoff and result.error_code == 0:
+                self._backoff.pop(topic, None)
             if result.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
                 self.metrics.min_insync_unauthorized_total.inc()
                 if not self._warned_unauthorized:
@@ -152,12 +245,15 @@ class MinInsyncCache:
             if result.error_code != 0:
                 self.metrics.describe_configs_errors_total.labels(_error_name(result.error_code)).inc()
                 self.entries.pop(topic, None)
+                failed.append(topic)  # e.g. a deleted topic still in use: not asked again at every tick
                 continue
             value = next((c.value for c in result.configs if c.name == CONFIG_KEY), None)
             try:
                 self.entries[topic] = CachedValue(int(value) if value is not None else None, now)
             except ValueError:
                 self.entries[topic] = CachedValue(None, now)
+        if failed:
+            self._back_off(failed)
         self._update_gauges()
 
     def invalidate(self, topics: Iterable[str]) -> None:
@@ -169,8 +265,29 @@ class MinInsyncCache:
         self.entries.clear()
         self._update_gauges()
 
+    def values_for(self, topics: Iterable[str]) -> tuple[dict[str, int], list[str]]:
+        """Fresh values of these topics (those with one) and the topics with no fresh entry, in one pass:
+        what the splice of a Metadata answer needs (hits and misses counted once, not per topic)."""
+        now = time.monotonic()
+        ttl = self.ttl
+        entries = self.entries
+        values: dict[str, int] = {}
+        missing: list[str] = []
+        for topic in topics:
+            entry = entries.get(topic)
+            if entry is None or now - entry.fetched_at >= ttl:
+                missing.append(topic)
+            elif entry.value is not None:
+                values[topic] = entry.value
+        if values:
+            self.metrics.metadata_cache_hits_total.inc(len(values))
+        if missing:
+            self.metrics.metadata_cache_misses_total.inc(len(missing))
+        return values, missing
+
     def _update_gauges(self) -> None:
         self.metrics.metadata_cache_entries.set(len(self.entries))
+        self.metrics.topics_in_use.set(len(self.demand))
         if self.entries:
             oldest = min(e.fetched_at for e in self.entries.values())
             self.metrics.metadata_cache_age_seconds.set(time.monotonic() - oldest)
@@ -181,12 +298,34 @@ class MinInsyncCache:
     def start(self) -> None:
         self._refresh_task = asyncio.get_running_loop().create_task(self._refresh_loop())
 
+    def due(self) -> list[str]:
+        """Topics in use whose entry is missing or past its refresh point (50-80% of the TTL, per topic); and
+        the entries of topics not in use that have expired twice over are forgotten (memory follows use)."""
+        now = time.monotonic()
+        ttl = self.ttl
+        entries = self.entries
+        due = []
+        for topic in self.demand.in_use():
+            entry = entries.get(topic)
+            # A point between 50% and 80% of the TTL, fixed per topic in this process (str hashes are salted
+            # per process): a batch spreads out, and sidecars started together do not refresh in step.
+            if entry is None or now - entry.fetched_at > ttl * (0.5 + 0.3 * ((hash(topic) & 0xFFFF) / 0xFFFF)):
+                due.append(topic)
+        stale = [t for t, e in entries.items() if now - e.fetched_at > 2 * ttl and t not in self.demand]
+        for topic in stale:
+            del entries[topic]
+        if self._backoff:
+            for topic in [t for t, (until, _) in self._backoff.items() if until < now - 2 * ttl]:
+                del self._backoff[topic]
+        return due
+
     async def _refresh_loop(self) -> None:
         while True:
-            await asyncio.sleep(max(self.ttl / 4, 0.5))
+            # A tick of an eighth of the TTL (jittered): refresh points spread over the TTL are met in time.
+            await asyncio.sleep(max(self.ttl / 8, 0.5) * random.uniform(0.8, 1.2))
             try:
-                now = time.monotonic()
-                due = [t for t, e in self.entries.items() if now - e.fetched_at > self.ttl * 0.6]
+                self.demand.tick()
+                due = self.due()
                 if due:
                     await self.fetch(due)
                 self._update_gauges()

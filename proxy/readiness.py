@@ -2,10 +2,14 @@
 
 Audit events: `isr_change` whenever the view of a partition's ISR or leader changes, `partition_readiness`
 when a partition turns unready (ISR below min) or ready again. The `partitions_below_min_isr` gauge is
-counted at each full sweep (after the proxy's own periodic Metadata).
+counted at each sweep (after the proxy's own periodic Metadata). All three cover the topics in use (those
+the proxy's clients name, proxy/min_insync.py `TopicDemand`), not every partition of the cluster: the
+proxy follows only those.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from insync_proxy.audit.events import isr_change_event, partition_readiness_event
 from insync_proxy.proxy.cluster_view import ClusterView, PartitionState, Readiness, effective_min_isr
@@ -53,14 +57,25 @@ class PartitionReadiness:
             self.audit.emit(partition_readiness_event(topic, partition, ready, readiness.isr_size, readiness.min_isr,
                                                       state.leader_id))
 
-    def sweep(self) -> None:
-        """One pass over every partition: the below-min gauge, and readiness events (min.insync.replicas may
-        have become known or changed since the ISR last did)."""
+    def sweep(self, topics: Iterable[str] | None = None) -> None:
+        """One pass over the partitions of `topics` (default: every topic in the view): the below-min gauge, and
+        readiness events (min.insync.replicas may have become known or changed since the ISR last did)."""
         below = 0
         view, peek = self.view, self.min_insync.peek
-        for (topic, partition), state in list(view.partitions.items()):
-            readiness = view.readiness(topic, partition, peek(topic))
-            below += readiness.below_min_isr
-            if self.audit is not None:
-                self._note(topic, partition, state, readiness)
+        counts = view.topic_partition_counts
+        for topic in list(counts) if topics is None else topics:
+            min_insync = peek(topic)
+            for partition in range(counts.get(topic, 0)):
+                state = view.partitions.get((topic, partition))
+                if state is None:
+                    continue
+                readiness = view.readiness(topic, partition, min_insync)
+                below += readiness.below_min_isr
+                if self.audit is not None:
+                    self._note(topic, partition, state, readiness)
+        if self.audit is not None and topics is not None:
+            # Partitions of topics no longer followed: their next turn is news again.
+            followed = set(topics)
+            for key in [k for k in self._ready if k[0] not in followed]:
+                del self._ready[key]
         self.metrics.partitions_below_min_isr.set(below)

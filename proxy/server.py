@@ -34,7 +34,7 @@ from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry
 from insync_proxy.proxy.listeners import Listeners
 from insync_proxy.proxy.metadata_refresh import MetadataRefresh
 from insync_proxy.proxy.metrics import ProxyMetrics
-from insync_proxy.proxy.min_insync import MinInsyncCache
+from insync_proxy.proxy.min_insync import MinInsyncCache, TopicDemand
 from insync_proxy.proxy.observer import ExchangeObserver
 from insync_proxy.proxy.readiness import PartitionReadiness
 from insync_proxy.proxy.reload import Reloads
@@ -55,7 +55,8 @@ class InsyncProxy:
         self.downstream_tls = TlsMaterial("downstream_tls", config.downstream_tls)
         self.control = self._control_connection(config.upstream_addresses())
         self.min_insync = MinInsyncCache(
-            self.control, self.metrics, config.min_insync_ttl_seconds, config.min_insync_miss_wait_ms / 1000
+            self.control, self.metrics, config.min_insync_ttl_seconds, config.min_insync_miss_wait_ms / 1000,
+            TopicDemand(config.topic_idle_seconds), config.describe_configs_batch_topics,
         )
         self.capture = FrameCapture(Path(config.debug_capture_dir)) if config.debug_capture_dir else None
         self.audit = AuditLog(config.audit, config.proxy_id, self.metrics) if config.audit.enabled else None

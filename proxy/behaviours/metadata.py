@@ -5,17 +5,20 @@ brokers (listeners for new ones are opened before the client reads the answer), 
 leader, replicas and ISR (read on demand from the scan, for the ISR view), and the offsets the splice
 rewrites from (`splice_metadata_response`: tag 637, listener addresses, hidden partitions, or
 KIP-637's literal layout) without walking again. Only topics present in the broker's answer to this
-client are enriched, so nothing about other topics is revealed. Clients' answers teach the ISR view at
-most once a second, after the answer is on its way (except on `hide_unready_partitions` listeners,
-which decide on this very answer's ISR).
+client are enriched, so nothing about other topics is revealed. The topics a request names come into use
+(min_insync.py `TopicDemand`): the proxy follows them. Clients' answers teach the ISR view of the topics in
+use only (an all-topics answer of 3,000 topics then costs what its few topics in use do), at most once a
+second, after the answer is on its way (except on `hide_unready_partitions` listeners, which decide on
+this very answer's ISR: they learn every topic of it).
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 import time
 import uuid
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -27,9 +30,11 @@ from insync_proxy.protocol import (
     decode_request_header,
     encode_request,
     encode_request_header,
+    peek_request_header,
     scan_metadata_response,
     splice_metadata_response,
 )
+from insync_proxy.protocol.primitives import read_uvarint_at
 from insync_proxy.proxy.behaviours.api_versions import KIP637_METADATA_VERSION
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
@@ -50,33 +55,52 @@ class Kip637Request:
     upstream_version: int
 
 
-class _MinInsyncLookup(Mapping[str | uuid.UUID, int]):
-    """What the splice asks per topic: the cached value; records the topics it had to leave out."""
+@dataclass(frozen=True, slots=True)
+class NamedTopics:
+    """MetadataEnricher's state: this request named its topics (not all topics): they come into use."""
 
-    def __init__(self, context: BehaviourContext) -> None:
-        self.cache = context.min_insync
-        self.view = context.cluster_view
-        self.missing: list[str] = []
-        self.hits = 0
 
-    def __getitem__(self, topic: str | uuid.UUID) -> int:
-        name = self.view.topic_name(topic)
-        value = self.cache.get(name) if name is not None else None
-        if value is None:
-            if name is not None and not self.cache.has_fresh(name):
-                self.missing.append(name)
-            raise KeyError(topic)
-        self.hits += 1
-        return value
+NAMED_TOPICS: Final = NamedTopics()
 
-    def __iter__(self) -> Iterator[str | uuid.UUID]:
-        return iter(())
 
-    def __len__(self) -> int:
-        return 0
+def names_topics(request_frame: memoryview) -> bool:
+    """True when a Metadata request names topics (an array of one or more); False for all topics (null, or
+    v0's empty array) and for none (an empty array, v1+: brokers only)."""
+    peek = peek_request_header(request_frame)
+    offset = peek.header_size
+    if peek.api_version >= 9:
+        compact_count: int = read_uvarint_at(request_frame, offset)[0]
+        return compact_count > 1  # compact: n + 1, 0 for null
+    count: int = struct.unpack_from(">i", request_frame, offset)[0]
+    return count > 0
 
-    def __bool__(self) -> bool:
-        return True
+
+class _MinInsyncLookup:
+    """What the splice needs of one answer: the cached values of its topics (a plain dict: the splice asks it
+    once per topic), and the topics it had to leave out; hits and misses counted once per answer."""
+
+    __slots__ = ("values", "missing", "hits")
+
+    def __init__(self, context: BehaviourContext, scan: MetadataScan) -> None:
+        view = context.cluster_view
+        names: list[str] = []
+        by_id: dict[str, uuid.UUID] = {}
+        for topic in scan.topics:
+            name = topic.name
+            if name is None and topic.topic_id is not None:
+                name = view.topic_ids.get(topic.topic_id)
+                if name is not None:
+                    by_id[name] = topic.topic_id
+            if name is not None:
+                names.append(name)
+        values, self.missing = context.min_insync.values_for(names)
+        self.hits = len(values)
+        self.values: dict[str | uuid.UUID, int] = {}
+        self.values.update(values)
+        for name, topic_id in by_id.items():
+            value = values.get(name)
+            if value is not None:
+                self.values[topic_id] = value
 
 
 class _UnreadyPartitions:
@@ -117,17 +141,36 @@ class MetadataEnricher(BehaviourBase):
                 replace(header, request_api_version=KIP637_UPSTREAM_VERSION)
             ) + encode_request(request, KIP637_UPSTREAM_VERSION)
             exchange.put(Kip637Request(KIP637_UPSTREAM_VERSION))
+        try:
+            if names_topics(exchange.request_frame):
+                exchange.put(NAMED_TOPICS)
+        except (ProtocolError, IndexError, struct.error) as exc:
+            log.debug("cannot read the topics of a Metadata v%d request: %s", exchange.api_version, exc)
 
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame | Awaitable[Frame]:
         kip637 = exchange.get(Kip637Request)
         version = kip637.upstream_version if kip637 is not None else exchange.api_version
         hide = exchange.listener.hide_unready_partitions
         scan = scan_metadata_response(frame, version, partition_offsets=hide)
+        if exchange.get(NamedTopics) is not None:
+            self._in_use(scan)
         listeners = exchange.listener.broker_listeners
         if any(b.node_id not in listeners for b in scan.brokers):
             # A client may connect to a broker's listener as soon as it reads this answer.
             return self._after_listeners(exchange, scan)
         return self._enrich(exchange, scan)
+
+    def _in_use(self, scan: MetadataScan) -> None:
+        """The topics a request named (and the broker knows) come into use: the proxy follows them."""
+        touch, view = self.context.min_insync.demand.touch, self.context.cluster_view
+        for topic in scan.topics:
+            if topic.error_code != 0:
+                continue
+            name = topic.name
+            if name is None and topic.topic_id is not None:
+                name = view.topic_ids.get(topic.topic_id)
+            if name is not None:
+                touch(name)
 
     async def _after_listeners(self, exchange: Exchange, scan: MetadataScan) -> Frame:
         self._learn(scan)
@@ -137,8 +180,8 @@ class MetadataEnricher(BehaviourBase):
 
     def _enrich(self, exchange: Exchange, scan: MetadataScan) -> Frame | Awaitable[Frame]:
         if exchange.listener.hide_unready_partitions:
-            self._learn(scan)  # decide on this answer's own ISR
-        lookup = _MinInsyncLookup(self.context)
+            self._learn(scan, every_topic=True)  # decide on this answer's own ISR
+        lookup = _MinInsyncLookup(self.context, scan)
         new = self._splice(exchange, scan, lookup)
         if lookup.missing and self.context.min_insync.miss_wait > 0:
             return self._after_fetch(exchange, scan, lookup.missing)
@@ -146,7 +189,7 @@ class MetadataEnricher(BehaviourBase):
 
     async def _after_fetch(self, exchange: Exchange, scan: MetadataScan, missing: list[str]) -> Frame:
         await self.context.min_insync.wait_for(missing)
-        lookup = _MinInsyncLookup(self.context)
+        lookup = _MinInsyncLookup(self.context, scan)
         new = self._splice(exchange, scan, lookup)
         return self._finish(exchange, scan, new, lookup)
 
@@ -155,7 +198,7 @@ class MetadataEnricher(BehaviourBase):
         unready = _UnreadyPartitions(self.context) if exchange.listener.hide_unready_partitions else None
         new = splice_metadata_response(
             scan,
-            min_insync_replicas=lookup,
+            min_insync_replicas=lookup.values,
             broker_addresses={b.node_id: addresses[b.node_id] for b in scan.brokers},
             leaderless=unready,
             layout="kip637" if exchange.get(Kip637Request) is not None else "kafka",
@@ -178,8 +221,10 @@ class MetadataEnricher(BehaviourBase):
                 self.context.call_soon(lambda: self._learn(scan))
         return new
 
-    def _learn(self, scan: MetadataScan) -> None:
+    def _learn(self, scan: MetadataScan, every_topic: bool = False) -> None:
+        """Teach the ISR view this answer's topics in use (every topic: for a hide_unready_partitions listener)."""
         try:
-            self.context.cluster_view.update_from_scan(scan)
+            self.context.cluster_view.update_from_scan(
+                scan, only=None if every_topic else self.context.min_insync.demand)
         except ProtocolError as exc:
             log.debug("could not learn from a Metadata v%d response: %s", scan.api_version, exc)
