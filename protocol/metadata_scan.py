@@ -113,6 +113,7 @@ class MetadataScan:
         tags_start: int,
     ) -> None:
         self.frame = frame
+        self._frame_bytes: bytes | None = None
         self.api_version = api_version
         self.correlation_id = correlation_id
         self.throttle_time_ms = throttle_time_ms  # 0 before v3
@@ -148,7 +149,14 @@ class MetadataScan:
         if starts is None:
             starts = []
             try:
-                _walk_partitions(self.frame, topic.partitions_start, topic.partition_count, self.api_version, starts)
+                if self.api_version >= 9:
+                    if self._frame_bytes is None:
+                        self._frame_bytes = bytes(self.frame)  # one copy per answer, for native byte reads
+                    _skip_partitions(self._frame_bytes, topic.partitions_start, topic.partition_count,
+                                     self.api_version, starts)
+                else:
+                    _walk_partitions(self.frame, topic.partitions_start, topic.partition_count, self.api_version,
+                                     starts)
             except ProtocolError:
                 raise
             except (IndexError, struct.error, ValueError) as e:
@@ -268,51 +276,30 @@ def scan_metadata_response(frame: Buffer, api_version: int, *, partition_offsets
 
 
 def _walk_partitions(buf: memoryview, p: int, count: int, v: int, starts: list[int] | None) -> int:
-    """Skip ``count`` partitions from ``p`` with integer reads only; return the offset after them."""
+    """Skip ``count`` partitions of a v0-v8 answer (fixed-width arrays) from ``p`` with integer reads only;
+    return the offset after them. v9+ answers are walked by `_skip_partitions` over ``bytes``."""
     n = len(buf)
     fixed = 14 if v >= 7 else 10  # error_code, partition_index, leader_id[, leader_epoch]
     n_arrays = 3 if v >= 5 else 2
     unpack_i32 = _I32.unpack_from
-    if v >= 9:
-        for _ in range(count):
-            if starts is not None:
-                starts.append(p)
-            p += fixed
-            for _ in range(n_arrays):
-                c = buf[p]
-                if 0 < c < 0x80:
-                    p += 1 + (c - 1) * 4
-                else:
-                    c, p = read_uvarint_at(buf, p)
-                    if c == 0:
-                        raise MalformedFrame("null replica array in MetadataResponse")
-                    p += (c - 1) * 4
-            if buf[p] == 0:
-                p += 1
-            else:
-                tr = Reader(buf, p)
-                tr.tagged_fields()
-                p = tr.pos
-            if p > n:
-                raise TruncatedData("MetadataResponse partition runs past the end of the frame")
-    else:
-        for _ in range(count):
-            if starts is not None:
-                starts.append(p)
-            p += fixed
-            for _ in range(n_arrays):
-                c = unpack_i32(buf, p)[0]
-                if c < 0:
-                    raise MalformedFrame("null replica array in MetadataResponse")
-                p += 4 + c * 4
-            if p > n:
-                raise TruncatedData("MetadataResponse partition runs past the end of the frame")
+    for _ in range(count):
+        if starts is not None:
+            starts.append(p)
+        p += fixed
+        for _ in range(n_arrays):
+            c = unpack_i32(buf, p)[0]
+            if c < 0:
+                raise MalformedFrame("null replica array in MetadataResponse")
+            p += 4 + c * 4
+        if p > n:
+            raise TruncatedData("MetadataResponse partition runs past the end of the frame")
     return p
 
 
 def _skip_partitions(data: bytes, p: int, count: int, v: int, starts: list[int] | None) -> int:
-    """`_walk_partitions` over ``bytes``, for the scan: compiled, ``bytes`` indexing is a native read where a
-    memoryview's goes through the generic protocol (a 3,000-topic answer walks 6,000 partitions)."""
+    """Skip ``count`` partitions from ``p``; return the offset after them. v9+ (compact arrays, tagged fields)
+    over ``bytes``: compiled, ``bytes`` indexing is a native read where a memoryview's goes through the generic
+    protocol (a 3,000-topic answer walks 6,000 partitions)."""
     n = len(data)
     fixed = 14 if v >= 7 else 10
     n_arrays = 3 if v >= 5 else 2
