@@ -299,13 +299,11 @@ class ClientConnection(asyncio.Protocol):
         # Resume first: the budget may hold the buffer again at once (pause_writing from within measure()).
         if self.upstream is not None:
             self.upstream.resume_reading()
-        if self.write_buffer is not None and not self.closed:
-            self.write_buffer.measure()
+        _measure(self.write_buffer, self.closed)
 
     def upstream_paused_writing(self) -> None:
         # The broker reads slower than the client sends: stop reading the client.
-        if self.transport is not None and not self.closed:
-            self.transport.pause_reading()
+        _pause_reading(self.transport, self.closed)
 
     def upstream_resumed_writing(self) -> None:
         if self.transport is not None and not self.closed and not self.core.draining:
@@ -368,12 +366,10 @@ class UpstreamConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.client.upstream_resumed_writing()
-        if self.write_buffer is not None and not self.closed:
-            self.write_buffer.measure()
+        _measure(self.write_buffer, self.closed)
 
     def pause_reading(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.pause_reading()
+        _pause_reading(self.transport, self.closed)
 
     def resume_reading(self) -> None:
         if self.transport is not None and not self.closed:
@@ -394,3 +390,15 @@ class UpstreamConnection(asyncio.Protocol):
             self.write_buffer.account.close()
         if self.transport is not None:
             self.transport.close()
+
+
+def _measure(write_buffer: WriteBuffer | None, closed: bool) -> None:
+    """A write buffer drained below its mark: tell the memory budget what it holds now."""
+    if write_buffer is not None and not closed:
+        write_buffer.measure()
+
+
+def _pause_reading(transport: asyncio.Transport | None, closed: bool) -> None:
+    """Stop reading a side that is open (the other side's backpressure, or the memory budget)."""
+    if transport is not None and not closed:
+        transport.pause_reading()

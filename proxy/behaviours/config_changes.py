@@ -13,12 +13,7 @@ import logging
 import time
 from typing import Final
 
-from insync_proxy.protocol import ApiKey, ProtocolError
-from insync_proxy.protocol.topic_names import (
-    TOPIC_CHANGING_APIS,
-    changed_topic_configs,
-    topic_change_error_codes,
-)
+from insync_proxy.protocol import ApiKey, ProtocolError, topic_names
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 
@@ -31,14 +26,14 @@ RETRY_SECONDS: Final = 0.1
 
 
 class TopicConfigWatcher(BehaviourBase):
-    request_keys = frozenset(TOPIC_CHANGING_APIS)
+    request_keys = frozenset(topic_names.TOPIC_CHANGING_APIS)
 
     def __init__(self, context: BehaviourContext) -> None:
         self.context = context
 
     def on_request(self, exchange: Exchange) -> None:
         try:
-            names, brokers_changed, requested = changed_topic_configs(exchange.request_frame)
+            names, brokers_changed, requested = topic_names.changed_topic_configs(exchange.request_frame)
         except ProtocolError as exc:
             log.debug("cannot read topic names of %s v%d: %s", exchange.api_key, exchange.api_version, exc)
             return
@@ -75,7 +70,7 @@ def _accepted(frame: Frame, exchange: Exchange, requested: dict[str, int]) -> di
     if not requested:
         return requested
     try:
-        codes = topic_change_error_codes(frame, exchange.api_key, exchange.api_version)
+        codes = topic_names.topic_change_error_codes(frame, exchange.api_key, exchange.api_version)
     except ProtocolError as exc:
         log.debug("cannot read the answer of %s v%d: %s", exchange.api_key, exchange.api_version, exc)
         return {}
