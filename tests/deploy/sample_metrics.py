@@ -56,6 +56,12 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
     m.min_insync_unauthorized_total.inc(0)
     m.topics_enriched_total.inc(len(TOPICS))
     m.partitions_below_min_isr.set(rng.randint(0, 1))
+    m.buffered_bytes.set(rng.randint(0, 4_000_000))
+    m.budget_paused_connections.set(rng.randint(0, 2))
+    m.topics_in_use.set(len(TOPICS))
+    m.topic_configs_read_total.inc(len(TOPICS))
+    for api in ("Metadata", "DescribeConfigs"):
+        m.control_requests_total.labels(api).inc()
     m.partitions_hidden_total.inc(rng.randint(0, 1))
     for name in TOPICS:
         topic = m.topic(name)
