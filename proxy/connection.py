@@ -36,6 +36,10 @@ _repeated: Final = RateLimitedLog(log)
 _BUDGET_REFRESH_SECONDS: Final = 0.5
 
 
+def _call_later(delay: float, callback: Callable[[], None]) -> None:
+    asyncio.get_running_loop().call_later(delay, callback)
+
+
 @dataclass
 class ConnectionSettings:
     """What every client connection shares: behaviours, observers, upstream settings, the live set."""
@@ -56,9 +60,12 @@ class ConnectionSettings:
     observe_whole_frames: bool = False
     #: The process's memory budget over every write buffer (proxy/budget.py), and its ceiling per buffer.
     budget: MemoryBudget = field(default_factory=MemoryBudget)
+    #: Runs a callback later (the running loop's call_later; a unit test without a loop records it instead).
+    call_later: Callable[[float, Callable[[], None]], None] = _call_later
     _refresh_armed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self._refresh_armed = False  # set here too: compiled, an init=False field's default is not applied
         budget = self.budget
         self.metrics.buffered_bytes.set_function(lambda: budget.buffered)
         self.metrics.budget_paused_connections.set_function(lambda: budget.paused)
@@ -68,7 +75,7 @@ class ConnectionSettings:
         above their low-water mark); armed only while some buffer holds bytes, so an idle proxy sleeps."""
         if not self._refresh_armed:
             self._refresh_armed = True
-            asyncio.get_running_loop().call_later(_BUDGET_REFRESH_SECONDS, self._refresh_budget)
+            self.call_later(_BUDGET_REFRESH_SECONDS, self._refresh_budget)
 
     def _refresh_budget(self) -> None:
         self._refresh_armed = False

@@ -167,10 +167,13 @@ def _scraped(gauge: Any) -> float:
     return float(gauge.collect()[0].samples[0].value)
 
 
-def _settings(budget: MemoryBudget) -> ConnectionSettings:
+def _settings(budget: MemoryBudget, armed: list[bool] | None = None) -> ConnectionSettings:
+    """Settings with the budget; the budget's re-measure is recorded in `armed` (no event loop here)."""
+    record = [] if armed is None else armed
     return ConnectionSettings(
         registry=BehaviourRegistry([]), observer=NoObserver(), metrics=ProxyMetrics(), max_frame_bytes=1 << 20,
         connect_timeout_seconds=1.0, upstream_ssl=None, bootstrap_candidates=list, budget=budget,
+        call_later=lambda _delay, _callback: record.append(True),
     )
 
 
@@ -185,7 +188,6 @@ def _buffer(settings: ConnectionSettings) -> tuple[FakeTransport, Source, WriteB
 def test_the_adapter_stops_a_slow_reader_at_the_budget_and_resumes_it_when_it_read_everything() -> None:
     budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=128 * KIB, read_bytes=0)
     settings = _settings(budget)
-    settings.refresh_budget_soon = lambda: None  # type: ignore[method-assign]  # no event loop here
     slow = [_buffer(settings) for _ in range(3)]
     # Each buffer's ceiling is the per-connection one
     assert slow[0][0].high == 128 * KIB and slow[0][0].low == 32 * KIB
@@ -217,9 +219,8 @@ def test_the_adapter_stops_a_slow_reader_at_the_budget_and_resumes_it_when_it_re
 
 def test_a_buffer_emptied_at_once_costs_the_budget_nothing() -> None:
     budget = MemoryBudget(max_bytes=64 * KIB, per_connection_bytes=32 * KIB, read_bytes=0)
-    settings = _settings(budget)
     armed: list[bool] = []
-    settings.refresh_budget_soon = lambda: armed.append(True)  # type: ignore[method-assign]
+    settings = _settings(budget, armed)
     transport, source, buffer = _buffer(settings)
     for _ in range(100):
         transport.write(b"y" * 1000)
