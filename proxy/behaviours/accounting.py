@@ -78,7 +78,8 @@ class ProduceAccounting(BehaviourBase):
         listener, client_id = exchange.listener.label, exchange.client_id
         latency_ms, bucket = latency_bucket(latency_seconds) if summaries is not None else (None, None)
         acks_sent: int | None
-        touch = self.min_insync.demand.touch
+        demand = self.min_insync.demand
+        last_used, now = demand.last_used, demand.now
         for i, (topic, partition, record_bytes, records) in enumerate(partitions):
             name = view.topic_name(topic) or UNKNOWN_TOPIC_ID
             counters = topics.get(name)
@@ -87,7 +88,10 @@ class ProduceAccounting(BehaviourBase):
             if name != UNKNOWN_TOPIC_ID:
                 # A topic produced to is in use: the proxy follows its ISR and min.insync.replicas (a topic not
                 # tracked yet is read at once: the acks=-2 precheck's cold path, see min_insync.TopicDemand).
-                touch(name)
+                if name in last_used:
+                    last_used[name] = now  # the common case, inline: one dict store
+                else:
+                    demand.touch(name)
             if decided is None:  # forwarded as it came
                 decision, acks_sent, error_code = FORWARDED, acks, None
                 partitions_child = counters.forwarded.get(acks)
