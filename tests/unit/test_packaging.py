@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -39,9 +40,15 @@ def test_no_module_imports_a_source_folder_by_its_bare_name() -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Built from a copy of the tree: setuptools builds in the source's build/ folder, which another worker's
+    # build of the same tree (or an in-place compile) may be changing at the same moment.
+    source = tmp_path_factory.mktemp("source") / "tree"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "__pycache__", "*.so", ".*_cache", ".hypothesis", "bench-results", "test-logs",
+        "spark-warehouse", "metastore_db"))
     directory = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                    "--wheel-dir", str(directory), str(ROOT)], check=True)
+                    "--wheel-dir", str(directory), str(source)], check=True)
     (built,) = directory.glob("*.whl")
     return built
 
