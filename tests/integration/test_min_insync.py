@@ -139,6 +139,8 @@ def test_hidden_unready_partition_gets_no_keyless_records_from_java_and_few_from
                          "sticky.partitioning.linger.ms": 0, "topic.metadata.refresh.interval.ms": 1000})
     try:
         _pause_so_partition_zero_is_unready(kafka_cluster, topic_name)
+        # The proxy follows the topics its clients name (TopicDemand): name it once before waiting
+        producer.list_topics(topic_name, timeout=30)
         wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") > 0, 60,
                    what="the proxy to see partition 0 below min ISR")
         # When a stock Java producer sends keyless records through the producer listener
