@@ -229,6 +229,11 @@ class ProxyConfig:
         600.0, min=1,
         meaning="a topic no client named (Metadata of some topics, Produce) for this long leaves the topics in "
                 "use: its ISR and min.insync.replicas are no longer refreshed ahead")
+    min_insync_warm_up: bool = setting(
+        True,
+        meaning="at start, read every topic's min.insync.replicas once (batched) before /readyz turns ready, so the "
+                "first all-topics Metadata answer carries it for every topic; afterwards only the topics in use are "
+                "refreshed (false: start ready sooner, all-topics answers fill in as they are asked)")
     describe_configs_batch_topics: int = setting(
         500, min=1, max=10_000,
         meaning="topics per DescribeConfigs of the control connection (each waits "

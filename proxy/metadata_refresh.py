@@ -3,7 +3,10 @@ topics in use) and the targeted re-reads behaviours ask for (a failed acks prech
 coming into use), on the control connection.
 
 Demand-driven: the periodic refresh asks for the topics the proxy's clients use (`TopicDemand`), never for
-all topics, so its cost follows the clients, not the cluster's size. A topic coming into use (a Produce to
+all topics, so its cost follows the clients, not the cluster's size. Once, at start (`min_insync_warm_up`),
+the first Metadata asks for every topic and every topic's min.insync.replicas is read (in batches): until
+that is done `warming_up` holds /readyz back, so the first all-topics answer a client sees carries tag 637
+for every topic. That costs one read of the cluster's topics per start, not per refresh. A topic coming into use (a Produce to
 a topic not tracked yet, a Metadata request naming it) is read at once, in one request with the others
 that came into use in the same loop turn. After each periodic refresh: listeners follow the brokers, topics
 no longer in use leave the view, and the readiness sweep runs (over the topics in use).
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -33,7 +37,7 @@ class MetadataRefresh:
 
     def __init__(self, control: ControlConnection, cluster_view: ClusterView, min_insync: MinInsyncCache,
                  metrics: ProxyMetrics, listeners: Listeners, readiness: PartitionReadiness,
-                 interval_seconds: float) -> None:
+                 interval_seconds: float, warm_up: bool = False) -> None:
         self.control = control
         self.cluster_view = cluster_view
         self.min_insync = min_insync
@@ -42,6 +46,10 @@ class MetadataRefresh:
         self.readiness = readiness
         self.interval_seconds = interval_seconds
         self._background: set[asyncio.Task[Any]] = set()
+        #: The start's warm-up (min_insync_warm_up): the min.insync.replicas read of every topic, once the
+        #: first Metadata has named them.
+        self.warm_up = warm_up
+        self._warm_up: asyncio.Future[None] | None = None
         #: Topics that came into use in this loop turn, read in one Metadata request.
         self._new_topics: list[str] = []
         min_insync.demand.on_new.append(self._topic_in_use)
@@ -67,8 +75,9 @@ class MetadataRefresh:
         """The control connection's own Metadata: brokers (listeners follow) and the topics in use (ISR)."""
         demand = self.min_insync.demand
         in_use = demand.in_use()
+        warm_up = self.warm_up and self._warm_up is None
         try:
-            response = await self.control.metadata(in_use)
+            response = await self.control.metadata(None if warm_up else in_use)
         except ControlError:
             self.metrics.upstream_up.set(0)
             self.metrics.metadata_cache_refreshes_total.labels("metadata", "error").inc()
@@ -76,6 +85,8 @@ class MetadataRefresh:
         self.metrics.upstream_up.set(1)
         self.metrics.metadata_cache_refreshes_total.labels("metadata", "ok").inc()
         self.cluster_view.update(response)
+        if warm_up:
+            self._start_warm_up(response)
         await self.listeners.sync(remove_missing=True)
         # Topics no longer in use leave the view (a client's all-topics answer teaches only the topics in use,
         # so what is left is what earlier use or a hide_unready_partitions listener put there).
@@ -83,12 +94,45 @@ class MetadataRefresh:
         self.readiness.sweep(in_use)
         return response
 
+    def _start_warm_up(self, response: MetadataResponse) -> None:
+        """Read every topic's min.insync.replicas once (the cache's batches); `warming_up` until done."""
+        topics = [t.name for t in response.topics if t.error_code == 0 and t.name is not None]
+        log.info("warm-up: reading min.insync.replicas of %d topic(s) once before /readyz turns ready "
+                 "(min_insync_warm_up)", len(topics))
+        started = time.monotonic()
+        self._warm_up = self.min_insync.fetch(topics)
+        self._warm_up.add_done_callback(lambda _: log.info(
+            "warm-up done: min.insync.replicas of %d of %d topic(s) cached in %.1fs",
+            sum(self.min_insync.has_fresh(t) for t in topics), len(topics), time.monotonic() - started))
+
+    async def finish_warm_up(self) -> None:
+        """Wait for the start's warm-up if it is reading (its requests time out: this ends)."""
+        if self._warm_up is not None:
+            await self._warm_up
+
+    @property
+    def warming_up(self) -> bool:
+        """The start's warm-up is still reading (or has not started: no Metadata answer yet)."""
+        return self.warm_up and (self._warm_up is None or not self._warm_up.done())
+
+    def unready_reason(self) -> str | None:
+        """Why /readyz must fail because of the proxy's own Metadata: none yet, too old, or the warm-up."""
+        if not self.cluster_view.brokers:
+            return "no broker metadata yet"
+        if self.warming_up:
+            return "warm-up: reading every topic's min.insync.replicas once (min_insync_warm_up)"
+        age = time.monotonic() - self.cluster_view.updated_at
+        if age > max(3 * self.interval_seconds, 30):
+            return f"metadata is {age:.0f}s old: upstream unreachable?"
+        return None
+
     async def run(self, after_each: Callable[[], None]) -> None:
         """Refresh every interval until cancelled; `after_each` runs after each attempt, failed or not."""
         while True:
             await asyncio.sleep(self.interval_seconds)
             try:
                 await self.refresh_metadata()
+                await self.finish_warm_up()  # "ready" is said when the warm-up is done, not a refresh later
             except Exception as exc:  # logged once and counted; the next refresh tries again
                 report_failure(self.metrics, "metadata_refresh", "the proxy's periodic full Metadata", exc)
             after_each()
@@ -120,3 +164,4 @@ class MetadataRefresh:
         error = task.exception()
         if error is not None:
             report_failure(self.metrics, "refresh", str(task.get_coro()), error)
+

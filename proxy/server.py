@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,7 +68,8 @@ class InsyncProxy:
                                                                                    upstream, count))
         self.readiness = PartitionReadiness(self.cluster_view, self.min_insync, self.metrics, self.audit)
         self.metadata = MetadataRefresh(self.control, self.cluster_view, self.min_insync, self.metrics,
-                                        self.listeners, self.readiness, config.metadata_refresh_seconds)
+                                        self.listeners, self.readiness, config.metadata_refresh_seconds,
+                                        config.min_insync_warm_up)
         self.audit_to_kafka: KafkaAuditSink | None = None
         if self.audit is not None and config.audit.kafka_topic:
             self.audit_to_kafka = KafkaAuditSink(
@@ -170,6 +170,7 @@ class InsyncProxy:
             self.audit_to_kafka.start()
         try:
             await self.metadata.refresh_metadata()
+            await self.metadata.finish_warm_up()
         except ControlError as exc:
             if not getattr(exc, "already_logged", False):  # a refused login was said once where it happened
                 log.warning("upstream not reachable yet (%s); retrying every %.0fs", exc,
@@ -206,16 +207,9 @@ class InsyncProxy:
 
     @property
     def ready(self) -> tuple[bool, str]:
-        """Ready: the control connection reached a broker and the proxy knows the brokers."""
-        if not self.cluster_view.brokers:
-            return False, "no broker metadata yet"
-        reason = self.listeners.unready_reason()
-        if reason is not None:
-            return False, reason
-        age = time.monotonic() - self.cluster_view.updated_at
-        if age > max(3 * self.config.metadata_refresh_seconds, 30):
-            return False, f"metadata is {age:.0f}s old: upstream unreachable?"
-        return True, "ok"
+        """Ready: the proxy knows the brokers (recently), has warmed up, and has a port for each broker."""
+        reason = self.metadata.unready_reason() or self.listeners.unready_reason()
+        return (False, reason) if reason is not None else (True, "ok")
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Stop accepting, let in-flight requests finish (up to the drain timeout), then close everything."""

@@ -59,11 +59,15 @@ def test_an_idle_proxy_in_front_of_many_topics_reads_configs_only_for_the_topics
     # metadata_refresh_seconds 2 and a 5 s min.insync TTL (the harness's): many refreshes and TTLs in a few seconds
     proxy = ProxyProcess(kafka_cluster, groups=("default",), audit_enabled=False).start()
     try:
-        # Given an idle proxy: no client named a topic, so it follows none, however many the cluster holds
-        time.sleep(7)
+        # Given a proxy that has started: its warm-up read every topic's min.insync.replicas once
+        warmed = proxy.metric("insync_proxy_topic_configs_read_total")
+        assert warmed >= TOPICS
+        # While idle (three periodic refreshes): no client named a topic, so it follows none and reads no config
+        refreshes = proxy.metric("insync_proxy_control_requests_total", api="METADATA")
+        _wait(lambda: proxy.metric("insync_proxy_control_requests_total", api="METADATA") >= refreshes + 3, 60,
+              "three periodic Metadata refreshes")
         assert proxy.metric("insync_proxy_topics_in_use") == 0
-        assert proxy.metric("insync_proxy_topic_configs_read_total") == 0
-        assert proxy.metric("insync_proxy_control_requests_total", api="METADATA") >= 3  # brokers only
+        assert proxy.metric("insync_proxy_topic_configs_read_total") == warmed
         # When a client asks Metadata of three of them
         used = names[:3]
         with BlockingKafkaClient.connect(proxy.bootstrap(), timeout=30) as client:
@@ -76,9 +80,13 @@ def test_an_idle_proxy_in_front_of_many_topics_reads_configs_only_for_the_topics
         read_after_first = proxy.metric("insync_proxy_topic_configs_read_total")
         # Then only those three come into use, and over two TTLs only they are read again (ahead of expiry)
         assert proxy.metric("insync_proxy_topics_in_use") == 3
-        time.sleep(10)
+        started = time.monotonic()
+        refreshes = proxy.metric("insync_proxy_control_requests_total", api="METADATA")
+        _wait(lambda: proxy.metric("insync_proxy_control_requests_total", api="METADATA") >= refreshes + 5, 60,
+              "five periodic Metadata refreshes (two TTLs)")
         read = proxy.metric("insync_proxy_topic_configs_read_total") - read_after_first
-        assert 1 <= read <= 3 * 6, read  # ~3 topics x 2 TTLs x at most 2 refreshes per TTL, never the 300
+        # Each topic in use is read at most once per half TTL (its refresh point is at 50-80%), never the 300
+        assert 1 <= read <= 3 * ((time.monotonic() - started) / 2.5 + 1), read
         assert proxy.metric("insync_proxy_topics_in_use") == 3
     finally:
         proxy.stop()

@@ -237,3 +237,55 @@ def test_a_metadata_request_names_topics_only_when_it_lists_some() -> None:
         assert not names_topics(_metadata_request(version, ()))
     assert names_topics(_metadata_request(0, ("orders",)))
     assert not names_topics(_metadata_request(0, ()))  # v0: an empty list means all topics
+
+
+class ClusterOfTopics(RecordingControl):
+    """A control connection in front of a cluster with some topics: an all-topics Metadata names them all."""
+
+    def __init__(self, topics: list[str]) -> None:
+        super().__init__()
+        self.topics = topics
+
+    async def metadata(self, topics: list[str] | None = None) -> MetadataResponse:
+        response = await super().metadata(self.topics if topics is None else topics)
+        self.metadata_asked[-1] = None if topics is None else list(topics)
+        return response
+
+
+async def test_the_warm_up_reads_every_topic_once_at_start_and_holds_readyz_back_until_done() -> None:
+    control = ClusterOfTopics([f"t{i}" for i in range(5)])
+    metrics = ProxyMetrics()
+    view = ClusterView()
+    cache = MinInsyncCache(control, metrics, ttl_seconds=30, batch_topics=2)  # type: ignore[arg-type]
+    refresh = MetadataRefresh(control, view, cache, metrics, NoListeners(), PartitionReadiness(view, cache, metrics, None),  # type: ignore[arg-type]
+                              interval_seconds=10, warm_up=True)
+    # Given a proxy that has not read Metadata yet: not ready
+    assert refresh.unready_reason() == "no broker metadata yet"
+    # When its first Metadata comes in
+    await refresh.refresh_metadata()
+    # Then it asked for every topic (this once), and /readyz waits while their min.insync.replicas are read
+    assert control.metadata_asked == [None]
+    assert refresh.warming_up and "warm-up" in (refresh.unready_reason() or "")
+    await refresh.finish_warm_up()
+    # In batches of describe_configs_batch_topics, every topic once; then ready
+    assert sorted(t for batch in control.described for t in batch) == [f"t{i}" for i in range(5)]
+    assert max(len(batch) for batch in control.described) == 2
+    assert all(cache.peek(f"t{i}") == 2 for i in range(5))
+    assert not refresh.warming_up and refresh.unready_reason() is None
+    # And the periodic refresh afterwards asks for the topics in use only (none), never all topics again
+    await refresh.refresh_metadata()
+    assert control.metadata_asked[1:] == [[]]
+    assert len(control.described) == 3
+
+
+async def test_without_the_warm_up_the_first_metadata_asks_for_the_topics_in_use_only() -> None:
+    control = ClusterOfTopics(["a", "b"])
+    metrics = ProxyMetrics()
+    view = ClusterView()
+    cache = MinInsyncCache(control, metrics, ttl_seconds=30)  # type: ignore[arg-type]
+    refresh = MetadataRefresh(control, view, cache, metrics, NoListeners(), PartitionReadiness(view, cache, metrics, None),  # type: ignore[arg-type]
+                              interval_seconds=10, warm_up=False)
+    await refresh.refresh_metadata()
+    await refresh.finish_warm_up()
+    assert control.metadata_asked == [[]] and control.described == []
+    assert not refresh.warming_up and refresh.unready_reason() is None
