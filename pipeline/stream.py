@@ -399,11 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             lines = sources.stream_audit_kafka(spark, args.kafka_bootstrap, args.topic, starting,
                                                args.max_offsets_per_trigger)
         else:
-            from pyspark.sql import functions as F
-
-            lines = (spark.readStream.option("pathGlobFilter", "*.jsonl").option("recursiveFileLookup", "true")
-                     .text(args.input_dir).select("value", F.col("_metadata.file_path").alias("source")))
-        run = _run(spark, lines, args, progress)
+            lines = stream_audit_files(spark, args.input_dir)
+        run = run_stream(spark, lines, args, progress)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -419,7 +416,15 @@ def main(argv: list[str] | None = None) -> int:
     return run
 
 
-def _run(spark: SparkSession, lines: DataFrame, args: argparse.Namespace, progress: Progress) -> int:
+def stream_audit_files(spark: SparkSession, input_dir: str | Path) -> DataFrame:
+    """The audit lines of every `*.jsonl` file under `input_dir` (new files as they come), with their file."""
+    from pyspark.sql import functions as F
+
+    return (spark.readStream.option("pathGlobFilter", "*.jsonl").option("recursiveFileLookup", "true")
+            .text(str(input_dir)).select("value", F.col("_metadata.file_path").alias("source")))
+
+
+def run_stream(spark: SparkSession, lines: DataFrame, args: argparse.Namespace, progress: Progress) -> int:
     """Run the queries the arguments ask for, then print what they did."""
     from insync_proxy.pipeline.schema import parse_audit_events
 

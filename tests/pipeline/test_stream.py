@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from insync_proxy.audit.buckets import RELATIVE_ERROR
 from insync_proxy.pipeline.report import _collect, run_report
 from insync_proxy.pipeline.spark_env import Progress
-from insync_proxy.pipeline.stream import start_streams
+from insync_proxy.pipeline.stream import build_parser, run_stream, start_streams, stream_audit_files
 
 from .events import at, decision, readiness, summary, write_jsonl
 
@@ -53,7 +53,7 @@ def test_windowed_aggregates_from_a_stream(spark: SparkSession, tmp_path: Path) 
     assert [r["reason"] for r in rejected] == ["bad_json"]
 
 
-def test_stream_command_over_a_directory_of_v2_summaries(spark: SparkSession, tmp_path: Path) -> None:
+def test_the_stream_run_over_a_directory_of_v2_summaries_closes_the_last_window(spark: SparkSession, tmp_path: Path) -> None:
     # Given minute 0: two sidecars' summaries of orders-0 (10 requests at 1 ms, 5 at 100 ms); minute 1:
     # acks=1 traffic; readiness events (no traffic); and nothing after that: the end of input closes minute 1
     evs: list[dict[str, Any] | str] = [
@@ -63,14 +63,12 @@ def test_stream_command_over_a_directory_of_v2_summaries(spark: SparkSession, tm
         summary(60, acks_requested=1, acks_sent=1, requests=3, records=3, record_bytes=30, latencies_ms=[2.0] * 3),
     ]
     write_jsonl(tmp_path / "in" / "audit-sidecar-a-20261121T070000Z.jsonl", evs)
-    # When `python -m insync_proxy.pipeline.stream` processes the directory (available-now)
-    proc = subprocess.run(
-        [sys.executable, "-m", "insync_proxy.pipeline.stream", "--input-dir", str(tmp_path / "in"), "--output",
-         str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt"), "--master", "local[1]", "--watermark",
-         "1 minute", "--available-now"],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # When the stream command's run processes the directory (available-now), in this test's Spark session (the
+    # command itself, in its own process, is the docs' command's test below)
+    args = build_parser().parse_args(
+        ["--input-dir", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--checkpoint",
+         str(tmp_path / "ckpt"), "--watermark", "1 minute", "--available-now"])
+    assert run_stream(spark, stream_audit_files(spark, args.input_dir), args, Progress(enabled=False)) == 0
     # Then both closed windows hold the summed summaries and percentiles from the merged buckets
     rows = {(r["window_start"], r["decision"]): r for r in _collect(spark.read.parquet(str(tmp_path / "out" / "windows")))}
     assert set(rows) == {(at(0), "forwarded"), (at(60), "forwarded")}
