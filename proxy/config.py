@@ -229,6 +229,14 @@ class ProxyConfig:
         600.0, min=1,
         meaning="a topic no client named (Metadata of some topics, Produce) for this long leaves the topics in "
                 "use: its ISR and min.insync.replicas are no longer refreshed ahead")
+    # 1000: a sidecar serves one application, which uses a handful to tens of topics; 1000 leaves two orders
+    # of magnitude of room and still bounds what one proxy asks the brokers at the cap (6 Metadata of 1000
+    # topics and ~3,000 topic configs a minute: docs/performance.md, Fleet) and what it holds (a few KB a topic).
+    max_topics_in_use: int = setting(
+        1000, min=1, max=1_000_000, reloads=True,
+        meaning="at most this many topics in use are followed (ISR and min.insync.replicas refreshed ahead, "
+                "readiness events); a topic named beyond it is served but not followed until idle ones leave, "
+                "counted in insync_proxy_topics_not_followed_total")
     describe_configs_batch_topics: int = setting(
         500, min=1, max=10_000,
         meaning="topics per DescribeConfigs of the control connection (each waits "

@@ -296,6 +296,7 @@ CHANGES: dict[str, Change] = {
     "min_insync_miss_wait_ms": (lambda f: 3.0, lambda p: p.min_insync.miss_wait * 1000),
     "metadata_refresh_seconds": (lambda f: 3.0, lambda p: p.metadata.interval_seconds),
     "topic_label_limit": (lambda f: 3, lambda p: p.metrics.topic.limit),
+    "max_topics_in_use": (lambda f: 3, lambda p: p.min_insync.demand.max_topics),
     "log_level": (lambda f: "DEBUG", lambda p: logging.getLevelName(logging.getLogger("insync_proxy").level)),
     "log_format": (lambda f: "json", lambda p: log_format_in_use()),
 }
