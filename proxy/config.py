@@ -18,6 +18,7 @@ from typing import Any
 
 from insync_proxy.proxy.broker_ports import DEFAULT_NODE_ID_RANGES
 from insync_proxy.proxy.budget import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_PER_CONNECTION_BYTES
+from insync_proxy.proxy.logs import SUMMARY_INTERVAL_SECONDS
 
 ENV_PREFIX = "INSYNC_PROXY_"
 #: Where every setting is described (generated from this module).
@@ -249,6 +250,10 @@ class ProxyConfig:
     log_level: str = setting("INFO", choices=LOG_LEVELS, ignore_case=True, meaning="log level", reloads=True)
     log_format: str = setting("text", choices=LOG_FORMATS,
                               meaning="text, or json: one object a line (time, level, logger, message)", reloads=True)
+    log_summary_interval_seconds: float = setting(
+        SUMMARY_INTERVAL_SECONDS, min=0, min_exclusive=True, reloads=True,
+        meaning="a line a client or the cluster can repeat (bad input, a broker unreachable, a failed background "
+                "task, ...) is written once, then its repeats within this many seconds are one summary line")
     use_uvloop: bool = setting(True, flag="--uvloop", meaning="use uvloop's event loop (about twice the throughput)")
     debug_address_leak_check: bool = setting(
         False, meaning="tests: scan every response to clients for a real broker address; count and log each")

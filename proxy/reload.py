@@ -306,5 +306,5 @@ class Reloads:
             connection.timeout = config.connect_timeout_seconds
             connection.request_timeout = config.control_request_timeout_seconds
         self._set_sasl(config.control_sasl)
-        apply_logging(config.log_level, config.log_format)
+        apply_logging(config.log_level, config.log_format, config.log_summary_interval_seconds)
 
