@@ -254,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if loaded is None:
         return 2
     config, warnings = loaded
-    _setup_logging(config.log_level, config.log_format)
+    _setup_logging(config.log_level, config.log_format, config.log_summary_interval_seconds)
     for warning in warnings:
         log.warning("configuration: %s", warning)
     loop_name = _install_loop(config.use_uvloop)
@@ -344,7 +344,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return 0
     from insync_proxy.proxy.preflight import check_connection  # loaded only here: `run` never needs it
 
-    _setup_logging(config.log_level, config.log_format)
+    _setup_logging(config.log_level, config.log_format, config.log_summary_interval_seconds)
     return 0 if check_connection(config, lambda line: print(line, flush=True)) else 1
 
 
@@ -507,7 +507,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         checked = _configuration(args, extra=upstream("127.0.0.1:9092"), logs=True)
         if checked is None:
             return 2
-        _setup_logging(checked[0].log_level, checked[0].log_format)
+        _setup_logging(checked[0].log_level, checked[0].log_format, checked[0].log_summary_interval_seconds)
         for warning in checked[1]:
             log.warning("configuration: %s", warning)
         return _demo(args, setup, upstream)

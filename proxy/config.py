@@ -18,6 +18,7 @@ from typing import Any
 
 from insync_proxy.proxy.broker_ports import DEFAULT_NODE_ID_RANGES
 from insync_proxy.proxy.budget import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_PER_CONNECTION_BYTES
+from insync_proxy.proxy.logs import SUMMARY_INTERVAL_SECONDS
 
 ENV_PREFIX = "INSYNC_PROXY_"
 #: Where every setting is described (generated from this module).
@@ -234,6 +235,14 @@ class ProxyConfig:
         meaning="at start, read every topic's min.insync.replicas once (batched) before /readyz turns ready, so the "
                 "first all-topics Metadata answer carries it for every topic; afterwards only the topics in use are "
                 "refreshed (false: start ready sooner, all-topics answers fill in as they are asked)")
+    # 1000: a sidecar serves one application, which uses a handful to tens of topics; 1000 leaves two orders
+    # of magnitude of room and still bounds what one proxy asks the brokers at the cap (6 Metadata of 1000
+    # topics and ~3,000 topic configs a minute: docs/performance.md, Fleet) and what it holds (a few KB a topic).
+    max_topics_in_use: int = setting(
+        1000, min=1, max=1_000_000, reloads=True,
+        meaning="at most this many topics in use are followed (ISR and min.insync.replicas refreshed ahead, "
+                "readiness events); a topic named beyond it is served but not followed until idle ones leave, "
+                "counted in insync_proxy_topics_not_followed_total")
     describe_configs_batch_topics: int = setting(
         500, min=1, max=10_000,
         meaning="topics per DescribeConfigs of the control connection (each waits "
@@ -246,6 +255,10 @@ class ProxyConfig:
     log_level: str = setting("INFO", choices=LOG_LEVELS, ignore_case=True, meaning="log level", reloads=True)
     log_format: str = setting("text", choices=LOG_FORMATS,
                               meaning="text, or json: one object a line (time, level, logger, message)", reloads=True)
+    log_summary_interval_seconds: float = setting(
+        SUMMARY_INTERVAL_SECONDS, min=0, min_exclusive=True, reloads=True,
+        meaning="a line a client or the cluster can repeat (bad input, a broker unreachable, a failed background "
+                "task, ...) is written once, then its repeats within this many seconds are one summary line")
     use_uvloop: bool = setting(True, flag="--uvloop", meaning="use uvloop's event loop (about twice the throughput)")
     debug_address_leak_check: bool = setting(
         False, meaning="tests: scan every response to clients for a real broker address; count and log each")

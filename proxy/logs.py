@@ -3,17 +3,19 @@
 A hostile or broken client can make the proxy say the same thing a million times (one bad frame per
 connection, reconnecting); a cluster in trouble can too (every client connection finds no broker). Each
 such line goes through a `RateLimitedLog` under a cause: the first line of a cause is written at once
-with everything it names; the same cause again within `SUMMARY_INTERVAL_SECONDS` is only counted, and
-once the interval is over one summary line says how many more there were and quotes the latest. A steady
-flood of one cause is thus two lines a minute, whatever its rate; a cause that goes quiet for an interval
-is written at once again the next time.
+with everything it names; the same cause again within the interval (`log_summary_interval_seconds`, 60 by
+default) is only counted, and once the interval is over one summary line says how many more there were and
+quotes the latest. A steady flood of one cause is thus two lines an interval, whatever its rate; a cause
+that goes quiet for an interval is written at once again the next time.
 
 Bad input (`report_bad_input`) is also counted, every time, in `insync_proxy_bad_input_total{listener,
 cause}`: the counter is exact, the log is bounded. A new kind of bad input gets a cause in
 `BAD_INPUT_CAUSES` (its label value, its log level) and a paragraph in docs/operations.md.
 
 The state is process-wide, as the log is: one per logger and cause, kept by the module that logs
-(``_repeated = RateLimitedLog(log)`` beside its ``log``). Nothing here runs on the data path's happy path.
+(``_repeated = RateLimitedLog(log)`` beside its ``log``). So is the interval: `set_summary_interval` (the
+logging setup at start, and a reload) gives it to every `RateLimitedLog` made without an interval of its
+own, those made already and those made later. Nothing here runs on the data path's happy path.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from insync_proxy.proxy.metrics import ProxyMetrics
 
-#: Seconds a cause's repeats are gathered into one summary line. To become a setting
-#: (`log_summary_interval_seconds`) once proxy/config.py takes new ones.
+#: Seconds a cause's repeats are gathered into one summary line, until `set_summary_interval` says otherwise:
+#: the default of the setting `log_summary_interval_seconds`.
 SUMMARY_INTERVAL_SECONDS: Final = 60.0
 
 # Bad-input causes: the `cause` label of insync_proxy_bad_input_total and the rate-limit key of their lines.
@@ -51,6 +53,8 @@ BAD_INPUT_CAUSES: Final[dict[str, int]] = {
 }
 
 _every: weakref.WeakSet[RateLimitedLog] = weakref.WeakSet()
+#: The process's interval (`log_summary_interval_seconds`), for every RateLimitedLog without one of its own.
+_summary_interval = SUMMARY_INTERVAL_SECONDS
 
 
 class _Cause:
@@ -71,11 +75,14 @@ class _Cause:
 class RateLimitedLog:
     """A logger's repeatable lines: per cause, the first at once, then at most one summary per interval."""
 
-    def __init__(self, logger: logging.Logger, interval: float = SUMMARY_INTERVAL_SECONDS,
+    def __init__(self, logger: logging.Logger, interval: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """`interval`: seconds a cause's repeats are gathered; `clock`: monotonic seconds (tests pass their own)."""
+        """`interval`: seconds a cause's repeats are gathered (None: the process's, `log_summary_interval_seconds`,
+        followed when it changes); `clock`: monotonic seconds (tests pass their own)."""
         self.logger = logger
-        self.interval = interval
+        #: False: an interval of its own, which `set_summary_interval` leaves alone.
+        self.follows_setting = interval is None
+        self.interval = _summary_interval if interval is None else interval
         self.clock = clock
         self._causes: dict[str, _Cause] = {}
         _every.add(self)
@@ -153,6 +160,23 @@ class RateLimitedLog:
         state.held = 0
         state.started = now
         state.until = now + self.interval
+
+
+def set_summary_interval(seconds: float) -> None:
+    """The process's summary interval (`log_summary_interval_seconds`): every RateLimitedLog without an interval
+    of its own takes it, for each cause's next window (a window under way ends when it was due to)."""
+    if not seconds > 0:
+        raise ValueError(f"a log summary interval must be above 0 seconds, not {seconds!r}")
+    global _summary_interval
+    _summary_interval = seconds
+    for repeated in list(_every):
+        if repeated.follows_setting:
+            repeated.interval = seconds
+
+
+def summary_interval() -> float:
+    """The process's summary interval now."""
+    return _summary_interval
 
 
 def flush_all() -> None:

@@ -1,4 +1,5 @@
-"""The proxy's logging: text or JSON lines on stderr, set up by `run` and changed live by a reload."""
+"""The proxy's logging: text or JSON lines on stderr, and the interval of the summaries of repeated lines
+(proxy/logs.py), set up by `run` and changed live by a reload."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import datetime
 import json
 import logging
 import sys
+
+from insync_proxy.proxy.logs import SUMMARY_INTERVAL_SECONDS, set_summary_interval
 
 #: Marks the handler `setup_logging` installed: a reload changes its format, and no one else's.
 _OURS = "_insync_proxy_handler"
@@ -33,8 +36,11 @@ def formatter(log_format: str) -> logging.Formatter:
     return JsonLogFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
 
 
-def setup_logging(level: str, log_format: str = "text") -> None:
-    """One handler on stderr for every logger, at `level`."""
+def setup_logging(level: str, log_format: str = "text",
+                  summary_interval_seconds: float = SUMMARY_INTERVAL_SECONDS) -> None:
+    """One handler on stderr for every logger, at `level`; repeated lines summarised every
+    `summary_interval_seconds` (`log_summary_interval_seconds`)."""
+    set_summary_interval(summary_interval_seconds)
     handler = logging.StreamHandler(sys.stderr)
     setattr(handler, _OURS, True)
     handler.setFormatter(formatter(log_format))
@@ -42,9 +48,10 @@ def setup_logging(level: str, log_format: str = "text") -> None:
     logging.getLogger("insync_proxy").setLevel(getattr(logging, level.upper(), logging.INFO))
 
 
-def apply_logging(level: str, log_format: str) -> None:
+def apply_logging(level: str, log_format: str, summary_interval_seconds: float = SUMMARY_INTERVAL_SECONDS) -> None:
     """A reload: the proxy's loggers take `level`; the handler `setup_logging` installed (if any) takes the
-    format and, with the root logger, the level."""
+    format and, with the root logger, the level; repeated lines take the summary interval from their next window."""
+    set_summary_interval(summary_interval_seconds)
     number = getattr(logging, level.upper(), logging.INFO)
     logging.getLogger("insync_proxy").setLevel(number)
     root = logging.getLogger()

@@ -361,7 +361,12 @@ class ProxyMetrics:
         )
         self.topics_in_use = Gauge(
             p + "topics_in_use", "Topics the proxy tracks: named by its clients' requests (Metadata of some topics, "
-            "Produce) within topic_idle_seconds", registry=r
+            "Produce) within topic_idle_seconds, at most max_topics_in_use", registry=r
+        )
+        self.topics_not_followed_total = Counter(
+            p + "topics_not_followed", "Topics clients named (each topic of a Metadata request, each Produce "
+            "partition) while max_topics_in_use were in use: served, but not followed (not refreshed ahead)",
+            registry=r,
         )
         self.control_requests_total = Counter(
             p + "control_requests", "Requests the proxy's control connection sent, by API (Metadata, "

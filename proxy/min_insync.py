@@ -4,6 +4,10 @@ topics in use (`TopicDemand`) that the proxy's control plane follows.
 - Demand-driven: only the topics the proxy's clients name in a request or produce to are refreshed
   ahead of expiry; each leaves that set after `topic_idle_seconds` untouched. A topic seen only in an
   all-topics answer is described when such an answer needs it and its entry is stale, never ahead.
+- Bounded: at most `max_topics_in_use` topics are followed. A client naming more (made-up names, or a
+  cluster's every topic one by one) gets its answers as before, enriched through the cache's miss path,
+  but the topics beyond the bound are not followed (not refreshed ahead, not in the proxy's own Metadata,
+  no readiness events): counted in insync_proxy_topics_not_followed_total, said once per log interval.
 - One batched DescribeConfigs for every topic a response needs that is not cached; concurrent
   misses for the same topic share one request. Batches hold at most `describe_configs_batch_topics`
   topics, and each waits `control_request_timeout_seconds` plus 2 ms per topic (control.py).
@@ -28,35 +32,49 @@ from typing import TYPE_CHECKING, Final
 
 from insync_proxy.protocol import ErrorCode
 from insync_proxy.proxy.background import report_failure
+from insync_proxy.proxy.logs import RateLimitedLog
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.control import ControlConnection
     from insync_proxy.proxy.metrics import ProxyMetrics
 
 log: Final = logging.getLogger("insync_proxy.min_insync")
+_repeated: Final = RateLimitedLog(log)
 
 CONFIG_KEY: Final = "min.insync.replicas"
 MAX_TOPICS_PER_REQUEST: Final = 500
 #: The first back-off after a failed DescribeConfigs of a topic (doubled per failure, up to the TTL).
 FIRST_BACKOFF_SECONDS: Final = 1.0
+#: The default of `max_topics_in_use` (proxy/config.py says why this number).
+DEFAULT_MAX_TOPICS_IN_USE: Final = 1000
+#: The rate-limit cause of the "not followed" line, named after the setting that lifts it.
+NOT_FOLLOWED_CAUSE: Final = "max_topics_in_use"
 
 
 class TopicDemand:
     """The topics in use: named by a client's request (Metadata of some topics, Produce), each until it has
-    gone `idle_seconds` untouched. What the proxy's own Metadata and min.insync.replicas refresh follow.
+    gone `idle_seconds` untouched, at most `max_topics` at once. What the proxy's own Metadata, the
+    min.insync.replicas refresh and the readiness sweep follow.
 
     `touch` is on the Produce path: a dict store, with the clock read only by `tick` (the refresh loop's)
-    and for a topic seen for the first time, which calls `on_new` (start tracking it now).
+    and for a topic seen for the first time, which calls `on_new` (start tracking it now). With `max_topics`
+    followed already, a new topic is not taken in: `on_not_followed` hears of it (each time it is named),
+    and it is served without being followed until idleness frees room.
     """
 
-    def __init__(self, idle_seconds: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, idle_seconds: float = 600.0, clock: Callable[[], float] = time.monotonic,
+                 max_topics: int = DEFAULT_MAX_TOPICS_IN_USE) -> None:
         self.idle_seconds = idle_seconds
         self.clock = clock
         self.now = clock()
+        #: At most this many topics are followed at once (`max_topics_in_use`).
+        self.max_topics = max_topics
         #: topic -> when a client last named it (to `tick`'s resolution).
         self.last_used: dict[str, float] = {}
         #: Called with each topic the moment it comes into use (start following it).
         self.on_new: list[Callable[[str], None]] = []
+        #: Called with a topic a client named while `max_topics` were followed already (count it, say so).
+        self.on_not_followed: list[Callable[[str], None]] = []
 
     def touch(self, topic: str) -> None:
         """A client named this topic (a Metadata request for it, a Produce to it)."""
@@ -64,10 +82,26 @@ class TopicDemand:
         if topic in last_used:
             last_used[topic] = self.now
             return
+        if len(last_used) >= self.max_topics:
+            for not_followed in self.on_not_followed:
+                not_followed(topic)
+            return
         self.now = self.clock()
         last_used[topic] = self.now
         for on_new in self.on_new:
             on_new(topic)
+
+    def set_max_topics(self, max_topics: int) -> list[str]:
+        """A new bound (a reload). Lowered below the topics followed now: the least recently named leave at
+        once (returned), so that the set never holds more than its bound."""
+        self.max_topics = max_topics
+        excess = len(self.last_used) - max_topics
+        if excess <= 0:
+            return []
+        oldest = sorted(self.last_used, key=self.last_used.__getitem__)[:excess]
+        for topic in oldest:
+            del self.last_used[topic]
+        return oldest
 
     def tick(self) -> list[str]:
         """Advance the clock; the topics that went idle leave the set (returned)."""
@@ -116,6 +150,7 @@ class MinInsyncCache:
         #: topic -> (monotonic time before which it is not asked again, the back-off that led there)
         self._backoff: dict[str, tuple[float, float]] = {}
         self.demand.on_new.append(self._topic_in_use)
+        self.demand.on_not_followed.append(self._topic_not_followed)
         #: One WARNING for the proxy's principal lacking DESCRIBE_CONFIGS, not one per topic or per refresh.
         self._warned_unauthorized = False
         self._refresh_task: asyncio.Task[None] | None = None
@@ -167,6 +202,17 @@ class MinInsyncCache:
             except RuntimeError:
                 return  # no loop (a synchronous test): the refresh loop picks it up
             self.fetch([topic])
+
+    def _topic_not_followed(self, topic: str) -> None:
+        """A client named a topic while `max_topics_in_use` were followed: counted, said once per interval."""
+        self.metrics.topics_not_followed_total.inc()
+        _repeated.warning(
+            NOT_FOLLOWED_CAUSE,
+            "%d topics are in use, the bound of max_topics_in_use: topic %.120r is served but not followed (its "
+            "ISR and min.insync.replicas are read on demand, not refreshed ahead; no readiness events) until "
+            "topics idle for topic_idle_seconds make room; raise max_topics_in_use if this client really uses "
+            "that many topics (insync_proxy_topics_not_followed_total counts every such naming)",
+            len(self.demand), topic)
 
     def fetch(self, topics: list[str]) -> asyncio.Future[None]:
         """Start (or join) DescribeConfigs for the topics; the future completes when all are in.

@@ -3,8 +3,10 @@
 Audit events: `isr_change` whenever the view of a partition's ISR or leader changes, `partition_readiness`
 when a partition turns unready (ISR below min) or ready again. The `partitions_below_min_isr` gauge is
 counted at each sweep (after the proxy's own periodic Metadata). All three cover the topics in use (those
-the proxy's clients name, proxy/min_insync.py `TopicDemand`), not every partition of the cluster: the
-proxy follows only those.
+the proxy's clients name, proxy/min_insync.py `TopicDemand`, at most `max_topics_in_use`), not every
+partition of the cluster: the proxy follows only those. A partition of another topic that reaches the view
+(a hide_unready_partitions listener learns every topic of an answer; a leader's error re-reads its topic)
+is no event and is not kept here.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class PartitionReadiness:
     def _isr_changed(self, topic: str, partition: int, old: PartitionState | None, new: PartitionState) -> None:
         """An `isr_change` audit event whenever the proxy's view of a partition's ISR or leader changes."""
         assert self.audit is not None
+        if topic not in self.min_insync.demand:
+            return  # not followed: not in use, or named beyond max_topics_in_use
         self.audit.emit(isr_change_event(topic, partition, len(new.isr),
                                          effective_min_isr(self.min_insync.peek(topic), len(new.replicas)),
                                          new.leader_id))

@@ -293,6 +293,7 @@ class Reloads:
                 behaviour.every_request = config.audit.detail == "every_request" and proxy.audit is not None
         proxy.min_insync.ttl = config.min_insync_ttl_seconds
         proxy.min_insync.miss_wait = config.min_insync_miss_wait_ms / 1000
+        proxy.min_insync.demand.set_max_topics(config.max_topics_in_use)
         proxy.metadata.interval_seconds = config.metadata_refresh_seconds
         if proxy.summaries is not None:
             proxy.summaries.interval_seconds = config.audit.interval_seconds
@@ -305,5 +306,5 @@ class Reloads:
             connection.timeout = config.connect_timeout_seconds
             connection.request_timeout = config.control_request_timeout_seconds
         self._set_sasl(config.control_sasl)
-        apply_logging(config.log_level, config.log_format)
+        apply_logging(config.log_level, config.log_format, config.log_summary_interval_seconds)
 

@@ -42,7 +42,7 @@ from insync_proxy.devcluster.distribution import (
     selected_version,
 )
 from insync_proxy.proxy.compiled import compiled_modules, describe
-from insync_proxy.proxy.logs import forget_all
+from insync_proxy.proxy.logs import SUMMARY_INTERVAL_SECONDS, forget_all, set_summary_interval
 from tests import jvm_census
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
@@ -380,8 +380,9 @@ def topic_name() -> str:
 @pytest.fixture(autouse=True)
 def _quiet_log_windows() -> None:
     """Every test starts from a quiet log: a line an earlier test said is not held back as its repeat
-    (proxy/logs.py keeps its windows per process)."""
+    (proxy/logs.py keeps its windows per process), at the default interval (a reload test may change it)."""
     forget_all()
+    set_summary_interval(SUMMARY_INTERVAL_SECONDS)
 
 
 

@@ -12,6 +12,7 @@ import struct
 import pytest
 
 from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
+from insync_proxy.proxy.config_loader import load_config
 from insync_proxy.proxy.connection import ClientConnection, ConnectionSettings
 from insync_proxy.proxy.core import NoObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry
@@ -21,10 +22,15 @@ from insync_proxy.proxy.logs import (
     BROKER_CLOSED,
     OVERSIZED_FRAME,
     REFUSED_CONNECTION,
+    SUMMARY_INTERVAL_SECONDS,
     RateLimitedLog,
+    _bad_input_log,
     flush_all,
     report_bad_input,
+    set_summary_interval,
+    summary_interval,
 )
+from insync_proxy.proxy.logsetup import setup_logging
 from insync_proxy.proxy.metrics import ProxyMetrics
 from tests.unit.test_connection_core import LISTENER
 
@@ -103,6 +109,43 @@ def test_a_line_below_the_loggers_level_costs_no_window(caplog: pytest.LogCaptur
     repeated.log("chatty", logging.INFO, "not written")
     repeated.flush()
     assert messages(caplog) == []
+
+
+def test_the_interval_is_log_summary_interval_seconds_for_every_limiter_made_without_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    clock = Clock()
+    # Given a limiter made before the setting is applied, one made after, and one with an interval of its own
+    before = RateLimitedLog(logger, clock=clock)
+    assert before.interval == SUMMARY_INTERVAL_SECONDS == summary_interval()
+    config = load_config(None, env={"INSYNC_PROXY_BOOTSTRAP_SERVERS": "k:1",
+                                    "INSYNC_PROXY_LOG_SUMMARY_INTERVAL_SECONDS": "5"})
+    # When the logging is set up with the configuration (as `run` does; the test's own handlers back afterwards)
+    root, ours = logging.getLogger(), logging.getLogger("insync_proxy")
+    handlers, level, our_level = list(root.handlers), root.level, ours.level
+    try:
+        setup_logging(config.log_level, config.log_format, config.log_summary_interval_seconds)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        ours.setLevel(our_level)
+    after = RateLimitedLog(logger, clock=clock)
+    own = RateLimitedLog(logger, interval=60, clock=clock)
+    # Then the process's limiters take 5 s (those of the proxy's modules too), the one with its own keeps it
+    assert (before.interval, after.interval, own.interval, summary_interval()) == (5.0, 5.0, 60.0, 5.0)
+    assert _bad_input_log.interval == 5.0
+    # And the limiter uses it: the repeats of 5 s are summarised at the first line after them
+    for i in range(3):
+        before.warning("cause", "line %d", i)
+        clock.now += 1
+    assert messages(caplog) == ["line 0"]
+    clock.now = 1000.0 + 5
+    before.warning("cause", "line %d", 3)
+    assert messages(caplog)[1].startswith("2 more like this (cause) in the last 5s; the latest: line 2")
+    # And a value that is not above 0 is refused
+    with pytest.raises(ValueError, match="above 0"):
+        set_summary_interval(0)
 
 
 async def test_on_an_event_loop_the_summary_comes_when_the_interval_ends_without_another_line(

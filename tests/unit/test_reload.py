@@ -30,6 +30,7 @@ from insync_proxy.proxy.config import (
 )
 from insync_proxy.proxy.config_reference import reference_markdown
 from insync_proxy.proxy.config_schema import schema
+from insync_proxy.proxy.logs import summary_interval
 from insync_proxy.proxy.logsetup import log_format_in_use, setup_logging
 from insync_proxy.proxy.reload import merge
 from insync_proxy.proxy.server import InsyncProxy
@@ -296,8 +297,10 @@ CHANGES: dict[str, Change] = {
     "min_insync_miss_wait_ms": (lambda f: 3.0, lambda p: p.min_insync.miss_wait * 1000),
     "metadata_refresh_seconds": (lambda f: 3.0, lambda p: p.metadata.interval_seconds),
     "topic_label_limit": (lambda f: 3, lambda p: p.metrics.topic.limit),
+    "max_topics_in_use": (lambda f: 3, lambda p: p.min_insync.demand.max_topics),
     "log_level": (lambda f: "DEBUG", lambda p: logging.getLevelName(logging.getLogger("insync_proxy").level)),
     "log_format": (lambda f: "json", lambda p: log_format_in_use()),
+    "log_summary_interval_seconds": (lambda f: 3.0, lambda p: summary_interval()),
 }
 #: What the probe shows for a changed value, when it is not the value itself.
 SHOWN: dict[str, Callable[[Any], Any]] = {
