@@ -44,3 +44,24 @@ def test_the_image_tests_run_in_one_group_apart_from_the_shared_cluster(tmp_path
     assert len(image) == 4, image
     assert set(image.values()) == {"image"}, image
     assert shared and all(group.startswith("kafka:") for group in shared), shared
+
+
+def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
+    """`./scripts/test`'s `--dist loadgroup` really keeps a group on one worker with the installed pytest and
+    pytest-xdist (pytest 9 with xdist 3.8 silently spread every group over the workers)."""
+    # Given three tests of one group that each record their worker, and one test of no group
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pytest\n"
+        "def record(name):\n"
+        "    with open(os.path.join(os.path.dirname(__file__), name), 'w') as out:\n"
+        "        out.write(os.environ['PYTEST_XDIST_WORKER'])\n"
+        + "".join(f"@pytest.mark.xdist_group('g')\ndef test_g{i}():\n    record('g{i}')\n" for i in range(3))
+        + "def test_alone():\n    record('alone')\n")
+    # When they run on two workers as the suite does
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                             "loadgroup", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # Then the group's three tests ran on the same worker
+    workers = {(tmp_path / f"g{i}").read_text() for i in range(3)}
+    assert len(workers) == 1, workers
