@@ -284,7 +284,7 @@ class ProxyMetrics:
         )
         self.background_task_failures_total = Counter(
             p + "background_task_failures", "Failed background work (cache fetches, refreshes), by task; "
-            "each failure is also logged as a WARNING, its repeats as one summary a minute", ["task"], registry=r,
+            "each failure is also logged as a WARNING, its repeats as one summary per log_summary_interval_seconds", ["task"], registry=r,
         )
 
         # Live reloads (proxy/reload.py): TLS material on its interval, the configuration on SIGHUP / POST /reload
