@@ -60,6 +60,7 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
     m.budget_paused_connections.set(rng.randint(0, 2))
     m.topics_in_use.set(len(TOPICS))
     m.topic_configs_read_total.inc(len(TOPICS))
+    m.topics_not_followed_total.inc(rng.randint(0, 1))
     for api in ("Metadata", "DescribeConfigs"):
         m.control_requests_total.labels(api).inc()
     m.partitions_hidden_total.inc(rng.randint(0, 1))
