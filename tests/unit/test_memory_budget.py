@@ -31,7 +31,7 @@ class FakeBuffer:
 
 
 def test_below_the_budget_nothing_is_held_back() -> None:
-    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=0)
     buffers = [FakeBuffer() for _ in range(3)]
     accounts = [budget.account(b) for b in buffers]
     for account in accounts:
@@ -41,7 +41,7 @@ def test_below_the_budget_nothing_is_held_back() -> None:
 
 
 def test_at_the_budget_the_connections_holding_bytes_stop_and_the_others_keep_flowing() -> None:
-    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=0)
     slow = [FakeBuffer() for _ in range(4)]
     slow_accounts = [budget.account(b) for b in slow]
     producer = FakeBuffer()
@@ -70,7 +70,7 @@ def test_at_the_budget_the_connections_holding_bytes_stop_and_the_others_keep_fl
 
 def test_a_read_for_every_buffer_not_held_counts_as_held_already() -> None:
     # Given 8 buffers that may each take a read of 16 KiB before they know they hold bytes
-    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=64 * KIB, read_bytes=16 * KIB)
+    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=16 * KIB)
     buffers = [FakeBuffer() for _ in range(8)]
     accounts = [budget.account(b) for b in buffers]
     assert not budget.exceeded  # 8 x 16 KiB in reserve
@@ -89,7 +89,7 @@ def test_a_read_for_every_buffer_not_held_counts_as_held_already() -> None:
 
 
 def test_closing_a_connection_gives_its_bytes_back() -> None:
-    budget = MemoryBudget(max_bytes=10 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=10 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=0)
     buffer = FakeBuffer()
     account = budget.account(buffer)
     account.update(20 * KIB)
@@ -102,7 +102,7 @@ def test_closing_a_connection_gives_its_bytes_back() -> None:
 
 
 def test_refresh_measures_buffers_that_drained_without_a_callback() -> None:
-    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=0)
     buffer = FakeBuffer()
     account = budget.account(buffer)
     buffer.size = 30 * KIB
@@ -186,7 +186,7 @@ def _buffer(settings: ConnectionSettings) -> tuple[FakeTransport, Source, WriteB
 
 
 def test_the_adapter_stops_a_slow_reader_at_the_budget_and_resumes_it_when_it_read_everything() -> None:
-    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=128 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=128 * KIB, min_read_bytes=0)
     settings = _settings(budget)
     slow = [_buffer(settings) for _ in range(3)]
     # Each buffer's ceiling is the per-connection one
@@ -218,7 +218,7 @@ def test_the_adapter_stops_a_slow_reader_at_the_budget_and_resumes_it_when_it_re
 
 
 def test_a_buffer_emptied_at_once_costs_the_budget_nothing() -> None:
-    budget = MemoryBudget(max_bytes=64 * KIB, per_connection_bytes=32 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=64 * KIB, per_connection_bytes=32 * KIB, min_read_bytes=0)
     armed: list[bool] = []
     settings = _settings(budget, armed)
     transport, source, buffer = _buffer(settings)
