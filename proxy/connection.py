@@ -318,14 +318,13 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.close()
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read of the client goes: the process's read buffer, as much as the budget allows."""
         return self._reads.get()
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self._reads.take(nbytes))
-
-    def data_received(self, data: bytes) -> None:
-        """Bytes from the client (a copy of one read)."""
-        self._bytes_in.inc(len(data))
+        """Bytes from the client, copied out of the read buffer at once."""
+        data = self._reads.take(nbytes)
+        self._bytes_in.inc(nbytes)
         if self.upstream is None:
             # uvloop may deliver bytes before pause_reading() in connection_made takes effect.
             self._early.append(data)
@@ -402,15 +401,13 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             _write(self.transport, data, self._bytes_out, self.write_buffer)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read of the broker goes: the process's read buffer, as much as the budget allows."""
         return self._reads.get()
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self._reads.take(nbytes))
-
-    def data_received(self, data: bytes) -> None:
-        """Bytes from the broker (a copy of one read)."""
-        self._bytes_in.inc(len(data))
-        self.client.core.receive_upstream_data(data)
+        """Bytes from the broker, copied out of the read buffer at once."""
+        self._bytes_in.inc(nbytes)
+        self.client.core.receive_upstream_data(self._reads.take(nbytes))
 
     def pause_writing(self) -> None:
         self.client.upstream_paused_writing()
