@@ -11,12 +11,15 @@ producer whose responses leave at once, a consumer that keeps up) keep flowing: 
 connections that hold bytes, the slow ones, not everyone.
 
 A buffer learns it holds bytes only after a write its socket did not take whole, i.e. after its source
-was read: every buffer not held may still take one read (`read_bytes`, the event loop's read size). The
-budget counts that read for each of them as held already, so what the process holds stays within
-`max_bytes` however many connections turn slow at once, as long as those reads fit in it. With more
-connections than that (two buffers each: 128 connections at 64 MiB) the budget is reached from the
-start: a buffer is held as soon as it holds anything (a reader that keeps up drains it at once and reads
-on), and the process holds at most the remainder of one read per buffer.
+was read: every buffer not held may still take one read. So the budget also sizes every read of a socket
+(`read_size`, asked by the adapter before each read): a whole read (`read_bytes`, 256 KiB) while the budget
+has room for it beyond a smallest read (`min_read_bytes`, 16 KiB) in reserve for every other buffer not
+held; then the room left, and never less than `min_read_bytes`. The reserve is counted as held already, so
+what the process holds stays within `max_bytes` however many connections turn slow at once, as long as
+their smallest reads fit in it (two buffers a connection: 2,048 connections at 64 MiB). With more than
+that, or connections opened after the budget was reached, each buffer not held may still take one
+smallest read: the process holds at most the budget plus `min_read_bytes` for each of them, whatever the
+event loop's own read size.
 """
 
 from __future__ import annotations
@@ -28,15 +31,20 @@ DEFAULT_MAX_BUFFERED_BYTES: Final = 64 * 1024 * 1024
 #: One write buffer's ceiling: `max_buffered_bytes_per_connection`'s default (the high-water mark of
 #: both write buffers of a connection).
 DEFAULT_PER_CONNECTION_BYTES: Final = 4 * 1024 * 1024
-#: What one read of the event loop may bring into a buffer (uvloop and asyncio read up to 256 KiB).
+#: A whole read, while the budget has room for it (the event loops' own read size: uvloop and asyncio read up
+#: to 256 KiB): fewer, larger reads cost less CPU per byte.
 READ_BYTES: Final = 256 * 1024
+#: The smallest read, once the budget is tight: what every buffer not held keeps in reserve. Small against a
+#: whole read (the overshoot past the budget is this per connection at most), large enough that a 16 KiB
+#: Produce request still takes a read or two.
+MIN_READ_BYTES: Final = 16 * 1024
 
 
 #: What the process takes besides its write buffers (interpreter, event loop, metrics, caches, connection
 #: state; measured: 34-40 MiB idle), with room to spare: the first term of `memory_limit_bytes`.
 PROCESS_BYTES: Final = 64 * 1024 * 1024
-#: Beyond the budget: a read left in the buffer of each connection still reading when the budget was
-#: reached, and frames the core reassembles for behaviours (Metadata answers, Produce requests).
+#: Beyond the budget: a smallest read left in the buffer of each connection still reading when the budget
+#: was reached, and frames the core reassembles for behaviours (Metadata answers, Produce requests).
 OVERSHOOT_BYTES: Final = 32 * 1024 * 1024
 
 
@@ -63,12 +71,15 @@ class MemoryBudget:
     """The process's write buffers: what they hold together, and which are held back by the budget."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
-                 per_connection_bytes: int = DEFAULT_PER_CONNECTION_BYTES, read_bytes: int = READ_BYTES) -> None:
+                 per_connection_bytes: int = DEFAULT_PER_CONNECTION_BYTES, read_bytes: int = READ_BYTES,
+                 min_read_bytes: int = MIN_READ_BYTES) -> None:
         """`max_bytes`: the process-wide budget; `per_connection_bytes`: one write buffer's ceiling;
-        `read_bytes`: what one read may bring into a buffer not held (counted for each as held already)."""
+        `read_bytes`: a whole read of a socket; `min_read_bytes`: the smallest read once the budget is tight,
+        which every buffer not held keeps in reserve (counted as held already)."""
         self.max_bytes = max_bytes
         self.per_connection_bytes = per_connection_bytes
         self.read_bytes = read_bytes
+        self.min_read_bytes = min_read_bytes
         #: Accounts open (two per connection once its broker connection is open).
         self.accounts = 0
         #: Bytes held by every account, as last reported.
@@ -85,9 +96,20 @@ class MemoryBudget:
 
     @property
     def exceeded(self) -> bool:
-        """The process holds the whole budget, a read for each buffer not held counted in: any account that
-        holds more is held back."""
-        return self.buffered + self.read_bytes * (self.accounts - self.paused) >= self.max_bytes
+        """The process holds the whole budget, a smallest read for each buffer not held counted in: any
+        account that holds more is held back."""
+        return self.buffered + self.min_read_bytes * (self.accounts - self.paused) >= self.max_bytes
+
+    def read_size(self) -> int:
+        """Bytes the next read of a socket may bring (its buffer is not held, or its source would not read):
+        a whole read while the budget has room for it beyond the reserve of every other buffer not held,
+        then the room left beside that reserve, at least `min_read_bytes`. A read never takes more than the
+        budget has left unless it is a smallest one, so the sum stays within `max_bytes` while the reserve fits.
+        """
+        room = self.max_bytes - self.buffered - self.min_read_bytes * (self.accounts - self.paused - 1)
+        if room >= self.read_bytes:
+            return self.read_bytes
+        return room if room > self.min_read_bytes else self.min_read_bytes
 
     def refresh(self) -> bool:
         """Measure again the accounts that held bytes: a buffer drains without telling (below its low-water

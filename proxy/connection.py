@@ -4,6 +4,7 @@ Low-level asyncio protocols (not streams): fewer copies and task switches per fr
 connection gets its own upstream connection to the broker its listener stands for, so per-connection
 broker state (SASL, throttling, sessions) stays as the client set it up. Ordering, correlation,
 local and merged answers live in proxy/core.py; this module moves bytes, flow control and lifecycle.
+Both sides are buffered protocols: the memory budget sizes every read (`ReadBuffer`).
 """
 
 from __future__ import annotations
@@ -63,10 +64,13 @@ class ConnectionSettings:
     #: Runs a callback later (the running loop's call_later; a unit test without a loop records it instead).
     call_later: Callable[[float, Callable[[], None]], None] = _call_later
     _refresh_armed: bool = field(default=False, init=False, repr=False)
+    #: Where every socket read lands, sized by the budget (set in __post_init__: it needs the budget).
+    reads: ReadBuffer = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._refresh_armed = False  # set here too: compiled, an init=False field's default is not applied
         budget = self.budget
+        self.reads = ReadBuffer(budget)
         self.metrics.buffered_bytes.set_function(lambda: budget.buffered)
         self.metrics.budget_paused_connections.set_function(lambda: budget.paused)
 
@@ -81,6 +85,30 @@ class ConnectionSettings:
         self._refresh_armed = False
         if self.budget.refresh():
             self.refresh_budget_soon()
+
+
+class ReadBuffer:
+    """The process's one read buffer: every read of a socket lands in it, as large as the memory budget allows
+    (`MemoryBudget.read_size`), and is copied out before the next read. The event loop reads one socket at a
+    time and hands each read over at once (buffer_updated), so one buffer serves every connection; the copy
+    is the one uvloop makes of its own read buffer for a plain protocol, and it is exactly the bytes read,
+    so a write buffer holding part of it keeps no more alive than the read."""
+
+    __slots__ = ("budget", "view", "whole")
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.budget = budget
+        self.whole = budget.read_bytes
+        self.view = memoryview(bytearray(self.whole))
+
+    def get(self) -> memoryview:
+        """Where the next read goes (the protocol's get_buffer): all of it, or its start when the budget is tight."""
+        size = self.budget.read_size()
+        return self.view if size >= self.whole else self.view[:size]
+
+    def take(self, nbytes: int) -> bytes:
+        """The bytes just read (the protocol's buffer_updated), before the buffer is read into again."""
+        return self.view[:nbytes].tobytes()
 
 
 class OpenConnections:
@@ -140,7 +168,7 @@ def _write(transport: Any, data: tuple[Frame, ...], counter: Any, buffer: WriteB
         buffer.written()
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(asyncio.BufferedProtocol):
     """Client side: feeds the core, carries out its actions, opens the upstream connection."""
 
     def __init__(
@@ -168,6 +196,7 @@ class ClientConnection(asyncio.Protocol):
         self._bytes_out = metrics.network_bytes_total.labels("client_out")
         self._connect_task: asyncio.Task[None] | None = None
         self._early: list[bytes] = []
+        self._reads = settings.reads
 
     @property
     def pending(self) -> int:
@@ -288,8 +317,14 @@ class ClientConnection(asyncio.Protocol):
         self._metrics.client_connection_errors_total.labels(self.listener.name, "upstream_unreachable").inc()
         self.close()
 
-    def data_received(self, data: bytes) -> None:
-        self._bytes_in.inc(len(data))
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read of the client goes: the process's read buffer, as much as the budget allows."""
+        return self._reads.get()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """Bytes from the client, copied out of the read buffer at once."""
+        data = self._reads.take(nbytes)
+        self._bytes_in.inc(nbytes)
         if self.upstream is None:
             # uvloop may deliver bytes before pause_reading() in connection_made takes effect.
             self._early.append(data)
@@ -339,7 +374,7 @@ class ClientConnection(asyncio.Protocol):
             self.close()
 
 
-class UpstreamConnection(asyncio.Protocol):
+class UpstreamConnection(asyncio.BufferedProtocol):
     """Broker side of one client connection: hands the broker's bytes to the client's core."""
 
     def __init__(self, client: ClientConnection, label: str, settings: ConnectionSettings) -> None:
@@ -353,6 +388,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._metrics = metrics
         self._bytes_in = metrics.network_bytes_total.labels("upstream_in")
         self._bytes_out = metrics.network_bytes_total.labels("upstream_out")
+        self._reads = settings.reads
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -364,9 +400,14 @@ class UpstreamConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             _write(self.transport, data, self._bytes_out, self.write_buffer)
 
-    def data_received(self, data: bytes) -> None:
-        self._bytes_in.inc(len(data))
-        self.client.core.receive_upstream_data(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read of the broker goes: the process's read buffer, as much as the budget allows."""
+        return self._reads.get()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """Bytes from the broker, copied out of the read buffer at once."""
+        self._bytes_in.inc(nbytes)
+        self.client.core.receive_upstream_data(self._reads.take(nbytes))
 
     def pause_writing(self) -> None:
         self.client.upstream_paused_writing()

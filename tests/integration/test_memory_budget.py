@@ -4,7 +4,7 @@ figures at the default budget come from benchmarks/budget_bench.py)."""
 from __future__ import annotations
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
-from insync_proxy.proxy.budget import READ_BYTES
+from insync_proxy.proxy.budget import MIN_READ_BYTES
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.slow_consumers import (
@@ -18,8 +18,9 @@ from tests.slow_consumers import (
 )
 
 #: Small, so the test runs quickly: 40 connections x 8 pipelined 1 MiB Fetches would otherwise leave the
-#: proxy holding about 40 x 4 MiB (each connection's write buffer up to its ceiling). With 40 connections
-#: a read in reserve for each buffer is more than the budget: each is held as soon as it holds bytes.
+#: proxy holding about 40 x 4 MiB (each connection's write buffer up to its ceiling). A smallest read in
+#: reserve for each of their 80 buffers (1.25 MiB) fits in it: the first to turn slow fill the budget, and
+#: reads shrink to what it has left.
 BUDGET = 4 * MIB
 CONNECTIONS = 40
 FETCHES = 8
@@ -51,10 +52,10 @@ def test_slow_consumers_are_held_to_the_budget_a_producer_beside_them_keeps_flow
         during = produce_round_trips(producer, produced, 40)
         assert p50(during) <= 3 * p50(normal) + 0.05, (p50(normal), p50(during))
         assert max(during) < 2.0, during
-        # And the proxy holds no more than the budget, or a read for each connection when that is more (here:
-        # each was held at its first bytes), and its RSS grew by less than the budget + 32 MiB
+        # And the proxy holds no more than the budget and a smallest read for each buffer opened after it was
+        # reached (reads are sized by the budget), and its RSS grew by less than the budget + 32 MiB
         buffered = proxy.metric("insync_proxy_buffered_bytes")
-        assert 0 < buffered <= max(BUDGET, CONNECTIONS * READ_BYTES), buffered
+        assert 0 < buffered <= BUDGET + 2 * CONNECTIONS * MIN_READ_BYTES, buffered
         growth = (memory_kib(proxy.pid)["VmHWM"] - before) * 1024
         assert growth <= BUDGET + 32 * MIB, f"RSS grew by {growth / MIB:.1f} MiB"
         # And afterwards every answer is read whole, in order

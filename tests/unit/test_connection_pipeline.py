@@ -7,6 +7,8 @@ tests/integration.
 from __future__ import annotations
 
 import asyncio
+import random
+import socket
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -32,7 +34,9 @@ from insync_proxy.protocol.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
+from insync_proxy.proxy.budget import MIN_READ_BYTES, MemoryBudget
 from insync_proxy.proxy.config import AuditConfig, ListenerConfig, ProxyConfig
+from insync_proxy.proxy.connection import ReadBuffer
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base
 
@@ -97,6 +101,7 @@ class FakeBroker:
 
 
 async def _start(broker: FakeBroker, miss_wait_ms: float = 2000) -> InsyncProxy:
+    """The proxy in this event loop, in front of `broker`."""
     config = ProxyConfig(
         bootstrap_servers=(f"127.0.0.1:{broker.port}",),
         listeners=(ListenerConfig(bootstrap_port=0, broker_port_base=free_port_base()),),
@@ -196,3 +201,84 @@ def _kind(fault: str) -> str:
 class _Raw(bytes):
     """A response whose bytes already carry their own (possibly broken) framing."""
 
+
+
+KIB = 1024
+
+
+class RecordingBudget(MemoryBudget):
+    """The memory budget, keeping the size of every read it allowed."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes)
+        self.reads: list[int] = []
+
+    def read_size(self) -> int:
+        size = super().read_size()
+        self.reads.append(size)
+        return size
+
+
+def _event_loops() -> list[object]:
+    loops: list[object] = [pytest.param(asyncio.new_event_loop, id="asyncio")]
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return loops
+    return [*loops, pytest.param(uvloop.new_event_loop, id="uvloop")]
+
+
+@pytest.mark.parametrize("new_loop", _event_loops())
+def test_reads_sized_by_the_memory_budget_carry_large_answers_whole_on_each_event_loop(
+    new_loop: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(_large_answers_through_budget_sized_reads())
+
+
+async def _large_answers_through_budget_sized_reads() -> None:
+    broker = FakeBroker()
+    await broker.start()
+    answer = random.Random(29).randbytes(3 * 1024 * KIB)
+
+    async def large(key: int, version: int, correlation_id: int, frame: bytes) -> bytes:
+        return struct.pack(">i", correlation_id) + answer
+
+    broker.script = large
+    proxy = await _start(broker)
+    # A budget of 128 KiB: no read is whole (256 KiB); the proxy's reads are recorded
+    budget = RecordingBudget(128 * KIB)
+    proxy.connection_settings.budget = budget
+    proxy.connection_settings.reads = ReadBuffer(budget)
+    try:
+        # Given a slow consumer (small receive buffer) that pipelines 3 requests of 3 MiB answers, reading nothing
+        slow_socket = socket.socket()
+        slow_socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * KIB)
+        slow_socket.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(slow_socket, ("127.0.0.1", proxy.bootstrap_port))
+        slow_reader, slow_writer = await asyncio.open_connection(sock=slow_socket, limit=4 * 1024 * KIB)
+        for correlation_id in (1, 2, 3):
+            slow_writer.write(_request(ApiKey.LIST_OFFSETS, 1, correlation_id, b"\x00" * 8))
+        # Then the budget holds it back, within the budget and a smallest read for each of its 2 buffers
+        for _ in range(3000):  # up to 30 s
+            if budget.paused:
+                break
+            await asyncio.sleep(0.01)
+        assert budget.paused == 1
+        assert budget.buffered <= budget.max_bytes + 2 * MIN_READ_BYTES
+        # And a consumer beside it reads its answer whole, in reads no larger than the budget allows
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.bootstrap_port)
+        writer.write(_request(ApiKey.LIST_OFFSETS, 1, 9, b"\x00" * 8))
+        async with asyncio.timeout(30):
+            assert await _read_frame(reader) == struct.pack(">i", 9) + answer
+            # And the slow consumer, reading at last, gets its 3 answers whole and in order
+            for correlation_id in (1, 2, 3):
+                assert await _read_frame(slow_reader) == struct.pack(">i", correlation_id) + answer
+        assert budget.reads and all(MIN_READ_BYTES <= size <= 128 * KIB for size in budget.reads)
+        assert len(budget.reads) >= 4 * len(answer) // (128 * KIB)
+        writer.close()
+        slow_writer.close()
+    finally:
+        await proxy.stop(drain_timeout=1)
+        assert broker.server is not None
+        broker.server.close()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-from insync_proxy.proxy.budget import MemoryBudget
-from insync_proxy.proxy.connection import ConnectionSettings, WriteBuffer
+from insync_proxy.proxy.budget import MIN_READ_BYTES, READ_BYTES, MemoryBudget
+from insync_proxy.proxy.connection import ConnectionSettings, ReadBuffer, WriteBuffer
 from insync_proxy.proxy.core import NoObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry
 from insync_proxy.proxy.metrics import ProxyMetrics
@@ -31,7 +32,7 @@ class FakeBuffer:
 
 
 def test_below_the_budget_nothing_is_held_back() -> None:
-    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=0)
     buffers = [FakeBuffer() for _ in range(3)]
     accounts = [budget.account(b) for b in buffers]
     for account in accounts:
@@ -41,7 +42,7 @@ def test_below_the_budget_nothing_is_held_back() -> None:
 
 
 def test_at_the_budget_the_connections_holding_bytes_stop_and_the_others_keep_flowing() -> None:
-    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=0)
     slow = [FakeBuffer() for _ in range(4)]
     slow_accounts = [budget.account(b) for b in slow]
     producer = FakeBuffer()
@@ -70,7 +71,7 @@ def test_at_the_budget_the_connections_holding_bytes_stop_and_the_others_keep_fl
 
 def test_a_read_for_every_buffer_not_held_counts_as_held_already() -> None:
     # Given 8 buffers that may each take a read of 16 KiB before they know they hold bytes
-    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=64 * KIB, read_bytes=16 * KIB)
+    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=16 * KIB)
     buffers = [FakeBuffer() for _ in range(8)]
     accounts = [budget.account(b) for b in buffers]
     assert not budget.exceeded  # 8 x 16 KiB in reserve
@@ -88,8 +89,89 @@ def test_a_read_for_every_buffer_not_held_counts_as_held_already() -> None:
     assert budget.buffered <= budget.max_bytes
 
 
+def test_reads_are_whole_while_the_budget_has_room_then_the_room_left_never_below_the_smallest() -> None:
+    budget = MemoryBudget(max_bytes=1024 * KIB, per_connection_bytes=1024 * KIB, read_bytes=256 * KIB,
+                          min_read_bytes=16 * KIB)
+    buffers = [FakeBuffer() for _ in range(8)]
+    accounts = [budget.account(b) for b in buffers]
+    # Given a budget with room for a whole read beside a smallest one in reserve for the 7 other buffers
+    assert budget.read_size() == 256 * KIB
+    accounts[0].update(600 * KIB)
+    assert budget.read_size() == 256 * KIB  # 1024 - 600 - 7 x 16 = 312 KiB left
+    # When the room left beside the reserve is less than a whole read, a read takes that room
+    accounts[1].update(150 * KIB)
+    assert not buffers[1].held_back
+    assert budget.read_size() == (1024 - 750 - 7 * 16) * KIB
+    # And once the budget is reached (reserve counted in) the next buffer holding bytes is held (its reserve
+    # is no longer needed), and reads take what is left, or a smallest read
+    accounts[2].update(150 * KIB)
+    assert buffers[2].held_back
+    assert budget.read_size() == (1024 - 900 - 6 * 16) * KIB
+    accounts[3].update(30 * KIB)
+    assert buffers[3].held_back
+    assert budget.read_size() == 16 * KIB
+    # And when the slow readers took their bytes, reads are whole again
+    for account in accounts[:4]:
+        account.update(0)
+    assert budget.read_size() == 256 * KIB and budget.paused == 0
+
+
+def test_an_idle_proxy_with_many_connections_reads_whole() -> None:
+    # 1,000 connections (two buffers each) holding nothing: the reserve is 1,000 x 2 x 16 KiB of 64 MiB
+    budget = MemoryBudget()
+    for _ in range(2000):
+        budget.account(FakeBuffer())
+    assert budget.read_size() == READ_BYTES and not budget.exceeded
+
+
+def _turn_slow_at_once(budget: MemoryBudget, buffers: list[FakeBuffer], seed: int) -> int:
+    """Every buffer's source reads, in a random order, what `read_size` allows; its reader takes a random part
+    or nothing, until every buffer is held. Returns the most the budget held at any time."""
+    rng = random.Random(seed)
+    accounts = [budget.account(b) for b in buffers]
+    most = 0
+    while not all(b.held_back for b in buffers):
+        for i in rng.sample(range(len(buffers)), len(buffers)):
+            if buffers[i].held_back:
+                continue
+            read = budget.read_size()
+            assert MIN_READ_BYTES <= read <= READ_BYTES
+            buffers[i].size += read - rng.choice((0, 0, rng.randrange(read)))  # what its socket did not take
+            accounts[i].update(buffers[i].size)
+            most = max(most, budget.buffered)
+    return most
+
+
+def test_however_many_buffers_turn_slow_at_once_reads_sized_by_the_budget_keep_it_within_the_budget() -> None:
+    # Given 100 buffers with a smallest read each in reserve (1.6 MiB of 4 MiB): reads start whole
+    for seed in range(5):
+        budget = MemoryBudget(max_bytes=4096 * KIB, per_connection_bytes=1024 * KIB)
+        most = _turn_slow_at_once(budget, [FakeBuffer() for _ in range(100)], seed)
+        # Then what they hold never passes the budget (a whole read each would be 25 MiB)
+        assert most <= budget.max_bytes, (seed, most)
+
+
+def test_with_more_buffers_than_smallest_reads_fit_the_budget_each_takes_one_smallest_read() -> None:
+    # Given 400 buffers: 400 x 16 KiB in reserve is more than the 4 MiB budget
+    budget = MemoryBudget(max_bytes=4096 * KIB, per_connection_bytes=1024 * KIB)
+    most = _turn_slow_at_once(budget, [FakeBuffer() for _ in range(400)], seed=1)
+    # Then they hold at most a smallest read each (before: a whole read each, 100 MiB)
+    assert most <= 400 * MIN_READ_BYTES
+
+
+def test_buffers_opened_after_the_budget_was_reached_take_one_smallest_read_each() -> None:
+    budget = MemoryBudget(max_bytes=4096 * KIB, per_connection_bytes=1024 * KIB)
+    # Given slow readers that took the budget (4 buffers of up to 1 MiB)
+    first = _turn_slow_at_once(budget, [FakeBuffer() for _ in range(4)], seed=2)
+    assert first <= budget.max_bytes and budget.paused == 4
+    # When 50 more buffers open and turn slow
+    most = _turn_slow_at_once(budget, [FakeBuffer() for _ in range(50)], seed=3)
+    # Then each took one smallest read past the budget at most
+    assert most <= budget.max_bytes + 50 * MIN_READ_BYTES
+
+
 def test_closing_a_connection_gives_its_bytes_back() -> None:
-    budget = MemoryBudget(max_bytes=10 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=10 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=0)
     buffer = FakeBuffer()
     account = budget.account(buffer)
     account.update(20 * KIB)
@@ -102,7 +184,7 @@ def test_closing_a_connection_gives_its_bytes_back() -> None:
 
 
 def test_refresh_measures_buffers_that_drained_without_a_callback() -> None:
-    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=100 * KIB, per_connection_bytes=64 * KIB, min_read_bytes=0)
     buffer = FakeBuffer()
     account = budget.account(buffer)
     buffer.size = 30 * KIB
@@ -186,7 +268,7 @@ def _buffer(settings: ConnectionSettings) -> tuple[FakeTransport, Source, WriteB
 
 
 def test_the_adapter_stops_a_slow_reader_at_the_budget_and_resumes_it_when_it_read_everything() -> None:
-    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=128 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=256 * KIB, per_connection_bytes=128 * KIB, min_read_bytes=0)
     settings = _settings(budget)
     slow = [_buffer(settings) for _ in range(3)]
     # Each buffer's ceiling is the per-connection one
@@ -217,8 +299,29 @@ def test_the_adapter_stops_a_slow_reader_at_the_budget_and_resumes_it_when_it_re
     assert not source0.reading
 
 
+def test_the_read_buffer_hands_out_what_the_budget_allows_and_each_read_is_copied_out() -> None:
+    budget = MemoryBudget(max_bytes=1024 * KIB, per_connection_bytes=1024 * KIB)
+    settings = _settings(budget)
+    reads = settings.reads
+    assert isinstance(reads, ReadBuffer)
+    # While the budget has room: the whole buffer
+    view = reads.get()
+    assert len(view) == READ_BYTES
+    # A read is copied out: the next read into the same buffer leaves it as it was
+    view[:5] = b"first"
+    first = reads.take(5)
+    reads.get()[:6] = b"second"
+    assert first == b"first" and reads.take(6) == b"second"
+    assert isinstance(first, bytes)
+    # When a slow reader holds most of the budget: the start of the buffer, the room left
+    transport, _source, buffer = _buffer(settings)
+    transport.write(b"z" * 900 * KIB)
+    buffer.written()
+    assert len(reads.get()) == budget.read_size() == 1024 * KIB - 900 * KIB
+
+
 def test_a_buffer_emptied_at_once_costs_the_budget_nothing() -> None:
-    budget = MemoryBudget(max_bytes=64 * KIB, per_connection_bytes=32 * KIB, read_bytes=0)
+    budget = MemoryBudget(max_bytes=64 * KIB, per_connection_bytes=32 * KIB, min_read_bytes=0)
     armed: list[bool] = []
     settings = _settings(budget, armed)
     transport, source, buffer = _buffer(settings)
