@@ -44,17 +44,23 @@ _spark_defaults_for_child_sessions()  # before the test modules build their chil
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """A local[2] session sized for a shared 2-core machine: 4 shuffle partitions, no UI."""
+    """A local[2] session sized for a shared 2-core machine and the tests' tiny inputs: 2 shuffle partitions
+    (more than one, so merges across partitions are exercised), no UI, no adaptive re-planning and no code
+    generation (interpreted expressions): compiling Java for each plan costs more than running it on a few
+    hundred rows (test_tables + test_v2_report: 166 -> 119 s). The docs' commands, run in their own processes
+    by the CLI tests, keep Spark's defaults (code generation included)."""
     from insync_proxy.pipeline.spark_env import build_session
 
     session = build_session(
         "local[2]",
         "insync-proxy pipeline tests",
-        shuffle_partitions=4,
+        shuffle_partitions=2,
         driver_memory="1g",
         extra_conf={
             "spark.ui.enabled": "false",
-            "spark.sql.adaptive.enabled": "true",
+            "spark.sql.adaptive.enabled": "false",
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
             # Small tests: do not wait for locality or broadcast big tables.
             "spark.locality.wait": "0s",
         },
