@@ -264,6 +264,7 @@ def run_proxy(name: str, checkout: Path, cluster: LocalKafkaCluster, relay: Cont
     proxy.config_file.write_text(proxy.config_file.read_text().replace("min_insync_ttl_seconds = 5\n", ""))
     here = Path.cwd()
     os.chdir(checkout)  # `python -m insync_proxy` runs the checkout's code
+    started = time.monotonic()
     try:
         proxy.start(timeout=180)
     finally:
@@ -271,6 +272,11 @@ def run_proxy(name: str, checkout: Path, cluster: LocalKafkaCluster, relay: Cont
     out: dict[str, Any] = results.setdefault(name, {})
     try:
         pid = proxy.process.pid  # type: ignore[union-attr]
+        # 0. from start to /readyz (with min_insync_warm_up: every topic's min.insync.replicas read once)
+        out["ready_seconds"] = time.monotonic() - started
+        out["topic_configs_read_at_ready"] = own_counts(proxy)
+        say(f"[{name}] ready after {out['ready_seconds']:.1f} s; the proxy's own counts then: "
+            f"{out['topic_configs_read_at_ready']}")
         # 1. the first answers after /readyz
         first_named = coverage(metadata(proxy.bootstrap(), in_use))
         first_all = coverage(all_topics_metadata(proxy.bootstrap()))
@@ -352,10 +358,11 @@ def report(results: dict[str, Any], topics: int) -> None:
             continue
         rows.append((variant, a["p50_ms"]["direct"], a["p50_ms"]["proxy"], a["ratio_p50"], a["p99_ms"]["proxy"],
                      a["proxy_cpu_ms_per_answer"], a["proxy_cpu_us_per_topic"],
-                     f"{f['named_topics'][0]}/{f['named_topics'][1]}", f"{f['all_topics'][0]}/{f['all_topics'][1]}"))
+                     f"{f['named_topics'][0]}/{f['named_topics'][1]}", f"{f['all_topics'][0]}/{f['all_topics'][1]}",
+                     results[variant].get("ready_seconds", float("nan"))))
     table(f"All-topics Metadata v12 ({topics} topics), direct vs proxy; tag 637 coverage of the first answers after "
           "/readyz", ("proxy", "direct p50 ms", "proxy p50 ms", "ratio", "proxy p99 ms", "CPU ms/answer",
-                      "CPU us/topic", "first 5-topic answer", "first all-topics answer"), rows)
+                      "CPU us/topic", "first 5-topic answer", "first all-topics answer", "start to ready s"), rows)
     if "after" in results and "traffic" in results["after"]:
         after = results["after"]
         worst = max(after[phase].get("own_topic_configs", after[phase]["topic_configs"])
