@@ -328,6 +328,10 @@ def run_proxy(name: str, checkout: Path, cluster: LocalKafkaCluster, relay: Cont
             "proxy_cpu_us_per_topic": cpu_ms * 1000 / len(names), "requests": len(timings["proxy"]),
         }
         say(f"[{name}] all-topics Metadata: {out['all_topics_metadata']}")
+    except BaseException:
+        log = proxy.dir / "proxy.log"
+        say(f"[{name}] failed; the proxy's log ends with:\n" + (log.read_text()[-8000:] if log.exists() else "(none)"))
+        raise
     finally:
         proxy.stop()
         shutil.rmtree(proxy.dir, ignore_errors=True)
