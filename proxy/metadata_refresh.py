@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import replace
 from typing import Any
 
 from insync_proxy.protocol import MetadataResponse
@@ -84,9 +85,12 @@ class MetadataRefresh:
             raise
         self.metrics.upstream_up.set(1)
         self.metrics.metadata_cache_refreshes_total.labels("metadata", "ok").inc()
-        self.cluster_view.update(response)
         if warm_up:
             self._start_warm_up(response)
+            # The view follows the clients, not the cluster: of the warm-up's all-topics answer, only the
+            # topics in use (none at start, unless a client named one already) go into it.
+            response = replace(response, topics=tuple(t for t in response.topics if t.name in demand))
+        self.cluster_view.update(response)
         await self.listeners.sync(remove_missing=True)
         # Topics no longer in use leave the view (a client's all-topics answer teaches only the topics in use,
         # so what is left is what earlier use or a hide_unready_partitions listener put there).
@@ -101,9 +105,10 @@ class MetadataRefresh:
                  "(min_insync_warm_up)", len(topics))
         started = time.monotonic()
         self._warm_up = self.min_insync.fetch(topics)
+        count = len(topics)
         self._warm_up.add_done_callback(lambda _: log.info(
-            "warm-up done: min.insync.replicas of %d of %d topic(s) cached in %.1fs",
-            sum(self.min_insync.has_fresh(t) for t in topics), len(topics), time.monotonic() - started))
+            "warm-up done: min.insync.replicas of %d topic(s) read in %.1fs (%d cached now)",
+            count, time.monotonic() - started, len(self.min_insync.entries)))
 
     async def finish_warm_up(self) -> None:
         """Wait for the start's warm-up if it is reading (its requests time out: this ends)."""

@@ -271,6 +271,8 @@ async def test_the_warm_up_reads_every_topic_once_at_start_and_holds_readyz_back
     assert sorted(t for batch in control.described for t in batch) == [f"t{i}" for i in range(5)]
     assert max(len(batch) for batch in control.described) == 2
     assert all(cache.peek(f"t{i}") == 2 for i in range(5))
+    # The view holds no topic of the warm-up's answer that no client uses (it follows the clients)
+    assert view.partition("t0", 0) is None
     assert not refresh.warming_up and refresh.unready_reason() is None
     # And the periodic refresh afterwards asks for the topics in use only (none), never all topics again
     await refresh.refresh_metadata()
