@@ -378,7 +378,6 @@ def main(argv: list[str] | None = None) -> int:
     verbose = verbose_requested(args.verbose)
     progress = Progress()
     try:
-        from insync_proxy.pipeline import sources
         from insync_proxy.pipeline.spark_env import build_session, check_master
 
         if args.master:
@@ -394,13 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         progress.stage(f"starting Spark ({args.master or 'default master'})")
         spark = build_session(args.master, "insync-proxy durability stream", shuffle_partitions=args.shuffle_partitions,
                               jars=jars, verbose=verbose)
-        if args.kafka_bootstrap:
-            starting = args.starting_offsets or ("earliest" if args.available_now else "latest")
-            lines = sources.stream_audit_kafka(spark, args.kafka_bootstrap, args.topic, starting,
-                                               args.max_offsets_per_trigger)
-        else:
-            lines = stream_audit_files(spark, args.input_dir)
-        run = run_stream(spark, lines, args, progress)
+        run = run_stream(spark, audit_lines(spark, args), args, progress)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -414,6 +407,19 @@ def main(argv: list[str] | None = None) -> int:
               "Spark's log and the full trace)", file=sys.stderr)
         return 1
     return run
+
+
+def audit_lines(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The streaming audit lines the command's arguments name: the audit topic (``--kafka-bootstrap``, from
+    the earliest offset with ``--available-now`` unless ``--starting-offsets`` says otherwise) or the files
+    of ``--input-dir``. A Kafka source needs the connector jars in ``spark`` (:func:`pipeline.jars.kafka_jars`)."""
+    from insync_proxy.pipeline import sources
+
+    if args.kafka_bootstrap:
+        starting = args.starting_offsets or ("earliest" if args.available_now else "latest")
+        return sources.stream_audit_kafka(spark, args.kafka_bootstrap, args.topic, starting,
+                                          args.max_offsets_per_trigger)
+    return stream_audit_files(spark, args.input_dir)
 
 
 def stream_audit_files(spark: SparkSession, input_dir: str | Path) -> DataFrame:
