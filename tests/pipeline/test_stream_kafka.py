@@ -3,7 +3,7 @@
 The stream command's run and the batch report run in the suite's shared Spark session, which carries the
 Kafka connector the commands resolve (`spark_kafka_source`, tests/pipeline/conftest.py); the commands
 themselves, in their own processes, are tested over files (test_stream.py, test_cli.py). Two child
-processes here cost two JVM starts with code generation on: the module took 154 CPU seconds with them, 83 without.
+processes here cost two JVM starts with code generation on: the module took 154 CPU seconds with them, 75-83 without.
 """
 
 from __future__ import annotations
