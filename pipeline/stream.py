@@ -19,6 +19,8 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -42,6 +44,9 @@ DEFAULT_SHUFFLE_PARTITIONS = 8
 #: windows query, so each marker is read once and recorded in the checkpoint like any input).
 END_OF_INPUT_DIR = "end-of-input"
 WINDOWS_QUERY = "insync_durability_windows"
+#: Spark's switch for the micro-batch it runs without new input when the watermark has moved, to write
+#: (and evict) the windows it passed; read when a query starts.
+NO_DATA_BATCHES_CONF = "spark.sql.streaming.noDataMicroBatches.enabled"
 REJECTED_QUERY = "insync_rejected"
 
 
@@ -378,7 +383,6 @@ def main(argv: list[str] | None = None) -> int:
     verbose = verbose_requested(args.verbose)
     progress = Progress()
     try:
-        from insync_proxy.pipeline import sources
         from insync_proxy.pipeline.spark_env import build_session, check_master
 
         if args.master:
@@ -394,13 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         progress.stage(f"starting Spark ({args.master or 'default master'})")
         spark = build_session(args.master, "insync-proxy durability stream", shuffle_partitions=args.shuffle_partitions,
                               jars=jars, verbose=verbose)
-        if args.kafka_bootstrap:
-            starting = args.starting_offsets or ("earliest" if args.available_now else "latest")
-            lines = sources.stream_audit_kafka(spark, args.kafka_bootstrap, args.topic, starting,
-                                               args.max_offsets_per_trigger)
-        else:
-            lines = stream_audit_files(spark, args.input_dir)
-        run = run_stream(spark, lines, args, progress)
+        run = run_stream(spark, audit_lines(spark, args), args, progress)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -416,6 +414,19 @@ def main(argv: list[str] | None = None) -> int:
     return run
 
 
+def audit_lines(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The streaming audit lines the command's arguments name: the audit topic (``--kafka-bootstrap``, from
+    the earliest offset with ``--available-now`` unless ``--starting-offsets`` says otherwise) or the files
+    of ``--input-dir``. A Kafka source needs the connector jars in ``spark`` (:func:`pipeline.jars.kafka_jars`)."""
+    from insync_proxy.pipeline import sources
+
+    if args.kafka_bootstrap:
+        starting = args.starting_offsets or ("earliest" if args.available_now else "latest")
+        return sources.stream_audit_kafka(spark, args.kafka_bootstrap, args.topic, starting,
+                                          args.max_offsets_per_trigger)
+    return stream_audit_files(spark, args.input_dir)
+
+
 def stream_audit_files(spark: SparkSession, input_dir: str | Path) -> DataFrame:
     """The audit lines of every `*.jsonl` file under `input_dir` (new files as they come), with their file."""
     from pyspark.sql import functions as F
@@ -424,13 +435,35 @@ def stream_audit_files(spark: SparkSession, input_dir: str | Path) -> DataFrame:
             .text(str(input_dir)).select("value", F.col("_metadata.file_path").alias("source")))
 
 
+@contextmanager
+def _no_data_batches(spark: SparkSession, *, enabled: bool) -> Iterator[None]:
+    """Queries started inside run (``enabled``) or skip the micro-batches without input; the session's own
+    setting is restored afterwards."""
+    if enabled:
+        yield
+        return
+    before = spark.conf.get(NO_DATA_BATCHES_CONF, None)
+    spark.conf.set(NO_DATA_BATCHES_CONF, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(NO_DATA_BATCHES_CONF)
+        else:
+            spark.conf.set(NO_DATA_BATCHES_CONF, before)
+
+
 def run_stream(spark: SparkSession, lines: DataFrame, args: argparse.Namespace, progress: Progress) -> int:
     """Run the queries the arguments ask for, then print what they did."""
     from insync_proxy.pipeline.schema import parse_audit_events
 
     out = Path(args.output)
-    queries = start_streams(spark, lines, out, args.checkpoint, window=args.window, watermark=args.watermark,
-                            trigger=args.trigger, available_now=args.available_now)
+    # An available-now run ends by closing its open windows (close_open_windows), which writes every window
+    # its data's own watermark passed as well: the extra micro-batch Spark would run for those first, with
+    # no input, is a whole pass of the stateful plan for nothing (a finished run: 4 micro-batches, now 3).
+    with _no_data_batches(spark, enabled=not args.available_now):
+        queries = start_streams(spark, lines, out, args.checkpoint, window=args.window, watermark=args.watermark,
+                                trigger=args.trigger, available_now=args.available_now)
     progress.stage(f"streaming to {out} (checkpoint {args.checkpoint})"
                    + (": what the source holds now" if args.available_now else "; Ctrl-C stops"))
     tally = StreamTally()

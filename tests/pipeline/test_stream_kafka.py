@@ -1,20 +1,20 @@
 """Streaming mode over the real audit topic: the proxy writes it, Spark's Kafka source reads it.
 
-Runs `python -m insync_proxy.pipeline.stream` in its own process: the Kafka connector jars must be on the session's
-classpath from the start, and the test suite's shared Spark session has none.
+The stream command's run and the batch report run in the suite's shared Spark session, which carries the
+Kafka connector the commands resolve (`spark_kafka_source`, tests/pipeline/conftest.py); the commands
+themselves, in their own processes, are tested over files (test_stream.py, test_cli.py). Two child
+processes here cost two JVM starts with code generation on: the module took 154 CPU seconds with them, 75-83 without.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import SparkSession
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import wait_until
@@ -25,9 +25,14 @@ from .events import audited_requests
 
 
 def test_streaming_windows_over_the_audit_topic(
-    spark: Any, proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, tmp_path: Path
+    spark_kafka_source: SparkSession, proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, tmp_path: Path
 ) -> None:
-    from insync_proxy.pipeline.report import _collect
+    from insync_proxy.pipeline import report as report_command
+    from insync_proxy.pipeline import stream as stream_command
+    from insync_proxy.pipeline.report import KafkaInput, _collect
+    from insync_proxy.pipeline.spark_env import Progress
+
+    spark = spark_kafka_source
 
     topic = f"stream-{uuid.uuid4().hex[:8]}"
     kafka_cluster.create_topic(topic, 1, 3)
@@ -54,25 +59,24 @@ def test_streaming_windows_over_the_audit_topic(
         wait_until(all_decisions_in_the_topic, 90, interval=0, what="the decisions in the audit topic")
     finally:
         consumer.close()
-    # When the docs' streaming command processes what the topic holds (available-now, a new checkpoint: from the
-    # earliest offset) in its own process, with the connector PySpark's version resolves to ...
+    # When the streaming command's run processes what the topic holds (available-now, a new checkpoint: from the
+    # earliest offset), over the lines the command's arguments name, with the connector PySpark's version
+    # resolves to ...
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    env = {k: v for k, v in os.environ.items() if k not in ("INSYNC_SPARK_KAFKA_VERSION",
-                                                           "INSYNC_SPARK_TOKEN_PROVIDER_VERSION")}
-    result = subprocess.run(
-        [sys.executable, "-m", "insync_proxy.pipeline.stream", "--kafka-bootstrap", kafka_cluster.bootstrap_servers,
-         "--topic", AUDIT_TOPIC, "--output", str(out), "--checkpoint", str(checkpoint), "--master", "local[2]",
-         "--available-now"],
-        capture_output=True, text=True, timeout=600, env=env,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    # ... and the batch report reads the same topic
-    report = subprocess.run(
-        [sys.executable, "-m", "insync_proxy.pipeline.report", "--kafka-bootstrap", kafka_cluster.bootstrap_servers,
-         "--topic", AUDIT_TOPIC, "--output", str(tmp_path / "report"), "--master", "local[2]", "--quiet"],
-        capture_output=True, text=True, timeout=600, env=env,
-    )
-    assert report.returncode == 0, report.stderr[-4000:]
+    args = stream_command.build_parser().parse_args(
+        ["--kafka-bootstrap", kafka_cluster.bootstrap_servers, "--topic", AUDIT_TOPIC, "--output", str(out),
+         "--checkpoint", str(checkpoint), "--available-now"])
+    stream_progress = io.StringIO()
+    lines = stream_command.audit_lines(spark, args)
+    assert stream_command.run_stream(spark, lines, args, Progress(stream=stream_progress)) == 0
+    # ... and the batch report's run reads the same topic, with the command's default offsets
+    report_args = report_command.build_parser().parse_args(
+        ["--kafka-bootstrap", kafka_cluster.bootstrap_servers, "--topic", AUDIT_TOPIC, "--output",
+         str(tmp_path / "report")])
+    report_command.run_report(
+        spark, report_args.input, report_args.output, progress=Progress(enabled=False),
+        kafka=KafkaInput(report_args.kafka_bootstrap, report_args.topic, report_args.starting_offsets,
+                         report_args.ending_offsets))
 
     # Then the windows for that topic, the last one closed by the end of input, count exactly the decisions the
     # client saw, as the batch report does
@@ -86,4 +90,4 @@ def test_streaming_windows_over_the_audit_topic(
         if r["topic"] == topic:
             reported[r["decision"]] = reported.get(r["decision"], 0) + r["requests"]
     assert reported == by_decision
-    assert "no window left open" in result.stderr, result.stderr[-2000:]
+    assert "no window left open" in stream_progress.getvalue(), stream_progress.getvalue()
