@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .api_keys import FIRST_FLEXIBLE_VERSION, ApiKey, is_flexible
 from .errors import (
+    NO_SUCH_TOPIC_ERRORS,
     ErrorCode,
     FrameTooLarge,
     InvalidValue,
@@ -106,6 +107,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "FIRST_FLEXIBLE_VERSION",
     "MIN_INSYNC_REPLICAS_TAG",
+    "NO_SUCH_TOPIC_ERRORS",
     "SUPPORTED_VERSIONS",
     "ApiKey",
     "ApiVersionsRequest",

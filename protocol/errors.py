@@ -7,12 +7,14 @@ Every malformed input surfaces as a :class:`ProtocolError` subclass, so callers 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Final
 
 __all__ = [
     "ErrorCode",
     "FrameTooLarge",
     "InvalidValue",
     "MalformedFrame",
+    "NO_SUCH_TOPIC_ERRORS",
     "ProtocolError",
     "TruncatedData",
     "UnsupportedVersion",
@@ -181,3 +183,13 @@ class ErrorCode(IntEnum):
     STREAMS_INVALID_TOPOLOGY_EPOCH = 131
     STREAMS_TOPOLOGY_FENCED = 132
     SHARE_SESSION_LIMIT_REACHED = 133
+
+
+#: The broker's answers that say a topic does not exist, or may not be seen, for this client (a made-up name, an
+#: invalid one, one without DESCRIBE, a topic id it does not know). A topic answered so carries no partitions:
+#: the proxy neither brings it into use nor reads its configs, so a client naming random topics costs the proxy
+#: no control request and no memory (errors such as LEADER_NOT_AVAILABLE, on a topic just created, are not here).
+NO_SUCH_TOPIC_ERRORS: Final[frozenset[int]] = frozenset(int(c) for c in (
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_TOPIC_EXCEPTION,
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_ID,
+))

@@ -20,7 +20,7 @@ import time
 from typing import Final
 
 from insync_proxy.audit.events import produce_decision_event
-from insync_proxy.protocol import ApiKey, ErrorCode, ProtocolError
+from insync_proxy.protocol import NO_SUCH_TOPIC_ERRORS, ApiKey, ProtocolError
 from insync_proxy.protocol.produce import PartitionKey
 from insync_proxy.proxy.audit.summary import ProduceSummaries, latency_bucket
 from insync_proxy.proxy.behaviours.produce_exchange import FORWARDED, UNKNOWN_TOPIC_ID, produce_exchange
@@ -34,14 +34,6 @@ log: Final = logging.getLogger("insync_proxy.accounting")
 #: One accounted partition, kept for the every_request events: (name, partition, acks sent, decision,
 #: error code, records, record bytes).
 _Row = tuple[str, int, int | None, str, int | None, int, int]
-
-#: The broker's answers that say a topic is not there for this client: a Produce answered so does not bring
-#: the topic into use (as Metadata skips the topics the broker answered with an error), so made-up names do
-#: not take the room of `max_topics_in_use` from real topics. The client's next Metadata names it once it is.
-_NO_SUCH_TOPIC: Final = frozenset({
-    int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), int(ErrorCode.UNKNOWN_TOPIC_ID),
-    int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), int(ErrorCode.INVALID_TOPIC_EXCEPTION),
-})
 
 
 class ProduceAccounting(BehaviourBase):
@@ -98,8 +90,11 @@ class ProduceAccounting(BehaviourBase):
                 # tracked yet is read at once: the acks=-2 precheck's cold path, see min_insync.TopicDemand).
                 if name in last_used:
                     last_used[name] = now  # the common case, inline: one dict store
-                elif codes is None or codes.get((topic, partition)) not in _NO_SUCH_TOPIC:
-                    # codes None: the broker answered every partition without error, or none (acks=0, proxy-answered)
+                elif codes is None or codes.get((topic, partition)) not in NO_SUCH_TOPIC_ERRORS:
+                    # A topic the broker says is not there (a made-up name) does not come into use: it would take
+                    # the room of `max_topics_in_use` from real topics; the client's next Metadata names it once
+                    # it is. codes None: the broker answered every partition without error, or none (acks=0,
+                    # proxy-answered).
                     demand.touch(name)
             if decided is None:  # forwarded as it came
                 decision, acks_sent, error_code = FORWARDED, acks, None

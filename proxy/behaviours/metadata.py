@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from insync_proxy.protocol import (
+    NO_SUCH_TOPIC_ERRORS,
     ApiKey,
     MetadataScan,
     MetadataScanner,
@@ -84,7 +85,11 @@ def names_topics(request_frame: memoryview) -> bool:
 
 class _MinInsyncLookup:
     """What the splice needs of one answer: the cached values of its topics (a plain dict: the splice asks it
-    once per topic), and the topics it had to leave out; hits and misses counted once per answer."""
+    once per topic), and the topics it had to leave out; hits and misses counted once per answer.
+
+    The topics the broker answered as not there (`NO_SUCH_TOPIC_ERRORS`: a made-up name, one the client may not
+    see) are not looked up: their answer has no partitions, so nothing to splice, and a client naming random
+    topics must not make the proxy send DescribeConfigs, wait, or keep back-off entries for them."""
 
     __slots__ = ("values", "missing", "hits")
 
@@ -93,6 +98,8 @@ class _MinInsyncLookup:
         names: list[str] = []
         by_id: dict[str, uuid.UUID] = {}
         for topic in scan.topics:
+            if topic.error_code in NO_SUCH_TOPIC_ERRORS:
+                continue
             name = topic.name
             if name is None and topic.topic_id is not None:
                 name = view.topic_ids.get(topic.topic_id)

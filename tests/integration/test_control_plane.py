@@ -1,5 +1,5 @@
 """Demand-driven control plane (issue #29): an idle proxy in front of many topics reads configs only for the
-topics its clients use, whatever the cluster holds."""
+topics its clients use, whatever the cluster holds (and nothing for the made-up topics a client names)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import uuid
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import (
+    NO_SUCH_TOPIC_ERRORS,
     ApiKey,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -21,6 +22,8 @@ from insync_proxy.proxy.blocking_client import BlockingKafkaClient, request_fram
 from tests.proxy_harness import ProxyProcess
 
 TOPICS = 300
+#: Made-up topic names a client asks Metadata of: they must cost the proxy no control request.
+MADE_UP = 50
 
 
 def _create(cluster: LocalKafkaCluster, names: list[str]) -> None:
@@ -62,12 +65,27 @@ def test_an_idle_proxy_in_front_of_many_topics_reads_configs_only_for_the_topics
         # Given a proxy that has started: its warm-up read every topic's min.insync.replicas once
         warmed = proxy.metric("insync_proxy_topic_configs_read_total")
         assert warmed >= TOPICS
-        # While idle (three periodic refreshes): no client named a topic, so it follows none and reads no config
+        # When a client names only made-up topics (the broker answers each as not there), again and again
+        described = proxy.metric("insync_proxy_control_requests_total", api="DESCRIBE_CONFIGS")
+        misses = proxy.metric("insync_proxy_metadata_cache_misses_total")
+        made_up = [f"{prefix}made-up-{i:02d}" for i in range(MADE_UP)]
+        with BlockingKafkaClient.connect(proxy.bootstrap(), timeout=30) as client:
+            for _ in range(3):
+                response = client.request(MetadataRequest(topics=tuple(MetadataRequestTopic(name=t) for t in made_up),
+                                                          allow_auto_topic_creation=False), 12, MetadataResponse)
+                assert sorted(t.name or "" for t in response.topics) == made_up
+                assert all(t.error_code in NO_SUCH_TOPIC_ERRORS and t.min_insync_replicas == -1
+                           for t in response.topics), response.topics[:3]
+        # Then they were not looked up: no cache miss (counted before the answer goes out)
+        assert proxy.metric("insync_proxy_metadata_cache_misses_total") == misses
+        # And while idle (three periodic refreshes): no client named a real topic, so it follows none, sends no
+        # DescribeConfigs and reads no config (the made-up names neither)
         refreshes = proxy.metric("insync_proxy_control_requests_total", api="METADATA")
         _wait(lambda: proxy.metric("insync_proxy_control_requests_total", api="METADATA") >= refreshes + 3, 60,
               "three periodic Metadata refreshes")
         assert proxy.metric("insync_proxy_topics_in_use") == 0
         assert proxy.metric("insync_proxy_topic_configs_read_total") == warmed
+        assert proxy.metric("insync_proxy_control_requests_total", api="DESCRIBE_CONFIGS") == described
         # When a client asks Metadata of three of them
         used = names[:3]
         with BlockingKafkaClient.connect(proxy.bootstrap(), timeout=30) as client:
