@@ -91,9 +91,9 @@ class _MinInsyncLookup:
     see) are not looked up: their answer has no partitions, so nothing to splice, and a client naming random
     topics must not make the proxy send DescribeConfigs, wait, or keep back-off entries for them."""
 
-    __slots__ = ("values", "missing", "hits")
+    __slots__ = ("values", "missing", "hits", "names", "by_name")
 
-    def __init__(self, context: BehaviourContext, scan: MetadataScan) -> None:
+    def __init__(self, context: BehaviourContext, scan: MetadataScan, count: bool = True) -> None:
         view = context.cluster_view
         names: list[str] = []
         by_id: dict[str, uuid.UUID] = {}
@@ -107,7 +107,9 @@ class _MinInsyncLookup:
                     by_id[name] = topic.topic_id
             if name is not None:
                 names.append(name)
-        values, self.missing = context.min_insync.values_for(names)
+        values, self.missing = context.min_insync.values_for(names, count)
+        self.names = names  #: the topics looked up
+        self.by_name = values  #: their fresh values (by name only)
         self.hits = len(values)
         self.values: dict[str | uuid.UUID, int] = {}
         self.values.update(values)
@@ -115,6 +117,27 @@ class _MinInsyncLookup:
             value = values.get(name)
             if value is not None:
                 self.values[topic_id] = value
+
+
+class _SplicedAnswer:
+    """A big all-topics answer as last spliced for one listener, version and layout: the next answer of the same
+    bytes, while the min.insync.replicas values it carries are the cache's fresh ones, is the same splice."""
+
+    __slots__ = ("listener", "original", "spliced", "scan", "names", "values", "hits")
+
+    def __init__(self, listener: object, original: bytes, spliced: bytes, scan: MetadataScan,
+                 lookup: _MinInsyncLookup) -> None:
+        self.listener = listener  #: the ListenerSettings it was spliced for (a reload makes new ones)
+        self.original = original  #: the broker's answer after its correlation id
+        self.spliced = spliced  #: the proxy's answer after its correlation id
+        self.scan = scan  #: for the ISR view (the same bytes: the same partitions)
+        self.names = lookup.names
+        self.values = lookup.by_name
+        self.hits = lookup.hits
+
+
+#: Listener, version and layout combinations whose last big answer is kept (each ~3x the answer's size).
+_SPLICED_ANSWERS_MAX: Final = 4
 
 
 class _UnreadyPartitions:
@@ -145,6 +168,8 @@ class MetadataEnricher(BehaviourBase):
     def __init__(self, context: BehaviourContext) -> None:
         self.context = context
         self._last_learnt = 0.0
+        #: (listener name, upstream version, KIP-637 layout) -> its last big all-topics answer, spliced.
+        self._spliced: dict[tuple[str, int, bool], _SplicedAnswer] = {}
 
     def on_request(self, exchange: Exchange) -> None:
         if exchange.listener.metadata_schema == "kip637" and exchange.api_version == KIP637_METADATA_VERSION:
@@ -164,6 +189,10 @@ class MetadataEnricher(BehaviourBase):
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame | Awaitable[Frame]:
         kip637 = exchange.get(Kip637Request)
         version = kip637.upstream_version if kip637 is not None else exchange.api_version
+        if self._spliced:
+            same = self._same_answer(exchange, frame, (exchange.listener.name, version, kip637 is not None))
+            if same is not None:
+                return same
         scanner = MetadataScanner(frame, version, partition_offsets=exchange.listener.hide_unready_partitions)
         if scanner.topic_count > SLICE_TOPICS:
             return self._in_slices(exchange, scanner)
@@ -196,14 +225,44 @@ class MetadataEnricher(BehaviourBase):
         lookup = _MinInsyncLookup(self.context, scan)
         if lookup.missing and self.context.min_insync.miss_wait > 0:
             await self.context.min_insync.wait_for(lookup.missing)
-            lookup = _MinInsyncLookup(self.context, scan)
+            lookup = _MinInsyncLookup(self.context, scan, count=False)
         splicer, unready = self._splicer(exchange, scan, lookup)
         while True:
             await pause()
             if splicer.step(SLICE_TOPICS):
                 break
         self._count_hidden(unready)
-        return self._finish(exchange, scan, splicer.frame(), lookup)
+        new = splicer.frame()
+        if not lookup.missing and unready is None and exchange.get(NamedTopics) is None:
+            self._keep(exchange, scan, new, lookup)
+        return self._finish(exchange, scan, new, lookup)
+
+    def _keep(self, exchange: Exchange, scan: MetadataScan, new: bytes, lookup: _MinInsyncLookup) -> None:
+        """Keep a big all-topics answer (every topic's value fresh) for the next one of the same bytes."""
+        kip637 = exchange.get(Kip637Request)
+        key = (exchange.listener.name, scan.api_version, kip637 is not None)
+        spliced = self._spliced
+        spliced.pop(key, None)
+        if len(spliced) >= _SPLICED_ANSWERS_MAX:
+            del spliced[next(iter(spliced))]
+        spliced[key] = _SplicedAnswer(exchange.listener, bytes(scan.frame[4:]), new[4:], scan, lookup)
+
+    def _same_answer(self, exchange: Exchange, frame: Frame, key: tuple[str, int, bool]) -> bytes | None:
+        """The kept splice when this answer is the kept one's bytes (all topics asked, the same listener) and the
+        values it carries are still the cache's fresh ones: a copy and a compare instead of a scan and a splice."""
+        last = self._spliced.get(key)
+        if (last is None or len(frame) != len(last.original) + 4 or last.listener is not exchange.listener
+                or exchange.get(NamedTopics) is not None or bytes(frame[4:]) != last.original):
+            return None
+        min_insync = self.context.min_insync
+        values, missing = min_insync.values_for(last.names, count=False)
+        if missing or values != last.values:
+            return None  # the slow path looks (and counts) again
+        min_insync.count_lookups(len(values), 0)
+        if last.hits:
+            self.context.metrics.topics_enriched_total.inc(last.hits)
+        self._learn_soon(last.scan)
+        return bytes(frame[:4]) + last.spliced
 
     def _in_use(self, scan: MetadataScan) -> None:
         """The topics a request named (and the broker knows) come into use: the proxy follows them."""
@@ -234,7 +293,7 @@ class MetadataEnricher(BehaviourBase):
 
     async def _after_fetch(self, exchange: Exchange, scan: MetadataScan, missing: list[str]) -> Frame:
         await self.context.min_insync.wait_for(missing)
-        lookup = _MinInsyncLookup(self.context, scan)
+        lookup = _MinInsyncLookup(self.context, scan, count=False)
         new = self._splice(exchange, scan, lookup)
         return self._finish(exchange, scan, new, lookup)
 
@@ -269,11 +328,15 @@ class MetadataEnricher(BehaviourBase):
         if not exchange.listener.hide_unready_partitions:
             # Reading every partition costs more than the answer itself: learn at most once a second
             # from clients' answers (the proxy's own refresh keeps the view current between them).
-            now = time.monotonic()
-            if now - self._last_learnt >= LEARN_INTERVAL_SECONDS:
-                self._last_learnt = now
-                self.context.call_soon(lambda: self._learn(scan))
+            self._learn_soon(scan)
         return new
+
+    def _learn_soon(self, scan: MetadataScan) -> None:
+        """Teach the ISR view this answer's topics in use after it is on its way, at most once a second."""
+        now = time.monotonic()
+        if now - self._last_learnt >= LEARN_INTERVAL_SECONDS:
+            self._last_learnt = now
+            self.context.call_soon(lambda: self._learn(scan))
 
     def _learn(self, scan: MetadataScan, every_topic: bool = False, topics: Sequence[ScannedTopic] | None = None
                ) -> None:

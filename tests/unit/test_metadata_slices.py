@@ -17,6 +17,7 @@ import pytest
 from insync_proxy.protocol import ApiKey, MetadataRequest, encode_request, scan_metadata_response
 from insync_proxy.protocol.headers import encode_response_with_header
 from insync_proxy.protocol.messages import (
+    MetadataRequestTopic,
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
@@ -99,12 +100,13 @@ def all_topics_request(correlation_id: int = 7) -> bytes:
     return request(ApiKey.METADATA, correlation_id, body, version=12)
 
 
-def expected(frame: bytes, min_insync: int | None = 2) -> bytes:
+def expected(frame: bytes, min_insync: int | None = 2, **values_of: int) -> bytes:
     """What the proxy must answer: the broker's answer spliced at once (tag 637, the listener's addresses)."""
     scan = scan_metadata_response(memoryview(frame)[4:], 12)
     values: dict[str | uuid.UUID, int] = {}
     if min_insync is not None:
         values = {t.name: min_insync for t in scan.topics if t.name is not None}
+    values.update(values_of)
     spliced = splice_metadata_response(scan, min_insync_replicas=values,
                                        broker_addresses={n: ListenerAddresses("127.0.0.1", PORTS)[n] for n in BROKERS})
     return struct.pack(">i", len(spliced)) + spliced
@@ -236,3 +238,76 @@ def test_an_uncached_big_answer_is_answered_and_its_topics_fetched_for_next_time
     run_to_the_end(io, core)
     assert io.to_client == [expected(frame, None)]
     assert fetched == [[f"t{i:05d}" for i in range(topics)]]
+
+
+def _answer_through(core: ConnectionCore, io: RecordingIO, frame: bytes, correlation_id: int) -> bytes:
+    """One all-topics request and the broker's `frame` (re-numbered) through the core; what the client got."""
+    payload = struct.pack(">i", correlation_id) + frame[8:]
+    core.receive_client_data(all_topics_request(correlation_id))
+    core.receive_upstream_data(struct.pack(">i", len(payload)) + payload)
+    if io.pending_async:
+        run_to_the_end(io, core)
+    return io.to_client.pop()
+
+
+def _renumbered(frame: bytes, correlation_id: int) -> bytes:
+    return frame[:4] + struct.pack(">i", correlation_id) + frame[8:]
+
+
+def test_the_same_big_answer_again_is_the_kept_splice_renumbered() -> None:
+    # Given a big all-topics answer spliced once
+    topics = SLICE_TOPICS * 3
+    pauses = Pauses()
+    core, io, _, metrics = core_for(topics, pauses)
+    frame = answer(topics)
+    first = _answer_through(core, io, frame, 7)
+    sliced = pauses.count
+    # When the broker sends the same bytes to the next all-topics requests
+    second = _answer_through(core, io, frame, 8)
+    third = _answer_through(core, io, frame, 9)
+    # Then each is the splice, with its own correlation id, answered at once (no slices, nothing async)
+    assert first == expected(frame)
+    assert second == _renumbered(expected(frame), 8) and third == _renumbered(expected(frame), 9)
+    assert pauses.count == sliced
+    assert metrics.topics_enriched_total._value.get() == 3 * topics
+    assert metrics.metadata_cache_hits_total._value.get() == 3 * topics
+
+
+def test_a_changed_value_a_stale_entry_or_changed_bytes_are_spliced_again() -> None:
+    topics = SLICE_TOPICS + 10
+    core, io, cache, _ = core_for(topics, Pauses())
+    fetched: list[list[str]] = []
+    cache.fetch = lambda names: fetched.append(list(names))  # type: ignore[assignment,method-assign,return-value]
+    frame = answer(topics)
+    assert _answer_through(core, io, frame, 1) == _renumbered(expected(frame), 1)
+    # When one topic's min.insync.replicas changed in the cache: Then the answer carries the new value
+    cache.entries["t00003"] = CachedValue(3, time.monotonic())
+    changed = _answer_through(core, io, frame, 2)
+    scan = scan_metadata_response(memoryview(changed)[4:], 12)
+    assert {t.name: t.min_insync_replicas for t in scan.topics}["t00003"] == 3
+    # When the broker's bytes change (an ISR shrank): Then the new bytes are spliced, not the kept ones
+    shrunk = answer(topics, isr=(1, 2))
+    assert _answer_through(core, io, shrunk, 3) == _renumbered(expected(shrunk, t00003=3), 3)
+    # When an entry went stale: Then it is left out and fetched for next time, as without a kept splice
+    cache.entries["t00004"] = CachedValue(2, time.monotonic() - 3600)
+    stale = scan_metadata_response(memoryview(_answer_through(core, io, shrunk, 4))[4:], 12)
+    assert {t.name: t.min_insync_replicas for t in stale.topics}["t00004"] == -1
+    assert fetched == [["t00004"]]
+
+
+def test_a_request_naming_topics_is_never_answered_from_a_kept_splice() -> None:
+    # Given a kept splice of a big all-topics answer
+    topics = SLICE_TOPICS + 1
+    core, io, _, _ = core_for(topics, Pauses())
+    frame = answer(topics)
+    _answer_through(core, io, frame, 1)
+    # When a request naming every topic gets the same bytes
+    named = encode_request(MetadataRequest(topics=tuple(
+        MetadataRequestTopic(name=f"t{i:05d}") for i in range(topics))), 12)
+    core.receive_client_data(request(ApiKey.METADATA, 2, named, version=12))
+    core.receive_upstream_data(_renumbered(frame, 2))
+    # Then it takes the full path (its topics come into use), and the answer is the same splice
+    assert io.pending_async
+    run_to_the_end(io, core)
+    assert io.to_client.pop() == _renumbered(expected(frame), 2)
+    assert len(core.registry.responses[ApiKey.METADATA][0].context.min_insync.demand) == topics  # type: ignore[attr-defined]
