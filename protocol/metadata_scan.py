@@ -112,6 +112,7 @@ class MetadataScan:
         body_start: int,
         topics_end: int,
         tags_start: int,
+        controller_id_start: int = -1,
     ) -> None:
         self.frame = frame
         self._frame_bytes: bytes | None = None
@@ -121,6 +122,9 @@ class MetadataScan:
         self.brokers = brokers
         self.cluster_id = cluster_id  # None before v2
         self.controller_id = controller_id  # -1 before v1
+        #: Offset of the controller id, -1 before v1 (a KRaft broker names a random live broker there: two
+        #: answers of the same cluster may differ in these 4 bytes only).
+        self.controller_id_start = controller_id_start
         self.topics = topics
         self.cluster_authorized_operations = cluster_authorized_operations  # v8-v10, else -2**31 (omitted)
         self.error_code = error_code  # top-level error, v13+ (0 before)
@@ -461,6 +465,9 @@ class MetadataScanner:
         self._cluster_id: str | None = None
         if v >= 2:
             self._cluster_id = r.compact_nullable_string() if flexible else r.nullable_string()
+        #: Offset of the controller id (v1+; -1 before): a KRaft broker names a random live broker there, so
+        #: two answers of the same cluster differ in these 4 bytes.
+        self.controller_id_start = r.pos if v >= 1 else -1
         self._controller_id = r.int32() if v >= 1 else -1
         n_topics = r.array_length(flexible)
         if n_topics < 0:
@@ -532,7 +539,7 @@ class MetadataScanner:
         r.expect_end()
         scan = MetadataScan(buf, v, self._correlation_id, self._throttle_time_ms, self._brokers, self._cluster_id,
                             self._controller_id, tuple(topics), cluster_authorized, top_error, self._spans,
-                            self._body_start, topics_end, tags_start)
+                            self._body_start, topics_end, tags_start, self.controller_id_start)
         if self._offsets:
             scan._partition_starts.update(self._offsets)
         self._scan = scan

@@ -121,19 +121,46 @@ class _MinInsyncLookup:
 
 class _SplicedAnswer:
     """A big all-topics answer as last spliced for one listener, version and layout: the next answer of the same
-    bytes, while the min.insync.replicas values it carries are the cache's fresh ones, is the same splice."""
+    bytes (but its correlation id and controller id), while the min.insync.replicas values it carries are the
+    cache's fresh ones, is the same splice with those two ids."""
 
-    __slots__ = ("listener", "original", "spliced", "scan", "names", "values", "hits")
+    __slots__ = ("listener", "controller_at", "original", "spliced", "spliced_controller_at", "scan", "names",
+                 "values", "hits")
 
-    def __init__(self, listener: object, original: bytes, spliced: bytes, scan: MetadataScan,
-                 lookup: _MinInsyncLookup) -> None:
+    def __init__(self, listener: object, scan: MetadataScan, spliced: bytes, lookup: _MinInsyncLookup) -> None:
         self.listener = listener  #: the ListenerSettings it was spliced for (a reload makes new ones)
-        self.original = original  #: the broker's answer after its correlation id
-        self.spliced = spliced  #: the proxy's answer after its correlation id
+        #: Where the controller id is in the broker's answer, and in ours (-1: none, v0)
+        self.controller_at = scan.controller_id_start
+        self.spliced_controller_at = -1 if self.controller_at < 0 else \
+            MetadataScanner(spliced, scan.api_version).controller_id_start
+        #: The broker's answer after its correlation id, its controller id zeroed
+        self.original = _without_controller(scan.frame, self.controller_at)
+        self.spliced = spliced[4:]  #: the proxy's answer after its correlation id
         self.scan = scan  #: for the ISR view (the same bytes: the same partitions)
         self.names = lookup.names
         self.values = lookup.by_name
         self.hits = lookup.hits
+
+    def same_bytes(self, frame: Frame) -> bool:
+        """The broker's `frame` is this answer's, but for its correlation id and controller id."""
+        return len(frame) == len(self.original) + 4 and _without_controller(frame, self.controller_at) == self.original
+
+    def answer(self, frame: Frame) -> bytearray:
+        """The kept splice with `frame`'s correlation id and controller id."""
+        out = bytearray(frame[:4])
+        out += self.spliced
+        if self.controller_at >= 0:
+            at = self.spliced_controller_at
+            out[at:at + 4] = frame[self.controller_at:self.controller_at + 4]
+        return out
+
+
+def _without_controller(frame: Frame, controller_at: int) -> bytearray:
+    """`frame` after its correlation id, with its controller id (KRaft: a random live broker) zeroed."""
+    rest = bytearray(frame[4:])
+    if controller_at >= 0:
+        rest[controller_at - 4:controller_at] = b"\0\0\0\0"
+    return rest
 
 
 #: Listener, version and layout combinations whose last big answer is kept (each ~3x the answer's size).
@@ -245,14 +272,14 @@ class MetadataEnricher(BehaviourBase):
         spliced.pop(key, None)
         if len(spliced) >= _SPLICED_ANSWERS_MAX:
             del spliced[next(iter(spliced))]
-        spliced[key] = _SplicedAnswer(exchange.listener, bytes(scan.frame[4:]), new[4:], scan, lookup)
+        spliced[key] = _SplicedAnswer(exchange.listener, scan, new, lookup)
 
-    def _same_answer(self, exchange: Exchange, frame: Frame, key: tuple[str, int, bool]) -> bytes | None:
+    def _same_answer(self, exchange: Exchange, frame: Frame, key: tuple[str, int, bool]) -> bytearray | None:
         """The kept splice when this answer is the kept one's bytes (all topics asked, the same listener) and the
         values it carries are still the cache's fresh ones: a copy and a compare instead of a scan and a splice."""
         last = self._spliced.get(key)
-        if (last is None or len(frame) != len(last.original) + 4 or last.listener is not exchange.listener
-                or exchange.get(NamedTopics) is not None or bytes(frame[4:]) != last.original):
+        if (last is None or last.listener is not exchange.listener or exchange.get(NamedTopics) is not None
+                or not last.same_bytes(frame)):
             return None
         min_insync = self.context.min_insync
         values, missing = min_insync.values_for(last.names, count=False)
@@ -262,7 +289,7 @@ class MetadataEnricher(BehaviourBase):
         if last.hits:
             self.context.metrics.topics_enriched_total.inc(last.hits)
         self._learn_soon(last.scan)
-        return bytes(frame[:4]) + last.spliced
+        return last.answer(frame)
 
     def _in_use(self, scan: MetadataScan) -> None:
         """The topics a request named (and the broker knows) come into use: the proxy follows them."""

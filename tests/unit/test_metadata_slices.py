@@ -40,22 +40,23 @@ PORTS = BrokerPorts(9100)
 BROKERS = (1, 2, 3)
 
 
-def listener(hide: bool = False) -> ListenerSettings:
+def listener(hide: bool = False, schema: str = "tagged") -> ListenerSettings:
     return ListenerSettings(
-        name="default", label="bootstrap", metadata_schema="tagged", hide_unready_partitions=hide,
+        name="default", label="bootstrap", metadata_schema=schema, hide_unready_partitions=hide,
         addresses=ListenerAddresses("127.0.0.1", PORTS), broker_listeners=frozenset(BROKERS),
     )
 
 
-def answer(topics: int, correlation_id: int = 7, isr: tuple[int, ...] = (1, 2, 3)) -> bytes:
-    """A Metadata v12 answer of `topics` topics x 2 partitions, size prefix included."""
+def answer(topics: int, correlation_id: int = 7, isr: tuple[int, ...] = (1, 2, 3), controller: int = 1,
+           version: int = 12) -> bytes:
+    """A Metadata answer (v12 unless said) of `topics` topics x 2 partitions, size prefix included."""
     msg = MetadataResponse(
         brokers=tuple(MetadataResponseBroker(node_id=n, host=f"broker-{n}.internal", port=9092) for n in BROKERS),
-        cluster_id="c", controller_id=1,
+        cluster_id="c", controller_id=controller,
         topics=tuple(MetadataResponseTopic(name=f"t{i:05d}", topic_id=uuid.UUID(int=i + 1), partitions=tuple(
             MetadataResponsePartition(partition_index=p, leader_id=1, leader_epoch=3, replica_nodes=(1, 2, 3),
                                       isr_nodes=isr) for p in range(2))) for i in range(topics)))
-    payload = encode_response_with_header(ApiKey.METADATA, 12, correlation_id, encode_response(msg, 12))
+    payload = encode_response_with_header(ApiKey.METADATA, version, correlation_id, encode_response(msg, version))
     return struct.pack(">i", len(payload)) + payload
 
 
@@ -72,7 +73,7 @@ class Pauses:
             await next_turn()
 
 
-def core_for(topics: int, pauses: Pauses, hide: bool = False, min_insync: int | None = 2
+def core_for(topics: int, pauses: Pauses, hide: bool = False, min_insync: int | None = 2, schema: str = "tagged"
              ) -> tuple[ConnectionCore, RecordingIO, MinInsyncCache, ProxyMetrics]:
     metrics = ProxyMetrics()
     cache = MinInsyncCache(ControlNeverUsed(), metrics, miss_wait_seconds=0)  # type: ignore[arg-type]
@@ -86,7 +87,7 @@ def core_for(topics: int, pauses: Pauses, hide: bool = False, min_insync: int | 
         pause=pauses,
     )
     io = RecordingIO()
-    core = ConnectionCore(BehaviourRegistry([MetadataEnricher(context)]), listener(hide), io,
+    core = ConnectionCore(BehaviourRegistry([MetadataEnricher(context)]), listener(hide, schema), io,
                           max_frame_bytes=64 << 20)
     return core, io, cache, metrics
 
@@ -311,3 +312,41 @@ def test_a_request_naming_topics_is_never_answered_from_a_kept_splice() -> None:
     run_to_the_end(io, core)
     assert io.to_client.pop() == _renumbered(expected(frame), 2)
     assert len(core.registry.responses[ApiKey.METADATA][0].context.min_insync.demand) == topics  # type: ignore[attr-defined]
+
+
+def test_an_answer_naming_another_controller_is_the_kept_splice_with_that_controller() -> None:
+    # Given a kept splice (a KRaft broker names a random live broker as the controller in each answer)
+    topics = SLICE_TOPICS * 2
+    pauses = Pauses()
+    core, io, _, _ = core_for(topics, pauses)
+    _answer_through(core, io, answer(topics, controller=1), 1)
+    sliced = pauses.count
+    # When the next answer is the same but for its controller id
+    other = answer(topics, controller=3)
+    out = _answer_through(core, io, other, 2)
+    # Then it is the kept splice with that controller id, answered at once
+    assert out == _renumbered(expected(other), 2) and pauses.count == sliced
+    assert scan_metadata_response(memoryview(out)[4:], 12).controller_id == 3
+
+
+def test_kip637_layout_answers_are_kept_and_renumbered_too() -> None:
+    # Given a kip637 listener: a client's "v10" goes upstream as v9, the answer is KIP-637's literal layout
+    topics = SLICE_TOPICS * 2
+    pauses = Pauses()
+    core, io, _, _ = core_for(topics, pauses, schema="kip637")
+    outs = []
+    for correlation_id, controller in ((1, 1), (2, 2)):
+        v9 = answer(topics, correlation_id=correlation_id, controller=controller, version=9)
+        core.receive_client_data(request(ApiKey.METADATA, correlation_id,
+                                         encode_request(MetadataRequest(topics=None), 10), version=10))
+        core.receive_upstream_data(v9)
+        if io.pending_async:
+            run_to_the_end(io, core)
+        scan = scan_metadata_response(memoryview(v9)[4:], 9)
+        spliced = splice_metadata_response(
+            scan, min_insync_replicas={t.name: 2 for t in scan.topics if t.name is not None},
+            broker_addresses={n: ListenerAddresses("127.0.0.1", PORTS)[n] for n in BROKERS}, layout="kip637")
+        outs.append((io.to_client.pop(), struct.pack(">i", len(spliced)) + spliced, pauses.count))
+    # Then both equal the splice in KIP-637's layout; the second was the kept one (no slices)
+    assert outs[0][0] == outs[0][1] and outs[1][0] == outs[1][1]
+    assert outs[1][2] == outs[0][2]
