@@ -67,12 +67,18 @@ from .messages import (
 )
 from .metadata_scan import (
     MetadataScan,
+    MetadataScanner,
     ScannedBroker,
     ScannedPartition,
     ScannedTopic,
     scan_metadata_response,
 )
-from .metadata_splice import MIN_INSYNC_REPLICAS_TAG, enrich_metadata_response, splice_metadata_response
+from .metadata_splice import (
+    MIN_INSYNC_REPLICAS_TAG,
+    MetadataSplicer,
+    enrich_metadata_response,
+    splice_metadata_response,
+)
 from .produce import (
     PartitionKey,
     ProduceRequestIndex,
@@ -125,6 +131,8 @@ __all__ = [
     "MetadataResponse",
     "MetadataResponseKip637",
     "MetadataScan",
+    "MetadataScanner",
+    "MetadataSplicer",
     "PartitionKey",
     "ProduceRequest",
     "ProduceRequestIndex",

@@ -24,6 +24,7 @@ from .primitives import Buffer, Reader, read_uvarint_at
 __all__ = [
     "METADATA_MAX_VERSION",
     "MetadataScan",
+    "MetadataScanner",
     "ScannedBroker",
     "ScannedPartition",
     "ScannedTopic",
@@ -111,6 +112,7 @@ class MetadataScan:
         body_start: int,
         topics_end: int,
         tags_start: int,
+        controller_id_start: int = -1,
     ) -> None:
         self.frame = frame
         self._frame_bytes: bytes | None = None
@@ -120,6 +122,9 @@ class MetadataScan:
         self.brokers = brokers
         self.cluster_id = cluster_id  # None before v2
         self.controller_id = controller_id  # -1 before v1
+        #: Offset of the controller id, -1 before v1 (a KRaft broker names a random live broker there: two
+        #: answers of the same cluster may differ in these 4 bytes only).
+        self.controller_id_start = controller_id_start
         self.topics = topics
         self.cluster_authorized_operations = cluster_authorized_operations  # v8-v10, else -2**31 (omitted)
         self.error_code = error_code  # top-level error, v13+ (0 before)
@@ -262,17 +267,11 @@ def scan_metadata_response(frame: Buffer, api_version: int, *, partition_offsets
     :meth:`MetadataScan.partitions` for the topics whose leader/replicas/ISR you need.
     ``partition_offsets`` records every partition's offset during the walk (what a splice with
     ``leaderless`` needs) instead of on first use. Raises :class:`~protocol.errors.ProtocolError`
-    on bad input.
+    on bad input. :class:`MetadataScanner` does the same walk in steps.
     """
-    if not 0 <= api_version <= METADATA_MAX_VERSION:
-        raise UnsupportedVersion(
-            f"MetadataResponse v{api_version} is not supported (known: v0-v{METADATA_MAX_VERSION})")
-    try:
-        return _scan(frame, api_version, partition_offsets)
-    except ProtocolError:
-        raise
-    except (IndexError, struct.error, ValueError, UnicodeError) as e:
-        raise TruncatedData(f"MetadataResponse v{api_version} is truncated or corrupt: {e!r}") from None
+    scanner = MetadataScanner(frame, api_version, partition_offsets=partition_offsets)
+    scanner.step(scanner.topic_count)
+    return scanner.scan()
 
 
 def _walk_partitions(buf: memoryview, p: int, count: int, v: int, starts: list[int] | None) -> int:
@@ -413,75 +412,138 @@ def _scan_flexible_topic(data: bytes, r: Reader, v: int, offsets: dict[int, list
                                         partitions_start, partitions_end, tags_start, p))
 
 
-def _scan(frame: Buffer, v: int, record_offsets: bool) -> MetadataScan:
-    r = Reader(frame)
-    buf = r.buf
-    flexible = v >= 9
-    correlation_id = r.int32()
-    if response_header_version(ApiKey.METADATA, v) == 1:
-        r.tagged_fields()
-    body_start = r.pos
-    throttle_time_ms = r.int32() if v >= 3 else 0
+class MetadataScanner:
+    """A MetadataResponse scan in steps: :meth:`step` walks up to ``max_topics`` more topics, :meth:`scan` gives
+    the result once :attr:`done`. For a caller that must not hold its thread for a whole 10,000-topic answer
+    (the proxy lets its event loop run other connections' work between steps);
+    :func:`scan_metadata_response` is one step over every topic. The constructor reads everything before the
+    topics (header, brokers, cluster fields, the topic count). Raises
+    :class:`~protocol.errors.ProtocolError` on bad input, from the constructor or a step.
+    """
 
-    brokers: list[ScannedBroker] = []
-    spans: list[tuple[int, int]] = []
-    for _ in range(max(r.array_length(flexible), 0)):
-        node_id = r.int32()
-        host_start = r.pos
-        host = r.compact_string() if flexible else r.string()
-        port = r.int32()
-        spans.append((host_start, r.pos))
-        rack: str | None = None
-        if v >= 1:
-            rack = r.compact_nullable_string() if flexible else r.nullable_string()
-        if flexible:
+    def __init__(self, frame: Buffer, api_version: int, *, partition_offsets: bool = False) -> None:
+        if not 0 <= api_version <= METADATA_MAX_VERSION:
+            raise UnsupportedVersion(
+                f"MetadataResponse v{api_version} is not supported (known: v0-v{METADATA_MAX_VERSION})")
+        self.api_version = api_version
+        self._record = partition_offsets
+        self._topics: list[ScannedTopic] = []
+        self._offsets: dict[int, list[int]] = {}
+        self._scan: MetadataScan | None = None
+        try:
+            self._read_head(frame)
+        except ProtocolError:
+            raise
+        except (IndexError, struct.error, ValueError, UnicodeError) as e:
+            raise _truncated(api_version, e) from None
+
+    def _read_head(self, frame: Buffer) -> None:
+        v = self.api_version
+        r = self._r = Reader(frame)
+        flexible = v >= 9
+        self._correlation_id = r.int32()
+        if response_header_version(ApiKey.METADATA, v) == 1:
             r.tagged_fields()
-        brokers.append(ScannedBroker(node_id, host, port, rack))
-    cluster_id: str | None = None
-    if v >= 2:
-        cluster_id = r.compact_nullable_string() if flexible else r.nullable_string()
-    controller_id = r.int32() if v >= 1 else -1
+        self._body_start = r.pos
+        self._throttle_time_ms = r.int32() if v >= 3 else 0
+        brokers: list[ScannedBroker] = []
+        spans: list[tuple[int, int]] = []
+        for _ in range(max(r.array_length(flexible), 0)):
+            node_id = r.int32()
+            host_start = r.pos
+            host = r.compact_string() if flexible else r.string()
+            port = r.int32()
+            spans.append((host_start, r.pos))
+            rack: str | None = None
+            if v >= 1:
+                rack = r.compact_nullable_string() if flexible else r.nullable_string()
+            if flexible:
+                r.tagged_fields()
+            brokers.append(ScannedBroker(node_id, host, port, rack))
+        self._brokers = tuple(brokers)
+        self._spans = tuple(spans)
+        self._cluster_id: str | None = None
+        if v >= 2:
+            self._cluster_id = r.compact_nullable_string() if flexible else r.nullable_string()
+        #: Offset of the controller id (v1+; -1 before): a KRaft broker names a random live broker there, so
+        #: two answers of the same cluster differ in these 4 bytes.
+        self.controller_id_start = r.pos if v >= 1 else -1
+        self._controller_id = r.int32() if v >= 1 else -1
+        n_topics = r.array_length(flexible)
+        if n_topics < 0:
+            raise MalformedFrame("null topics array in MetadataResponse")
+        self.topic_count = n_topics
+        # One copy of the frame (~30 us for 364 KB) makes every byte read of the walk a native one.
+        self._frame_bytes = bytes(r.buf) if flexible else b""
 
-    n_topics = r.array_length(flexible)
-    if n_topics < 0:
-        raise MalformedFrame("null topics array in MetadataResponse")
-    topics: list[ScannedTopic] = []
-    offsets: dict[int, list[int]] = {}
-    # One copy of the frame (~30 us for 364 KB) makes every byte read of the walk below a native one.
-    frame_bytes = bytes(buf)
-    new_tuple = tuple.__new__
-    for _ in range(n_topics):
-        if flexible:
-            topics.append(_scan_flexible_topic(frame_bytes, r, v, offsets if record_offsets else None))
-            continue
-        start = r.pos
-        error_code = r.int16()
-        name: str | None = r.string()
-        topic_id: uuid.UUID | None = None
-        is_internal = r.boolean() if v >= 1 else False
-        n_parts = r.array_length(False)
-        if n_parts < 0:
-            raise MalformedFrame("null partitions array in MetadataResponse")
-        partitions_start = r.pos
-        starts: list[int] | None = None
-        if record_offsets:
-            starts = offsets[partitions_start] = []
-        r.pos = _walk_partitions(buf, partitions_start, n_parts, v, starts)
-        partitions_end = r.pos
-        authorized = r.int32() if v >= 8 else AUTHORIZED_OPERATIONS_OMITTED
-        topics.append(new_tuple(ScannedTopic, (error_code, name, topic_id, is_internal, n_parts, authorized, -1,
-                                               start, partitions_start, partitions_end, -1, r.pos)))
-    topics_end = r.pos
-    cluster_authorized = r.int32() if 8 <= v <= 10 else AUTHORIZED_OPERATIONS_OMITTED
-    top_error = r.int16() if v >= 13 else 0
-    tags_start = -1
-    if flexible:
-        tags_start = r.pos
-        r.tagged_fields()
-    r.expect_end()
-    scan = MetadataScan(buf, v, correlation_id, throttle_time_ms, tuple(brokers), cluster_id, controller_id,
-                        tuple(topics), cluster_authorized, top_error, tuple(spans), body_start, topics_end,
-                        tags_start)
-    if offsets:
-        scan._partition_starts.update(offsets)
-    return scan
+    @property
+    def done(self) -> bool:
+        """Every topic walked and the answer's end read: :meth:`scan` is ready."""
+        return self._scan is not None
+
+    def step(self, max_topics: int) -> bool:
+        """Walk up to ``max_topics`` more topics (the answer's end too once they are all walked); True when done."""
+        if self._scan is None:
+            try:
+                self._walk(max_topics)
+            except ProtocolError:
+                raise
+            except (IndexError, struct.error, ValueError, UnicodeError) as e:
+                raise _truncated(self.api_version, e) from None
+        return self._scan is not None
+
+    def scan(self) -> MetadataScan:
+        """The finished scan (after :meth:`step` returned True)."""
+        if self._scan is None:
+            raise RuntimeError(f"the scan has walked {len(self._topics)} of {self.topic_count} topics")
+        return self._scan
+
+    def _walk(self, max_topics: int) -> None:
+        r = self._r
+        buf = r.buf
+        v = self.api_version
+        topics = self._topics
+        offsets = self._offsets if self._record else None
+        frame_bytes = self._frame_bytes
+        new_tuple = tuple.__new__
+        for _ in range(min(max_topics, self.topic_count - len(topics))):
+            if v >= 9:
+                topics.append(_scan_flexible_topic(frame_bytes, r, v, offsets))
+                continue
+            start = r.pos
+            error_code = r.int16()
+            name: str | None = r.string()
+            topic_id: uuid.UUID | None = None
+            is_internal = r.boolean() if v >= 1 else False
+            n_parts = r.array_length(False)
+            if n_parts < 0:
+                raise MalformedFrame("null partitions array in MetadataResponse")
+            partitions_start = r.pos
+            starts: list[int] | None = None
+            if offsets is not None:
+                starts = offsets[partitions_start] = []
+            r.pos = _walk_partitions(buf, partitions_start, n_parts, v, starts)
+            partitions_end = r.pos
+            authorized = r.int32() if v >= 8 else AUTHORIZED_OPERATIONS_OMITTED
+            topics.append(new_tuple(ScannedTopic, (error_code, name, topic_id, is_internal, n_parts, authorized, -1,
+                                                   start, partitions_start, partitions_end, -1, r.pos)))
+        if len(topics) < self.topic_count:
+            return
+        topics_end = r.pos
+        cluster_authorized = r.int32() if 8 <= v <= 10 else AUTHORIZED_OPERATIONS_OMITTED
+        top_error = r.int16() if v >= 13 else 0
+        tags_start = -1
+        if v >= 9:
+            tags_start = r.pos
+            r.tagged_fields()
+        r.expect_end()
+        scan = MetadataScan(buf, v, self._correlation_id, self._throttle_time_ms, self._brokers, self._cluster_id,
+                            self._controller_id, tuple(topics), cluster_authorized, top_error, self._spans,
+                            self._body_start, topics_end, tags_start, self.controller_id_start)
+        if self._offsets:
+            scan._partition_starts.update(self._offsets)
+        self._scan = scan
+
+
+def _truncated(api_version: int, e: BaseException) -> TruncatedData:
+    return TruncatedData(f"MetadataResponse v{api_version} is truncated or corrupt: {e!r}")

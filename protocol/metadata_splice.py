@@ -25,6 +25,7 @@ __all__ = [
     "KIP637_LAYOUT_SOURCE_VERSION",
     "MIN_INSYNC_REPLICAS_TAG",
     "Layout",
+    "MetadataSplicer",
     "enrich_metadata_response",
     "splice_metadata_response",
 ]
@@ -93,86 +94,143 @@ def splice_metadata_response(
     -1 when unknown, and no topic or top-level tagged fields): the bytes
     :func:`~protocol.messages.encode_metadata_response_kip637` writes for the same response.
     A tag 637 the broker sent counts as the topic's value when the mapping has none.
+    :class:`MetadataSplicer` does the same in steps.
     """
-    kip637 = layout == "kip637"
-    if kip637 and scan.api_version != KIP637_LAYOUT_SOURCE_VERSION:
-        raise UnsupportedVersion(
-            f"the KIP-637 layout is built from a v{KIP637_LAYOUT_SOURCE_VERSION} response, not v{scan.api_version}")
-    if layout != "kafka" and not kip637:
-        raise ValueError(f"unknown Metadata layout {layout!r}")
-    try:
-        return _splice(scan, min_insync_replicas or {}, broker_addresses or {}, leaderless, kip637)
-    except ProtocolError:
-        raise
-    except (IndexError, struct.error, ValueError, UnicodeError) as e:
-        raise TruncatedData(f"MetadataResponse v{scan.api_version} is truncated or corrupt: {e!r}") from None
+    splicer = MetadataSplicer(scan, min_insync_replicas=min_insync_replicas, broker_addresses=broker_addresses,
+                              leaderless=leaderless, layout=layout)
+    splicer.step(len(scan.topics))
+    return splicer.frame()
 
 
-def _splice(
-    scan: MetadataScan,
-    min_isr: Mapping[str | uuid.UUID, int],
-    addresses: Mapping[int, tuple[str, int]],
-    leaderless: Container[tuple[str, int]] | None,
-    kip637: bool,
-) -> bytes:
-    buf = scan.frame
-    flexible = scan.api_version >= 9
-    out: list[bytes | memoryview] = []
-    copied = 0  # everything before this offset is already in ``out``
-    if kip637:
-        # Response header v1 with no tagged fields, as the generic encoder writes it.
-        out.append(_I32.pack(scan.correlation_id) + b"\x00")
-        copied = scan.body_start
-    moved = rewrite_endpoints(scan.brokers, addresses) if addresses else None
-    if moved is not None:
-        for broker, new, (host_start, port_end) in zip(scan.brokers, moved, scan.broker_spans, strict=True):
-            if new is not broker:
-                out.append(buf[copied:host_start])
-                out.append(_encoded_address(new.host, new.port, flexible))
-                copied = port_end
-    unpack_i32 = _I32.unpack_from
-    for topic in scan.topics:
-        name = topic.name
-        if leaderless is not None and name is not None and topic.partition_count:
-            for p in scan.partition_offsets(topic):
-                idx = unpack_i32(buf, p + 2)[0]
-                if (name, idx) in leaderless:
-                    out.append(buf[copied:p])
-                    out.append(_LEADERLESS.pack(_LEADER_NOT_AVAILABLE, idx, -1))
-                    copied = p + 10
-        if not flexible:
-            continue
-        value = None
-        if min_isr:
-            value = min_isr.get(name) if name is not None else None
-            if value is None and topic.topic_id is not None:
-                value = min_isr.get(topic.topic_id)
-        tag_start = topic.tags_start
+class MetadataSplicer:
+    """The splice of :func:`splice_metadata_response` in steps: :meth:`step` splices up to ``max_topics`` more
+    topics, :meth:`frame` gives the new frame once :attr:`done` (for a caller that must not hold its thread for a
+    whole 10,000-topic answer). The constructor checks the options and rewrites the brokers' addresses. The
+    mappings are read as the steps go. Raises :class:`~protocol.errors.ProtocolError` on bad input."""
+
+    def __init__(
+        self,
+        scan: MetadataScan,
+        *,
+        min_insync_replicas: Mapping[str | uuid.UUID, int] | None = None,
+        broker_addresses: Mapping[int, tuple[str, int]] | None = None,
+        leaderless: Container[tuple[str, int]] | None = None,
+        layout: Layout = "kafka",
+    ) -> None:
+        kip637 = layout == "kip637"
+        if kip637 and scan.api_version != KIP637_LAYOUT_SOURCE_VERSION:
+            raise UnsupportedVersion(
+                f"the KIP-637 layout is built from a v{KIP637_LAYOUT_SOURCE_VERSION} response, not v{scan.api_version}")
+        if layout != "kafka" and not kip637:
+            raise ValueError(f"unknown Metadata layout {layout!r}")
+        self._scan = scan
+        self._min_isr: Mapping[str | uuid.UUID, int] = min_insync_replicas or {}
+        self._leaderless = leaderless
+        self._kip637 = kip637
+        self._next_topic = 0
+        self._out: list[bytes | memoryview] = []
+        self._copied = 0  # everything before this offset is already in ``_out``
+        self._frame: bytes | None = None
+        buf = scan.frame
+        out = self._out
         if kip637:
-            if value is None:
-                value = _min_insync_tag(buf, tag_start)
-            out.append(buf[copied:tag_start])
-            out.append(_I16.pack(value) + b"\x00")  # the int16, then no tagged fields
-            copied = topic.end
-        elif value is None:
-            continue
-        elif buf[tag_start] == 0:
-            # The common case: no tagged fields yet.
-            out.append(buf[copied:tag_start])
-            out.append(_tag637_section(value))
-            copied = tag_start + 1
+            # Response header v1 with no tagged fields, as the generic encoder writes it.
+            out.append(_I32.pack(scan.correlation_id) + b"\x00")
+            self._copied = scan.body_start
+        moved = rewrite_endpoints(scan.brokers, broker_addresses) if broker_addresses else None
+        if moved is not None:
+            flexible = scan.api_version >= 9
+            for broker, new, (host_start, port_end) in zip(scan.brokers, moved, scan.broker_spans, strict=True):
+                if new is not broker:
+                    out.append(buf[self._copied:host_start])
+                    out.append(_encoded_address(new.host, new.port, flexible))
+                    self._copied = port_end
+
+    @property
+    def done(self) -> bool:
+        """Every topic spliced: :meth:`frame` is ready."""
+        return self._frame is not None
+
+    def step(self, max_topics: int) -> bool:
+        """Splice up to ``max_topics`` more topics (and finish the frame after the last); True when done."""
+        if self._frame is None:
+            try:
+                self._splice(max_topics)
+            except ProtocolError:
+                raise
+            except (IndexError, struct.error, ValueError, UnicodeError) as e:
+                raise TruncatedData(
+                    f"MetadataResponse v{self._scan.api_version} is truncated or corrupt: {e!r}") from None
+        return self._frame is not None
+
+    def frame(self) -> bytes:
+        """The new frame payload (after :meth:`step` returned True)."""
+        if self._frame is None:
+            raise RuntimeError(f"the splice has done {self._next_topic} of {len(self._scan.topics)} topics")
+        return self._frame
+
+    def _splice(self, max_topics: int) -> None:
+        scan = self._scan
+        buf = scan.frame
+        flexible = scan.api_version >= 9
+        min_isr = self._min_isr
+        leaderless = self._leaderless
+        kip637 = self._kip637
+        out = self._out
+        copied = self._copied
+        unpack_i32 = _I32.unpack_from
+        topics = scan.topics
+        first = self._next_topic
+        last = min(first + max_topics, len(topics))
+        for i in range(first, last):
+            topic = topics[i]
+            name = topic.name
+            if leaderless is not None and name is not None and topic.partition_count:
+                for p in scan.partition_offsets(topic):
+                    idx = unpack_i32(buf, p + 2)[0]
+                    if (name, idx) in leaderless:
+                        out.append(buf[copied:p])
+                        out.append(_LEADERLESS.pack(_LEADER_NOT_AVAILABLE, idx, -1))
+                        copied = p + 10
+            if not flexible:
+                continue
+            value = None
+            if min_isr:
+                value = min_isr.get(name) if name is not None else None
+                if value is None and topic.topic_id is not None:
+                    value = min_isr.get(topic.topic_id)
+            tag_start = topic.tags_start
+            if kip637:
+                if value is None:
+                    value = _min_insync_tag(buf, tag_start)
+                out.append(buf[copied:tag_start])
+                out.append(_I16.pack(value) + b"\x00")  # the int16, then no tagged fields
+                copied = topic.end
+            elif value is None:
+                continue
+            elif buf[tag_start] == 0:
+                # The common case: no tagged fields yet.
+                out.append(buf[copied:tag_start])
+                out.append(_tag637_section(value))
+                copied = tag_start + 1
+            else:
+                out.append(buf[copied:tag_start])
+                out.append(_tagged_section_with_min_insync(Reader(buf, tag_start), value))
+                copied = topic.end
+        self._next_topic = last
+        self._copied = copied
+        if last < len(topics):
+            return
+        if kip637:
+            out.append(buf[copied:scan.tags_start])
+            out.append(b"\x00")  # no top-level tagged fields
+            self._frame = b"".join(out)
+        elif not out:
+            self._frame = bytes(buf)
         else:
-            out.append(buf[copied:tag_start])
-            out.append(_tagged_section_with_min_insync(Reader(buf, tag_start), value))
-            copied = topic.end
-    if kip637:
-        out.append(buf[copied:scan.tags_start])
-        out.append(b"\x00")  # no top-level tagged fields
-        return b"".join(out)
-    if not out:
-        return bytes(buf)
-    out.append(buf[copied:])
-    return b"".join(out)
+            out.append(buf[copied:])
+            self._frame = b"".join(out)
+        self._out = []
 
 
 def _tag637_section(value: int) -> bytes:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
-from insync_proxy.protocol import MetadataResponse, MetadataScan
+from insync_proxy.protocol import MetadataResponse, MetadataScan, ScannedTopic
 from insync_proxy.protocol.primitives import SlottedRecord
 
 NULL_TOPIC_ID: Final = uuid.UUID(int=0)
@@ -86,10 +86,14 @@ class ClusterView:
         )
 
     def update_from_scan(self, scan: MetadataScan, all_topics: bool = False,
-                         only: Container[str] | None = None) -> None:
+                         only: Container[str] | None = None, topics: Sequence[ScannedTopic] | None = None) -> None:
         """Take in a scanned MetadataResponse (partitions are read from the scan's offsets only here); with
-        `only`, just those topics (the topics in use: a 3,000-topic answer then costs what its few topics do)."""
-        topics = scan.topics if only is None else [t for t in scan.topics if t.name is not None and t.name in only]
+        `only`, just those topics (the topics in use: a 3,000-topic answer then costs what its few topics do);
+        with `topics`, just these of the scan's topics (a slice of a big answer)."""
+        if topics is None:
+            topics = scan.topics
+        if only is not None:
+            topics = [t for t in topics if t.name is not None and t.name in only]
         self._apply(
             {b.node_id: (b.host, b.port) for b in scan.brokers},
             ((t.name, t.topic_id, t.error_code,

@@ -40,6 +40,12 @@ def call_soon_on_the_loop(callback: Callable[[], None]) -> None:
     asyncio.get_running_loop().call_soon(callback)
 
 
+async def next_turn() -> None:
+    """`BehaviourContext.pause` of the running proxy: resume on the event loop's next turn, after the I/O and
+    callbacks ready now (other connections' reads and writes) have run."""
+    await asyncio.sleep(0)
+
+
 @dataclass(slots=True)
 class BehaviourContext:
     cluster_view: ClusterView
@@ -55,3 +61,6 @@ class BehaviourContext:
     call_soon: Callable[[Callable[[], None]], None]
     #: The proxy's own requests on its control connection.
     control: ControlRequests
+    #: Let the event loop run other connections' work before a long job goes on (between the slices of a
+    #: 10,000-topic Metadata answer): no single answer holds the loop for its whole cost.
+    pause: Callable[[], Awaitable[None]] = next_turn

@@ -453,6 +453,9 @@ class ConnectionCore:
         if deferred is not None and deferred[0] is exchange:
             self._resume_request(exchange, deferred[1], error)
             return
+        if isinstance(error, ProtocolError):  # the broker's answer, read in slices: as if read at once
+            self._close(CloseReason("upstream_bad_frame", str(error), frame_error_kind(error)))
+            return
         if error is not None or response is None:
             self._close(CloseReason("internal", f"answering {exchange.api_key} v{exchange.api_version} failed: "
                                     f"{error!r}", error=error))

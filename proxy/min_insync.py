@@ -311,9 +311,10 @@ class MinInsyncCache:
         self.entries.clear()
         self._update_gauges()
 
-    def values_for(self, topics: Iterable[str]) -> tuple[dict[str, int], list[str]]:
+    def values_for(self, topics: Iterable[str], count: bool = True) -> tuple[dict[str, int], list[str]]:
         """Fresh values of these topics (those with one) and the topics with no fresh entry, in one pass:
-        what the splice of a Metadata answer needs (hits and misses counted once, not per topic)."""
+        what the splice of a Metadata answer needs (hits and misses counted once, not per topic; not at all
+        with ``count=False``, for a second look at the same answer)."""
         now = time.monotonic()
         ttl = self.ttl
         entries = self.entries
@@ -325,11 +326,16 @@ class MinInsyncCache:
                 missing.append(topic)
             elif entry.value is not None:
                 values[topic] = entry.value
-        if values:
-            self.metrics.metadata_cache_hits_total.inc(len(values))
-        if missing:
-            self.metrics.metadata_cache_misses_total.inc(len(missing))
+        if count:
+            self.count_lookups(len(values), len(missing))
         return values, missing
+
+    def count_lookups(self, hits: int, misses: int) -> None:
+        """Count cache hits and misses (once per answer)."""
+        if hits:
+            self.metrics.metadata_cache_hits_total.inc(hits)
+        if misses:
+            self.metrics.metadata_cache_misses_total.inc(misses)
 
     def _update_gauges(self) -> None:
         self.metrics.metadata_cache_entries.set(len(self.entries))

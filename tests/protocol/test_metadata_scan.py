@@ -32,8 +32,17 @@ from insync_proxy.protocol.messages import (
     encode_metadata_response_kip637,
     encode_response,
 )
-from insync_proxy.protocol.metadata_scan import MetadataScan, ScannedPartition, scan_metadata_response
-from insync_proxy.protocol.metadata_splice import enrich_metadata_response, splice_metadata_response
+from insync_proxy.protocol.metadata_scan import (
+    MetadataScan,
+    MetadataScanner,
+    ScannedPartition,
+    scan_metadata_response,
+)
+from insync_proxy.protocol.metadata_splice import (
+    MetadataSplicer,
+    enrich_metadata_response,
+    splice_metadata_response,
+)
 from insync_proxy.protocol.primitives import encode_uvarint
 
 from .fuzz import mutate
@@ -202,6 +211,56 @@ def test_splice_from_a_scan_equals_the_splice_of_the_frame(version: int, data: A
     assert enrich_metadata_response(frame, version, **options) == expected
     for scan in (with_offsets, lazy, read_first):
         assert splice_metadata_response(scan, **options) == expected
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_a_scan_and_splice_in_steps_equal_the_whole_ones(version: int, data: Any) -> None:
+    # Given any MetadataResponse (tag 637 unset) and a step size
+    msg = data.draw(message_strategy(MetadataResponse, version))
+    msg = dataclasses.replace(msg, topics=tuple(dataclasses.replace(t, min_insync_replicas=-1) for t in msg.topics))
+    frame = frame_of(msg, version)
+    options = options_for(msg)
+    size = data.draw(st.integers(min_value=1, max_value=4))
+    # When it is scanned, then spliced, a few topics at a time
+    scanner = MetadataScanner(frame, version, partition_offsets=True)
+    assert scanner.topic_count == len(msg.topics)
+    steps = 1
+    while not scanner.step(size):
+        steps += 1
+    scan = scanner.scan()
+    splicer = MetadataSplicer(scan, **options)
+    while not splicer.step(size):
+        pass
+    # Then the steps were as many as the topics need, and the scan and the frame are the whole walk's
+    assert steps == max(1, -(-len(msg.topics) // size))
+    assert_scan_equals_decode(scan, msg, version, scan.correlation_id)
+    assert splicer.done and splicer.frame() == splice_metadata_response(scan_metadata_response(frame, version),
+                                                                        **options)
+
+
+def test_a_scan_in_steps_is_not_read_before_it_is_done() -> None:
+    # Given a 3-topic answer scanned one topic at a time
+    scanner = MetadataScanner(frame_of(_cluster(), 12), 12)
+    # When 2 steps have run, Then the scan is not ready and says how far it got
+    assert not scanner.step(1) and not scanner.step(1) and not scanner.done
+    with pytest.raises(RuntimeError, match="2 of 3 topics"):
+        scanner.scan()
+    # And the third step finishes it (more steps change nothing)
+    assert scanner.step(1) and scanner.step(1)
+    assert [t.name for t in scanner.scan().topics] == ["t0", "t1", "t2"]
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+def test_every_truncation_raises_protocol_error_in_steps(version: int) -> None:
+    # Given every cut of an answer, When scanned a topic at a time, Then only ProtocolError escapes
+    frame = frame_of(_cluster(), version)
+    for cut in range(len(frame)):
+        with pytest.raises(ProtocolError):
+            scanner = MetadataScanner(frame[:cut], version)
+            while not scanner.step(1):
+                pass
 
 
 def test_splice_from_a_scan_leaves_the_scan_reusable() -> None:
