@@ -125,7 +125,7 @@ class _SplicedAnswer:
     cache's fresh ones, is the same splice with those two ids."""
 
     __slots__ = ("listener", "controller_at", "original", "spliced", "spliced_controller_at", "scan", "names",
-                 "values", "hits")
+                 "values", "hits", "size")
 
     def __init__(self, listener: object, scan: MetadataScan, spliced: bytes, lookup: _MinInsyncLookup) -> None:
         self.listener = listener  #: the ListenerSettings it was spliced for (a reload makes new ones)
@@ -140,6 +140,9 @@ class _SplicedAnswer:
         self.names = lookup.names
         self.values = lookup.by_name
         self.hits = lookup.hits
+        #: What keeping it costs, about: the scan's topic tuples, the broker's bytes and the splice (measured
+        #: 8.2x the answer for 3,000 topics, 7.6x for 10,000).
+        self.size = KEPT_BYTES_PER_ANSWER_BYTE * len(scan.frame)
 
     def same_bytes(self, frame: Frame) -> bool:
         """The broker's `frame` is this answer's, but for its correlation id and controller id."""
@@ -163,8 +166,12 @@ def _without_controller(frame: Frame, controller_at: int) -> bytearray:
     return rest
 
 
-#: Listener, version and layout combinations whose last big answer is kept (each ~3x the answer's size).
+#: Listener, version and layout combinations whose last big answer is kept.
 _SPLICED_ANSWERS_MAX: Final = 4
+#: What the kept answers may hold in all (`MetadataEnricher.kept_bytes_max`): 2.9 MB for a 3,000-topic answer,
+#: 8.8 MB for 10,000; an answer of more than ~18,000 topics is not kept (each of its repeats scanned again).
+KEPT_BYTES_MAX: Final = 16 * 1024 * 1024
+KEPT_BYTES_PER_ANSWER_BYTE: Final = 8
 
 
 class _UnreadyPartitions:
@@ -197,6 +204,7 @@ class MetadataEnricher(BehaviourBase):
         self._last_learnt = 0.0
         #: (listener name, upstream version, KIP-637 layout) -> its last big all-topics answer, spliced.
         self._spliced: dict[tuple[str, int, bool], _SplicedAnswer] = {}
+        self.kept_bytes_max = KEPT_BYTES_MAX
 
     def on_request(self, exchange: Exchange) -> None:
         if exchange.listener.metadata_schema == "kip637" and exchange.api_version == KIP637_METADATA_VERSION:
@@ -270,9 +278,13 @@ class MetadataEnricher(BehaviourBase):
         key = (exchange.listener.name, scan.api_version, kip637 is not None)
         spliced = self._spliced
         spliced.pop(key, None)
-        if len(spliced) >= _SPLICED_ANSWERS_MAX:
+        kept = _SplicedAnswer(exchange.listener, scan, new, lookup)
+        if kept.size > self.kept_bytes_max:
+            return
+        while spliced and (len(spliced) >= _SPLICED_ANSWERS_MAX
+                           or sum(a.size for a in spliced.values()) + kept.size > self.kept_bytes_max):
             del spliced[next(iter(spliced))]
-        spliced[key] = _SplicedAnswer(exchange.listener, scan, new, lookup)
+        spliced[key] = kept
 
     def _same_answer(self, exchange: Exchange, frame: Frame, key: tuple[str, int, bool]) -> bytearray | None:
         """The kept splice when this answer is the kept one's bytes (all topics asked, the same listener) and the

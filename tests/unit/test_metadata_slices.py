@@ -350,3 +350,24 @@ def test_kip637_layout_answers_are_kept_and_renumbered_too() -> None:
     # Then both equal the splice in KIP-637's layout; the second was the kept one (no slices)
     assert outs[0][0] == outs[0][1] and outs[1][0] == outs[1][1]
     assert outs[1][2] == outs[0][2]
+
+
+def test_an_answer_too_big_to_keep_is_scanned_and_spliced_again_each_time() -> None:
+    # Given a proxy allowed to keep less than a 1,000-topic answer costs
+    topics = SLICE_TOPICS * 2
+    pauses = Pauses()
+    core, io, _, _ = core_for(topics, pauses)
+    enricher = core.registry.responses[ApiKey.METADATA][0]
+    assert isinstance(enricher, MetadataEnricher)
+    frame = answer(topics)
+    enricher.kept_bytes_max = 4 * len(frame)
+    # When the same answer comes twice, Then both are right and the second is sliced again (nothing kept)
+    assert _answer_through(core, io, frame, 1) == _renumbered(expected(frame), 1)
+    sliced = pauses.count
+    assert _answer_through(core, io, frame, 2) == _renumbered(expected(frame), 2)
+    assert pauses.count == 2 * sliced
+    # And with room for it, it is kept
+    enricher.kept_bytes_max = 10 * len(frame)
+    _answer_through(core, io, frame, 3)
+    third = pauses.count
+    assert _answer_through(core, io, frame, 4) == _renumbered(expected(frame), 4) and pauses.count == third
