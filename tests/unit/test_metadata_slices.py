@@ -35,6 +35,7 @@ from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache
 from tests.unit.test_acks_policy import ControlNeverUsed
 from tests.unit.test_connection_core import RecordingIO, request
+from tests.unit.test_metadata_made_up_topics import RecordingControl
 
 PORTS = BrokerPorts(9100)
 BROKERS = (1, 2, 3)
@@ -73,10 +74,10 @@ class Pauses:
             await next_turn()
 
 
-def core_for(topics: int, pauses: Pauses, hide: bool = False, min_insync: int | None = 2, schema: str = "tagged"
-             ) -> tuple[ConnectionCore, RecordingIO, MinInsyncCache, ProxyMetrics]:
+def core_for(topics: int, pauses: Pauses, hide: bool = False, min_insync: int | None = 2, schema: str = "tagged",
+             control: object | None = None) -> tuple[ConnectionCore, RecordingIO, MinInsyncCache, ProxyMetrics]:
     metrics = ProxyMetrics()
-    cache = MinInsyncCache(ControlNeverUsed(), metrics, miss_wait_seconds=0)  # type: ignore[arg-type]
+    cache = MinInsyncCache(control or ControlNeverUsed(), metrics, miss_wait_seconds=0)  # type: ignore[arg-type]
     if min_insync is not None:
         for i in range(topics):
             cache.entries[f"t{i:05d}"] = CachedValue(min_insync, time.monotonic())
@@ -226,19 +227,35 @@ async def _awaited(awaitable: Awaitable[Frame | None]) -> Frame | None:
     return await awaitable
 
 
+def _answer_and_fetches(core: ConnectionCore, io: RecordingIO, frame: bytes, correlation_id: int,
+                        control: RecordingControl, topics_read: int) -> bytes:
+    """`_answer_through`, on one event loop that then runs until the control connection was asked for
+    `topics_read` topic configs in all (the cache's fetches for next time run as tasks after the answer)."""
+
+    async def main() -> None:
+        payload = struct.pack(">i", correlation_id) + frame[8:]
+        core.receive_client_data(all_topics_request(correlation_id))
+        core.receive_upstream_data(struct.pack(">i", len(payload)) + payload)
+        while io.pending_async:
+            exchange, awaitable = io.pending_async.pop()
+            core.async_done(exchange, await _awaited(awaitable))
+        for _ in range(10_000):
+            if sum(len(batch) for batch in control.described) >= topics_read:
+                return
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    return io.to_client.pop()
+
+
 @pytest.mark.parametrize("topics", [SLICE_TOPICS + 1, 3 * SLICE_TOPICS])
 def test_an_uncached_big_answer_is_answered_and_its_topics_fetched_for_next_time(topics: int) -> None:
     # Given nothing cached (and no wait for misses): the answer goes out without tag 637, misses are fetched
-    pauses = Pauses()
-    core, io, cache, _ = core_for(topics, pauses, min_insync=None)
-    fetched: list[list[str]] = []
-    cache.fetch = lambda names: fetched.append(list(names))  # type: ignore[assignment,method-assign,return-value]
+    control = RecordingControl()
+    core, io, _, _ = core_for(topics, Pauses(), min_insync=None, control=control)
     frame = answer(topics)
-    core.receive_client_data(all_topics_request())
-    core.receive_upstream_data(frame)
-    run_to_the_end(io, core)
-    assert io.to_client == [expected(frame, None)]
-    assert fetched == [[f"t{i:05d}" for i in range(topics)]]
+    assert _answer_and_fetches(core, io, frame, 7, control, topics) == expected(frame, None)
+    assert sorted(t for batch in control.described for t in batch) == [f"t{i:05d}" for i in range(topics)]
 
 
 def _answer_through(core: ConnectionCore, io: RecordingIO, frame: bytes, correlation_id: int) -> bytes:
@@ -276,9 +293,8 @@ def test_the_same_big_answer_again_is_the_kept_splice_renumbered() -> None:
 
 def test_a_changed_value_a_stale_entry_or_changed_bytes_are_spliced_again() -> None:
     topics = SLICE_TOPICS + 10
-    core, io, cache, _ = core_for(topics, Pauses())
-    fetched: list[list[str]] = []
-    cache.fetch = lambda names: fetched.append(list(names))  # type: ignore[assignment,method-assign,return-value]
+    control = RecordingControl()
+    core, io, cache, _ = core_for(topics, Pauses(), control=control)
     frame = answer(topics)
     assert _answer_through(core, io, frame, 1) == _renumbered(expected(frame), 1)
     # When one topic's min.insync.replicas changed in the cache: Then the answer carries the new value
@@ -291,9 +307,9 @@ def test_a_changed_value_a_stale_entry_or_changed_bytes_are_spliced_again() -> N
     assert _answer_through(core, io, shrunk, 3) == _renumbered(expected(shrunk, t00003=3), 3)
     # When an entry went stale: Then it is left out and fetched for next time, as without a kept splice
     cache.entries["t00004"] = CachedValue(2, time.monotonic() - 3600)
-    stale = scan_metadata_response(memoryview(_answer_through(core, io, shrunk, 4))[4:], 12)
+    stale = scan_metadata_response(memoryview(_answer_and_fetches(core, io, shrunk, 4, control, 1))[4:], 12)
     assert {t.name: t.min_insync_replicas for t in stale.topics}["t00004"] == -1
-    assert fetched == [["t00004"]]
+    assert control.described == [["t00004"]]
 
 
 def test_a_request_naming_topics_is_never_answered_from_a_kept_splice() -> None:
