@@ -222,7 +222,7 @@ async def serve(config: ProxyConfig, ready_message: str | None = None,
     await proxy.start()
     # What the start made (modules, settings, listeners) lives as long as the process: out of the garbage
     # collector's way, a full collection walks only what traffic made (measured: a 3,000-topic Metadata
-    # answer's worst hold of the loop 28 -> 2.6 ms; benchmarks/metadata_bench.py freezes the same way).
+    # answer's worst hold of the loop 24 -> 2.3 ms; benchmarks/metadata_bench.py freezes the same way).
     gc.collect()
     gc.freeze()
     stop = asyncio.Event()
