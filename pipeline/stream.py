@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -436,12 +436,8 @@ def stream_audit_files(spark: SparkSession, input_dir: str | Path) -> DataFrame:
 
 
 @contextmanager
-def _no_data_batches(spark: SparkSession, *, enabled: bool) -> Iterator[None]:
-    """Queries started inside run (``enabled``) or skip the micro-batches without input; the session's own
-    setting is restored afterwards."""
-    if enabled:
-        yield
-        return
+def _no_data_batches_off(spark: SparkSession) -> Iterator[None]:
+    """Queries started inside skip the micro-batches without input; the session's own setting is restored."""
     before = spark.conf.get(NO_DATA_BATCHES_CONF, None)
     spark.conf.set(NO_DATA_BATCHES_CONF, "false")
     try:
@@ -461,7 +457,7 @@ def run_stream(spark: SparkSession, lines: DataFrame, args: argparse.Namespace, 
     # An available-now run ends by closing its open windows (close_open_windows), which writes every window
     # its data's own watermark passed as well: the extra micro-batch Spark would run for those first, with
     # no input, is a whole pass of the stateful plan for nothing (a finished run: 4 micro-batches, now 3).
-    with _no_data_batches(spark, enabled=not args.available_now):
+    with _no_data_batches_off(spark) if args.available_now else nullcontext():
         queries = start_streams(spark, lines, out, args.checkpoint, window=args.window, watermark=args.watermark,
                                 trigger=args.trigger, available_now=args.available_now)
     progress.stage(f"streaming to {out} (checkpoint {args.checkpoint})"

@@ -435,7 +435,7 @@ class MetadataScanner:
         except ProtocolError:
             raise
         except (IndexError, struct.error, ValueError, UnicodeError) as e:
-            raise _truncated(api_version, e) from None
+            raise truncated_response(api_version, e) from None
 
     def _read_head(self, frame: Buffer) -> None:
         v = self.api_version
@@ -489,7 +489,7 @@ class MetadataScanner:
             except ProtocolError:
                 raise
             except (IndexError, struct.error, ValueError, UnicodeError) as e:
-                raise _truncated(self.api_version, e) from None
+                raise truncated_response(self.api_version, e) from None
         return self._scan is not None
 
     def scan(self) -> MetadataScan:
@@ -545,5 +545,7 @@ class MetadataScanner:
         self._scan = scan
 
 
-def _truncated(api_version: int, e: BaseException) -> TruncatedData:
+def truncated_response(api_version: int, e: BaseException) -> TruncatedData:
+    """What an out-of-range read (IndexError, struct.error, ...) in a MetadataResponse walk is: the error the
+    scan and the splice raise for it."""
     return TruncatedData(f"MetadataResponse v{api_version} is truncated or corrupt: {e!r}")

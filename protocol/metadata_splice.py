@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Container, Mapping
 from typing import Literal
 
-from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
+from .errors import MalformedFrame, ProtocolError, UnsupportedVersion
 from .messages import MIN_INSYNC_REPLICAS_TAG, rewrite_endpoints
-from .metadata_scan import MetadataScan, scan_metadata_response
+from .metadata_scan import MetadataScan, scan_metadata_response, truncated_response
 from .primitives import Buffer, Reader, Writer, encode_uvarint
 
 __all__ = [
@@ -159,8 +159,7 @@ class MetadataSplicer:
             except ProtocolError:
                 raise
             except (IndexError, struct.error, ValueError, UnicodeError) as e:
-                raise TruncatedData(
-                    f"MetadataResponse v{self._scan.api_version} is truncated or corrupt: {e!r}") from None
+                raise truncated_response(self._scan.api_version, e) from None
         return self._frame is not None
 
     def frame(self) -> bytes:
