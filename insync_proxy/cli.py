@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import gc
 import json
@@ -219,21 +220,34 @@ async def serve(config: ProxyConfig, ready_message: str | None = None,
     from insync_proxy.proxy.server import InsyncProxy
 
     proxy = InsyncProxy(config, load=load)
-    await proxy.start()
-    # What the start made (modules, settings, listeners) lives as long as the process: out of the garbage
-    # collector's way, a full collection walks only what traffic made (measured: a 3,000-topic Metadata
-    # answer's worst hold of the loop 24 -> 2.3 ms; benchmarks/metadata_bench.py freezes the same way).
-    gc.collect()
-    gc.freeze()
+    # The stop signals are taken before the start: /readyz may answer 200 while the start still runs, and a
+    # start can wait a whole control timeout on a silent broker. A SIGTERM then (a rollout, a test) ends the
+    # start and drains: exit 0, not the signal's default (killed).
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: proxy.reloads.reload("SIGHUP"))
-    if ready_message:
-        print(ready_message.format(bootstrap=f"{config.advertised_host}:{proxy.bootstrap_port}",
-                                   admin=proxy.admin.url), flush=True)
-    await stop.wait()
+    starting = loop.create_task(proxy.start())
+    stopping = loop.create_task(stop.wait())
+    await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+    else:
+        if starting.exception() is not None:
+            stopping.cancel()
+        starting.result()  # a failed start raises here, as before
+        # What the start made (modules, settings, listeners) lives as long as the process: out of the garbage
+        # collector's way, a full collection walks only what traffic made (measured: a 3,000-topic Metadata
+        # answer's worst hold of the loop 24 -> 2.3 ms; benchmarks/metadata_bench.py freezes the same way).
+        gc.collect()
+        gc.freeze()
+        loop.add_signal_handler(signal.SIGHUP, lambda: proxy.reloads.reload("SIGHUP"))
+        if ready_message:
+            print(ready_message.format(bootstrap=f"{config.advertised_host}:{proxy.bootstrap_port}",
+                                       admin=proxy.admin.url), flush=True)
+    await stopping
     try:
         await proxy.stop()
     finally:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from insync_proxy.pipeline import schema
 from insync_proxy.pipeline.schema import parse_audit_events, read_audit_json, rejected_events, valid_events
 
 from .events import decision, isr_change, isr_change_v2, readiness, summary, write_jsonl
@@ -130,3 +131,22 @@ def test_v2_lines_are_validated_on_both_parse_paths(spark: SparkSession, tmp_pat
     assert sorted(r["reason"] for r in rejected) == sorted(cases) == file_reasons
     by_reason = {r["reason"]: r["line"] for r in rejected}
     assert all(by_reason[reason] == line for reason, line in cases.items())
+
+
+def test_the_validation_is_built_once_and_serves_every_query(spark: SparkSession, tmp_path: Path) -> None:
+    # Given two different inputs parsed one after the other in the same JVM
+    first = spark.createDataFrame([(json.dumps(decision(0.0)), "a:0"), ("{not json", "a:1")], "value string, source string")
+    second = spark.createDataFrame([(_with(partition=-1), "b:0")], "value string, source string")
+    parse_audit_events(first, source_col="source")
+    built = schema._BUILT[1]
+    columns = built["parse:text"]
+    # When the second one is parsed, then its query selects the very columns built for the first ...
+    parsed = parse_audit_events(second, source_col="source")
+    assert built["parse:text"] is columns
+    # ... and each query still reads its own lines
+    assert [r["reason"] for r in rejected_events(parse_audit_events(first, source_col="source")).collect()] == ["bad_json"]
+    assert [(r["reason"], r["source"]) for r in rejected_events(parsed).collect()] == [("invalid_value:partition", "b:0")]
+    # And the file reader's layout is built on its own
+    write_jsonl(tmp_path / "a.jsonl", [decision(0.0)])
+    assert len(valid_events(read_audit_json(spark, [str(tmp_path / "a.jsonl")])).collect()) == 1
+    assert built["parse:records"] is not columns
