@@ -6,8 +6,8 @@ testcontainers (the apache/kafka image; needs a Docker engine). Version: INSYNC_
 or the `every_kafka_version` marker) run once per supported version: 4.x, 3.9, an older 3.x (KRaft) and
 2.8 (ZooKeeper). A process runs one cluster at a time: the pool stops one before starting another.
 
-Tests are grouped by the cluster they need (`work_unit`): `./scripts/test` spreads the groups over two
-pytest-xdist workers (`-n 2`; `-n 0` runs them in one process), so at most two clusters run at once, each
+Tests are grouped by the cluster they need (`work_unit`): `./scripts/test` spreads the groups over three
+pytest-xdist workers (`-n 3`; `-n 0` runs them in one process), so at most three clusters run at once, each
 starts once per run, and a worker that finishes its group takes the next, the biggest first.
 """
 
@@ -276,7 +276,7 @@ def _unit_rank(unit: str) -> int:
 
 
 def work_unit(item: pytest.Item) -> str:
-    """The group a test runs in when the suite is spread over workers (`./scripts/test` runs `pytest -n 2`).
+    """The group a test runs in when the suite is spread over workers (`./scripts/test` runs `pytest -n 3`).
 
     A group runs whole on one worker, in the order above: every test on one cluster shares a group, so each
     cluster still starts once per run and the tests that bounce its brokers still run last on it. The tests
