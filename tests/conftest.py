@@ -173,6 +173,8 @@ KAFKA_FIXTURES = frozenset({
 })
 #: Fixtures that start a Spark session (a JVM too).
 SPARK_FIXTURES = frozenset({"spark"})
+#: The group of the tests that need a Kafka cluster and Spark: `kafka:<version>` + this.
+SPARK_SUFFIX = "+spark"
 #: The container image (tests/deploy/test_image.py), built once per process that asks for it.
 IMAGE_FIXTURES = frozenset({"built_image"})
 #: The group of the image's tests: one worker builds the image, once (two builds at once collide).
@@ -259,12 +261,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _unit_rank(unit: str) -> int:
     """Order of the groups: the selected version's shared cluster (the longest), Spark, the image (its
-    build takes minutes on a fresh machine), the other clusters (newest version first), then the groups
-    without JVMs, which fill the workers' last minutes."""
+    build takes minutes on a fresh machine) and the pipeline's tests over that cluster, the other clusters
+    (newest version first), then the groups without JVMs, which fill the workers' last minutes."""
     if unit == f"kafka:{selected_version()}":
         return 0
     if unit == "spark":
         return 1
+    if unit == f"kafka:{selected_version()}{SPARK_SUFFIX}":
+        return 2
     if unit == IMAGE_UNIT:
         return 2
     versions = [f"kafka:{v}" for v in EVERY_KAFKA_VERSION if v]
@@ -295,7 +299,10 @@ def work_unit(item: pytest.Item) -> str:
         return IMAGE_UNIT
     version = _requested_version(item)
     if version is not None or fixtures & {"kafka_cluster", "proxy", "cluster_pool"}:
-        return f"kafka:{version or selected_version()}"
+        # The pipeline's tests over a real cluster (the audit topic, the proxy's audit files) are a group of
+        # their own, with a cluster of that version and a Spark session in one worker: with the shared
+        # cluster's other tests they made the longest group, which alone held the run's end.
+        return f"kafka:{version or selected_version()}{SPARK_SUFFIX if fixtures & SPARK_FIXTURES else ''}"
     if fixtures & SPARK_FIXTURES:
         return "spark"
     return module
