@@ -111,7 +111,7 @@ def windowed_aggregates(events: DataFrame, window: str = DEFAULT_WINDOW, waterma
         F.coalesce(F.sum(once(F.col("latency_count"))), F.lit(0)).cast("long").alias("latency_n"),
         F.min("latency_min_ms").alias("latency_min_ms"),
         F.max("latency_max_ms").alias("latency_max_ms"),
-        # SQL text: one call into the JVM per bucket, where the same built from functions took some 50
+        # SQL text: one call into the JVM per bucket, where the same built from functions took some 50 calls
         *[F.expr(f"sum(CASE WHEN _bucket.bucket = {i} THEN _bucket.count END) AS _b{i}") for i in range(OVERFLOW + 1)],
     )
     pairs = ", ".join(f"named_struct('bucket', {i}, 'count', _b{i})" for i in range(OVERFLOW + 1))

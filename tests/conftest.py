@@ -267,9 +267,7 @@ def _unit_rank(unit: str) -> int:
         return 0
     if unit == "spark":
         return 1
-    if unit == f"kafka:{selected_version()}{SPARK_SUFFIX}":
-        return 2
-    if unit == IMAGE_UNIT:
+    if unit in (IMAGE_UNIT, f"kafka:{selected_version()}{SPARK_SUFFIX}"):
         return 2
     versions = [f"kafka:{v}" for v in EVERY_KAFKA_VERSION if v]
     if unit in versions:
