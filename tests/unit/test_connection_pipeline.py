@@ -251,14 +251,15 @@ async def _large_answers_through_budget_sized_reads() -> None:
     proxy.connection_settings.budget = budget
     proxy.connection_settings.reads = ReadBuffer(budget)
     try:
-        # Given a slow consumer (small receive buffer) that pipelines 3 requests of 3 MiB answers, reading nothing
+        # Given a slow consumer (small receive buffer) that pipelines 3 requests of 3 MiB answers, reading nothing:
+        # a bare socket, so nothing reads it (a stream reader's transport would take up to twice its limit)
+        loop = asyncio.get_running_loop()
         slow_socket = socket.socket()
         slow_socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * KIB)
         slow_socket.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(slow_socket, ("127.0.0.1", proxy.bootstrap_port))
-        slow_reader, slow_writer = await asyncio.open_connection(sock=slow_socket, limit=4 * 1024 * KIB)
+        await loop.sock_connect(slow_socket, ("127.0.0.1", proxy.bootstrap_port))
         for correlation_id in (1, 2, 3):
-            slow_writer.write(_request(ApiKey.LIST_OFFSETS, 1, correlation_id, b"\x00" * 8))
+            await loop.sock_sendall(slow_socket, _request(ApiKey.LIST_OFFSETS, 1, correlation_id, b"\x00" * 8))
         # Then the budget holds it back, within the budget and a smallest read for each of its 2 buffers
         for _ in range(3000):  # up to 30 s
             if budget.paused:
@@ -272,6 +273,7 @@ async def _large_answers_through_budget_sized_reads() -> None:
         async with asyncio.timeout(30):
             assert await _read_frame(reader) == struct.pack(">i", 9) + answer
             # And the slow consumer, reading at last, gets its 3 answers whole and in order
+            slow_reader, slow_writer = await asyncio.open_connection(sock=slow_socket, limit=4 * 1024 * KIB)
             for correlation_id in (1, 2, 3):
                 assert await _read_frame(slow_reader) == struct.pack(">i", correlation_id) + answer
         assert budget.reads and all(MIN_READ_BYTES <= size <= 128 * KIB for size in budget.reads)
