@@ -161,15 +161,31 @@ def build_session(
             _start_quiet_jvm(conf)
         spark = SparkSession.builder.config(conf=conf).getOrCreate()
     except Exception as exc:  # the JVM's own message is the useful part
-        where = f" (Spark's log: {spark_log_path})" if spark_log_path else ""
+        log = keep_spark_log()
+        where = f" (Spark's log: {log})" if log else ""
         raise PipelineError(f"could not start Spark (master {conf.get('spark.master')}): {exc}{where}") from exc
     spark.sparkContext.setLogLevel(os.environ.get("INSYNC_SPARK_LOG_LEVEL", "WARN" if verbose else "ERROR"))
     configure_session(spark)
     return spark
 
 
-#: Where the JVM's own output went when :func:`build_session` started it quietly (else None).
+#: Where the JVM's own output went when :func:`build_session` started it quietly (else None). Removed when
+#: the process exits, unless a failure named it (:func:`keep_spark_log`): a report run every hour must not
+#: leave a file in the temporary directory each time.
 spark_log_path: Path | None = None
+_spark_log_kept = False
+
+
+def keep_spark_log() -> Path | None:
+    """The JVM's log file, kept after the process exits because a failure line names it (None: there is none)."""
+    global _spark_log_kept
+    _spark_log_kept = spark_log_path is not None
+    return spark_log_path
+
+
+def _remove_spark_log() -> None:
+    if spark_log_path is not None and not _spark_log_kept:
+        spark_log_path.unlink(missing_ok=True)
 
 
 def _start_quiet_jvm(conf: SparkConf) -> None:
@@ -181,6 +197,7 @@ def _start_quiet_jvm(conf: SparkConf) -> None:
     for capturing the gateway JVM's output.
     """
     global spark_log_path
+    import atexit
     import logging
     import tempfile
 
@@ -193,6 +210,7 @@ def _start_quiet_jvm(conf: SparkConf) -> None:
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     handle, name = tempfile.mkstemp(prefix="insync-spark-", suffix=".log")
     spark_log_path = Path(name)
+    atexit.register(_remove_spark_log)
     with os.fdopen(handle, "ab") as log:
         gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
     SparkContext(conf=conf, gateway=gateway)

@@ -40,7 +40,10 @@ def test_readme_report_command_runs_verbatim_on_the_proxys_flat_audit_directory(
     write_jsonl(audit / "audit-orders-pod-1-20261121T080000000000Z.jsonl",
                 [summary(3600, requests=5, records=5, record_bytes=50)])
     # When the README's command runs in a shell in that directory
-    proc = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=ENV)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**ENV, "TMPDIR": str(temp)})
     # Then it succeeds, prints the summary, writes the tables, and shows no Spark chatter
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "produce requests: 12 (19 records counted, 750 record bytes)" in proc.stdout
@@ -49,6 +52,8 @@ def test_readme_report_command_runs_verbatim_on_the_proxys_flat_audit_directory(
     assert sum(r["requests"] for r in traffic) == 12
     progress = [line for line in proc.stderr.splitlines() if line.strip()]
     assert all(line.startswith("[") for line in progress), proc.stderr  # only the report's own progress lines
+    # and the JVM's log file is gone with the process: a report run every hour leaves nothing behind
+    assert not list(temp.glob("insync-spark-*.log"))
 
 
 def test_a_failing_job_is_reported_in_one_line(spark: Any, tmp_path: Path) -> None:
@@ -56,7 +61,7 @@ def test_a_failing_job_is_reported_in_one_line(spark: Any, tmp_path: Path) -> No
     proc = subprocess.run(
         ["insync-proxy", "report", "--quiet", "--master", "local[1]", "--input", "s3a://no-bucket/audit/x.jsonl",
          "--output", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=600, env=ENV,
+        capture_output=True, text=True, timeout=600, env={**ENV, "TMPDIR": str(tmp_path)},
     )
     # Then the exit status is 1 and stderr is one line naming the cause, without a Java or Python trace
     assert proc.returncode == 1
@@ -64,3 +69,8 @@ def test_a_failing_job_is_reported_in_one_line(spark: Any, tmp_path: Path) -> No
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: the report job failed: ") and "S3AFileSystem" in lines[0]
     assert "--verbose" in lines[0]
+    # and the JVM's log file it names is kept
+    named = re.search(r"Spark's log: (\S+);", lines[0])
+    assert named, lines[0]
+    log = Path(named.group(1))
+    assert log.parent == tmp_path and log.is_file()
