@@ -599,8 +599,9 @@ class LocalKafkaCluster:
         self._settle_class_archive(node)
         archive = None
         if (self._class_archive is not None and not self._class_archive.ready() and node.role == "broker"
-                and not any(n.archive_candidate for n in self.nodes())):
-            # No archive yet: this broker writes one when it exits (one JVM per cluster is enough).
+                and self.settings.die_with_parent and not any(n.archive_candidate for n in self.nodes())):
+            # No archive yet: this broker writes one when it exits (one JVM per cluster is enough). Not in a
+            # detached cluster (`dev-cluster up`): `down`, another process, ends it with SIGKILL, which writes none.
             archive, node.archive_candidate = self._class_archive.dump_options()
         out = open(node.stdout_file, "ab")  # noqa: SIM115 - the child keeps it
         main = "org.apache.zookeeper.server.ZooKeeperServerMain" if node.role == "zookeeper" else "kafka.Kafka"
