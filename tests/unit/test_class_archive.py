@@ -7,7 +7,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from insync_proxy.devcluster.class_archive import ClassArchive
+from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.devcluster.distribution import java_executable, kafka_libs
 
 
@@ -70,3 +73,61 @@ def test_an_archive_is_written_at_exit_checked_then_mapped_and_a_broken_one_neve
     # And a candidate that was never written (the JVM was killed first) leaves nothing either
     assert archive.settle(tmp_path / "classes-test.3-4.partial") is False
     assert not archive.ready()
+
+
+class _FakeJvm:
+    """Stands in for subprocess.Popen: records the command; the JVM has exited at once."""
+
+    commands: list[list[str]] = []
+
+    def __init__(self, command: list[str], **_: object) -> None:
+        _FakeJvm.commands.append(command)
+        self.pid = 0
+        self.returncode = 0
+
+    def poll(self) -> int:
+        return 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+
+def _launch_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, detached: bool) -> tuple[LocalKafkaCluster,
+                                                                                            list[list[str]]]:
+    from insync_proxy.devcluster import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module.subprocess, "Popen", _FakeJvm)
+    _FakeJvm.commands = []
+    cluster = LocalKafkaCluster(ClusterSettings(version="4.3.1", data_dir=tmp_path / "data",
+                                                die_with_parent=not detached))
+    cluster.libs = tmp_path / "libs"
+    cluster._class_archive = ClassArchive("java", f"{cluster.libs}/*", tmp_path / "archives" / "kafka-x.jsa")
+    for node in cluster.nodes():
+        (node.directory / "logs").mkdir(parents=True, exist_ok=True)
+        cluster._launch(node)
+    return cluster, _FakeJvm.commands
+
+
+def _with(commands: list[list[str]], option: str) -> int:
+    return sum(any(arg.startswith(option) for arg in command) for command in commands)
+
+
+def test_one_broker_of_a_cluster_writes_the_archive_and_every_jvm_maps_it_once_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given no archive yet: one broker of the cluster (not the controller) writes one, the others start as before
+    cluster, commands = _launch_all(tmp_path / "first", monkeypatch, detached=False)
+    assert len(commands) == 4 and _with(commands, "-XX:ArchiveClassesAtExit=") == 1
+    writer = next(n for n in cluster.nodes() if n.archive_candidate is not None)
+    assert writer.role == "broker" and _with(commands, "-XX:SharedArchiveFile=") == 0
+    # When that broker has exited, its candidate is settled (here: never written, so it leaves nothing)
+    cluster._reap([writer], 1.0)
+    assert writer.archive_candidate is None and not cluster._class_archive.ready()  # type: ignore[union-attr]
+    # And a detached cluster (dev-cluster up, ended by SIGKILL from another process) writes none
+    _, detached = _launch_all(tmp_path / "detached", monkeypatch, detached=True)
+    assert _with(detached, "-XX:ArchiveClassesAtExit=") == 0
+    # Given an archive in place: every JVM maps it and none writes another
+    archive_dir = tmp_path / "ready" / "archives"
+    archive_dir.mkdir(parents=True)
+    (archive_dir / "kafka-x.jsa").write_bytes(b"x")
+    _, ready = _launch_all(tmp_path / "ready", monkeypatch, detached=False)
+    assert _with(ready, "-XX:SharedArchiveFile=") == 4 and _with(ready, "-XX:ArchiveClassesAtExit=") == 0
