@@ -681,6 +681,11 @@ class LocalKafkaCluster:
                 **common,
                 "process.roles": "controller",
                 "listeners": f"CONTROLLER://127.0.0.1:{node.port}",
+                # An idle quorum appends a no-op record every 500 ms by default, and every broker wakes to fetch
+                # it; fencing rides on heartbeats, not on these. With this and the replica fetches at Kafka's
+                # default wait (500 ms), an idle cluster costs 9.5 % of a core (13.9 % with a no-op every 500 ms
+                # and replica fetches waiting 200 ms; the suite keeps three clusters up at a time).
+                "metadata.max.idle.interval.ms": "5000",
             }
         else:
             props = {
@@ -698,7 +703,6 @@ class LocalKafkaCluster:
                 "transaction.state.log.num.partitions": "3",
                 "group.initial.rebalance.delay.ms": "0",
                 "replica.lag.time.max.ms": str(self.settings.replica_lag_time_max_ms),
-                "replica.fetch.wait.max.ms": "200",
                 "log.segment.bytes": str(16 * 1024 * 1024),
                 "log.cleaner.enable": "false",
                 "share.coordinator.state.topic.replication.factor": str(min(3, self.settings.brokers)),
