@@ -176,8 +176,6 @@ class LocalKafkaCluster:
         self.version = selected_version(self.settings.version)
         self._progress = progress
         self._say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-        self._owns_data_dir = self.settings.data_dir is None
-        self.data_dir = self.settings.data_dir or Path(tempfile.mkdtemp(prefix="insync-kafka-"))
         self.cluster_id = _random_cluster_id()
         # Every port this cluster needs, drawn at once: ports drawn one by one may repeat.
         n = self.settings.brokers
@@ -187,6 +185,9 @@ class LocalKafkaCluster:
             raise ClusterError(f"{self.settings.brokers} brokers need as many ports, got {ports}")
         self.zookeeper_mode = uses_zookeeper(self.version)
         node_ids = broker_node_ids(self.settings)
+        # Made once the settings are known good: a refused cluster leaves no directory behind.
+        self._owns_data_dir = self.settings.data_dir is None
+        self.data_dir = self.settings.data_dir or Path(tempfile.mkdtemp(prefix="insync-kafka-"))
         self.controller = KafkaNode(
             controller_node_id(node_ids), "zookeeper" if self.zookeeper_mode else "controller",
             self.settings.controller_port or pool[3 * n],

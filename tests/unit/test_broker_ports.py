@@ -12,6 +12,7 @@ import random
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -251,9 +252,12 @@ def test_dev_cluster_zookeeper_mode_raises_reserved_broker_max_id() -> None:
     ([1, 1, 2], "repeat a node id"),
     ([1, 2, 2**31], "0 to 2147483647"),
 ])
-def test_dev_cluster_refuses_node_ids_kafka_would_refuse(node_ids: list[int], message: str) -> None:
+def test_dev_cluster_refuses_node_ids_kafka_would_refuse(node_ids: list[int], message: str,
+                                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(ClusterError, match=message):
         LocalKafkaCluster(ClusterSettings(node_ids=node_ids))
+    assert list(tmp_path.iterdir()) == []  # no data directory left behind
 
 
 # ---------------------------------------------------------------- the running proxy
