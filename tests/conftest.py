@@ -46,6 +46,7 @@ from insync_proxy.proxy.logs import SUMMARY_INTERVAL_SECONDS, forget_all, set_su
 from tests import jvm_census
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
+from tests.proxy_harness import remove_directories as remove_proxy_directories
 
 LOG_KEEP_DIR = Path(os.environ.get("INSYNC_PROXY_TEST_LOGS", "test-logs"))
 
@@ -331,6 +332,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if leftovers:
         kill_pids([pid for pid, _ in leftovers])
         failures.append(f"Kafka JVMs left running after the suite (now killed): {leftovers}")
+    if not failures and not session.testsfailed:
+        remove_proxy_directories()  # a failing run keeps them (configuration, log, audit files) for the post-mortem
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: the controller reports it
         workeroutput["insync_failures"] = failures

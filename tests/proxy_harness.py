@@ -12,6 +12,7 @@ import os
 import random
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -76,6 +77,17 @@ def free_port_base(span: int = BrokerPorts(0).size, avoid: tuple[range, ...] = (
     raise RuntimeError("no free port range found")
 
 
+#: Every ProxyProcess's directory (configuration, log, audit files, captured frames) made in this process.
+DIRECTORIES: list[Path] = []
+
+
+def remove_directories() -> None:
+    """Remove the directories of the proxies this process started (a passing test run's end; a failing run
+    keeps them for the post-mortem): a few hundred KB each, some hundred a run."""
+    while DIRECTORIES:
+        shutil.rmtree(DIRECTORIES.pop(), ignore_errors=True)
+
+
 class ProxyProcess:
     """The proxy under test; `bootstrap(group)` is what clients get."""
 
@@ -98,6 +110,7 @@ class ProxyProcess:
         self.cluster = cluster
         self.open_files_limit = open_files_limit
         self.dir = Path(tempfile.mkdtemp(prefix="insync-proxy-test-"))
+        DIRECTORIES.append(self.dir)
         self.audit_dir = self.dir / "audit"
         self.capture_dir = self.dir / "capture"
         self.admin_port = free_port()
