@@ -44,9 +44,9 @@ from insync_proxy.devcluster.distribution import (
 from insync_proxy.proxy.compiled import compiled_modules, describe
 from insync_proxy.proxy.logs import SUMMARY_INTERVAL_SECONDS, forget_all, set_summary_interval
 from tests import jvm_census
+from tests.helpers import remove_scratch_directories
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
-from tests.proxy_harness import remove_directories as remove_proxy_directories
 
 LOG_KEEP_DIR = Path(os.environ.get("INSYNC_PROXY_TEST_LOGS", "test-logs"))
 
@@ -333,7 +333,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         kill_pids([pid for pid, _ in leftovers])
         failures.append(f"Kafka JVMs left running after the suite (now killed): {leftovers}")
     if not failures and not session.testsfailed:
-        remove_proxy_directories()  # a failing run keeps them (configuration, log, audit files) for the post-mortem
+        remove_scratch_directories()  # a failing run keeps them (proxies' configuration, log, audit files)
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: the controller reports it
         workeroutput["insync_failures"] = failures

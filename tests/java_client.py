@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from insync_proxy.devcluster.distribution import java_executable, kafka_libs
+from tests.helpers import scratch_directory
 
 SOURCE = Path(__file__).with_name("java") / "ClientCheck.java"
 _LOG4J2 = "status = warn\nrootLogger.level = WARN\nrootLogger.appenderRef.stderr.ref = STDERR\n" \
@@ -20,7 +20,7 @@ class JavaClient:
     def __init__(self, version: str | None = None, source: Path = SOURCE) -> None:
         self.main_class = source.stem
         self.libs = kafka_libs(version)
-        self.out = Path(tempfile.mkdtemp(prefix="insync-java-"))
+        self.out = scratch_directory("insync-java-")
         javac = shutil.which("javac")
         if javac is None:
             raise RuntimeError("javac not found: the Java client test needs a JDK")

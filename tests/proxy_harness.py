@@ -12,12 +12,10 @@ import os
 import random
 import re
 import resource
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +23,7 @@ from pathlib import Path
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 from insync_proxy.proxy.broker_ports import DEFAULT_NODE_ID_RANGES, BrokerPorts
+from tests.helpers import scratch_directory
 
 GROUPS = ("default", "kip637", "producers")
 #: The audit topic the shared test proxy also writes to (created by the fixture before the proxy starts).
@@ -77,17 +76,6 @@ def free_port_base(span: int = BrokerPorts(0).size, avoid: tuple[range, ...] = (
     raise RuntimeError("no free port range found")
 
 
-#: Every ProxyProcess's directory (configuration, log, audit files, captured frames) made in this process.
-DIRECTORIES: list[Path] = []
-
-
-def remove_directories() -> None:
-    """Remove the directories of the proxies this process started (a passing test run's end; a failing run
-    keeps them for the post-mortem): a few hundred KB each, some hundred a run."""
-    while DIRECTORIES:
-        shutil.rmtree(DIRECTORIES.pop(), ignore_errors=True)
-
-
 class ProxyProcess:
     """The proxy under test; `bootstrap(group)` is what clients get."""
 
@@ -109,8 +97,7 @@ class ProxyProcess:
         proxy's RLIMIT_NOFILE (soft and hard), as `ulimit -n` would set it."""
         self.cluster = cluster
         self.open_files_limit = open_files_limit
-        self.dir = Path(tempfile.mkdtemp(prefix="insync-proxy-test-"))
-        DIRECTORIES.append(self.dir)
+        self.dir = scratch_directory("insync-proxy-test-")  # configuration, log, audit files, captured frames
         self.audit_dir = self.dir / "audit"
         self.capture_dir = self.dir / "capture"
         self.admin_port = free_port()

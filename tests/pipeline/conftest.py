@@ -17,12 +17,13 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.helpers import scratch_directory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,7 +40,7 @@ CHILD_SPARK_DEFAULTS = {"spark.sql.shuffle.partitions": "4"}
 def _spark_defaults_for_child_sessions() -> None:
     if "SPARK_CONF_DIR" in os.environ:
         return
-    conf_dir = Path(tempfile.mkdtemp(prefix="insync-spark-conf-"))
+    conf_dir = scratch_directory("insync-spark-conf-")
     (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in CHILD_SPARK_DEFAULTS.items()))
     os.environ["SPARK_CONF_DIR"] = str(conf_dir)
 
