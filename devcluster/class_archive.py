@@ -13,7 +13,8 @@ How it is made, without a step of its own:
   archive it cannot use; a truncated one can crash a JVM, so it is never used unchecked); only then is
   the file moved into place (an atomic rename, the last writer wins; every candidate was checked);
 - the archive's name carries the JDK's identity and the jars' folder: another JDK (or an update in place)
-  or another Kafka makes its own. They live in the cache (``class-archives/``, about 50 MB each).
+  or another Kafka makes its own. They live in the cache (``class-archives/``, about 50 MB each), the
+  MAX_ARCHIVES most recently used of them.
 
 A JVM that cannot use the archive anyway (a classpath changed in place) prints one warning and runs
 without it, as it would have. ``ClusterSettings.class_archive = False`` turns all of this off.
@@ -35,6 +36,8 @@ STALE_PARTIAL_SECONDS = 3600.0
 _JAVA_VERSION = re.compile(r'^JAVA_VERSION="(\d+)(?:\.[^"]*)?"', re.MULTILINE)
 #: The first JDK whose JVM writes a dynamic archive at exit.
 MIN_JAVA_MAJOR = 13
+#: Archives kept in the cache (40-50 MB each): the most recently used; a new one removes the oldest beyond.
+MAX_ARCHIVES = 8
 
 
 def _jdk_identity(java: str) -> str | None:
@@ -81,8 +84,12 @@ class ClassArchive:
         return self.path.is_file()
 
     def use_options(self) -> list[str]:
-        """JVM options that map the archive (nothing while there is none)."""
-        return [f"-XX:SharedArchiveFile={self.path}"] if self.ready() else []
+        """JVM options that map the archive (nothing while there is none); marks it used (see MAX_ARCHIVES)."""
+        try:
+            os.utime(self.path)
+        except OSError:
+            return []
+        return [f"-XX:SharedArchiveFile={self.path}"]
 
     def dump_options(self) -> tuple[list[str], Path]:
         """JVM options that write a candidate archive when the JVM exits, and that candidate's file."""
@@ -107,12 +114,25 @@ class ClassArchive:
             if check.returncode != 0:
                 return False
             os.replace(candidate, self.path)
+            self._keep_recent_archives()
             return True
         except (OSError, subprocess.SubprocessError):
             return False
         finally:
             candidate.unlink(missing_ok=True)
             crash_report.unlink(missing_ok=True)
+
+    def _keep_recent_archives(self) -> None:
+        """Each JDK update and each Kafka makes an archive of its own: keep the MAX_ARCHIVES most recently used."""
+        def last_used(archive: Path) -> float:
+            try:
+                return archive.stat().st_mtime
+            except OSError:
+                return 0.0
+
+        for old in sorted(self.path.parent.glob("*.jsa"), key=last_used, reverse=True)[MAX_ARCHIVES:]:
+            if old != self.path:
+                old.unlink(missing_ok=True)
 
     def _remove_stale_partials(self) -> None:
         now = time.time()

@@ -667,8 +667,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             raise
         from insync_proxy.pipeline import spark_env
 
-        kept = spark_env.keep_spark_log()
-        log = f"Spark's log: {kept}; " if kept else ""
+        log = spark_env.spark_log_hint()
         print(f"error: the report job failed: {failure_line(exc)} ({log}--verbose or INSYNC_DEBUG=1 shows "
               "Spark's log and the full trace)", file=sys.stderr)
         return 1

@@ -183,6 +183,12 @@ def keep_spark_log() -> Path | None:
     return spark_log_path
 
 
+def spark_log_hint() -> str:
+    """``"Spark's log: <file>; "`` for a command's failure line (the file is then kept), or "" without one."""
+    kept = keep_spark_log()
+    return f"Spark's log: {kept}; " if kept else ""
+
+
 def _remove_spark_log() -> None:
     if spark_log_path is not None and not _spark_log_kept:
         spark_log_path.unlink(missing_ok=True)

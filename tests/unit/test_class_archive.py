@@ -4,12 +4,13 @@ makes none, and a broken candidate is never used."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from insync_proxy.devcluster.class_archive import ClassArchive
+from insync_proxy.devcluster.class_archive import MAX_ARCHIVES, ClassArchive
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.devcluster.distribution import java_executable, kafka_libs
 
@@ -131,3 +132,24 @@ def test_one_broker_of_a_cluster_writes_the_archive_and_every_jvm_maps_it_once_t
     (archive_dir / "kafka-x.jsa").write_bytes(b"x")
     _, ready = _launch_all(tmp_path / "ready", monkeypatch, detached=False)
     assert _with(ready, "-XX:SharedArchiveFile=") == 4 and _with(ready, "-XX:ArchiveClassesAtExit=") == 0
+
+
+def test_the_cache_keeps_the_most_recently_used_archives(tmp_path: Path) -> None:
+    # Given more archives than the cache keeps (JDK updates, other Kafkas), each used at another time
+    olds = []
+    for i in range(MAX_ARCHIVES + 3):
+        old = tmp_path / f"kafka-{i:016x}.jsa"
+        old.write_bytes(b"x")
+        os.utime(old, (1000 + i, 1000 + i))
+        olds.append(old)
+    archive = ClassArchive("java", "libs/*", olds[0])
+    # When the oldest is used again (a JVM maps it), then a new one is put in place
+    assert archive.use_options() == [f"-XX:SharedArchiveFile={olds[0]}"]
+    newest = ClassArchive("java", "libs/*", tmp_path / "kafka-new.jsa")
+    newest.path.write_bytes(b"x")
+    newest._keep_recent_archives()
+    # Then the cache holds MAX_ARCHIVES: the new one, the one just used and the most recent others
+    kept = sorted(p.name for p in tmp_path.glob("*.jsa"))
+    assert len(kept) == MAX_ARCHIVES
+    assert newest.path.name in kept and olds[0].name in kept
+    assert sorted(p.name for p in olds[-(MAX_ARCHIVES - 2):]) == sorted(set(kept) - {newest.path.name, olds[0].name})
