@@ -30,7 +30,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-import zipfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,28 +43,12 @@ from insync_proxy.devcluster.cluster import (
     _die_with_parent,
     free_ports,
 )
-from insync_proxy.devcluster.distribution import java_executable, kafka_libs
+from insync_proxy.devcluster.distribution import kafka_libs
+from insync_proxy.devcluster.kafka_tools import java_command, tool_class, write_log_configuration
 
 TOPIC = "chaos"
 PARTITIONS = 3
 
-_LOG4J = """\
-log4j.rootLogger=WARN, stderr
-log4j.appender.stderr=org.apache.log4j.ConsoleAppender
-log4j.appender.stderr.Target=System.err
-log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
-log4j.appender.stderr.layout.ConversionPattern=%p %m (%c)%n
-"""
-_LOG4J2 = """\
-status = warn
-rootLogger.level = WARN
-rootLogger.appenderRef.stderr.ref = STDERR
-appender.stderr.type = Console
-appender.stderr.name = STDERR
-appender.stderr.target = SYSTEM_ERR
-appender.stderr.layout.type = PatternLayout
-appender.stderr.layout.pattern = %p %m (%c)%n
-"""
 _PRODUCER_CONFIG = """\
 enable.idempotence=true
 acks=all
@@ -149,27 +132,11 @@ def _free_port_base(span: int) -> int:
     raise ChaosError("no free port range for the proxy's broker listeners")
 
 
-def _in_tools_jar(libs: Path, class_file: str) -> bool:
-    """Whether Kafka's tools jar holds `class_file` (tools moved from kafka.tools to org.apache.kafka.tools)."""
-    for jar in libs.glob("kafka-tools-*.jar"):
-        with zipfile.ZipFile(jar) as z:
-            if class_file in z.namelist():
-                return True
-    return False
-
-
-def _console_consumer_class(libs: Path) -> str:
-    """Kafka 3.8+ has org.apache.kafka.tools.consumer.ConsoleConsumer; older ones kafka.tools.ConsoleConsumer."""
-    if _in_tools_jar(libs, "org/apache/kafka/tools/consumer/ConsoleConsumer.class"):
-        return "org.apache.kafka.tools.consumer.ConsoleConsumer"
-    return "kafka.tools.ConsoleConsumer"
-
-
 def _get_offset_shell(libs: Path) -> tuple[str, str]:
-    """GetOffsetShell's class and server flag: org.apache.kafka.tools' (3.5+) or kafka.tools' (older)."""
-    if _in_tools_jar(libs, "org/apache/kafka/tools/GetOffsetShell.class"):
-        return "org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server"
-    return "kafka.tools.GetOffsetShell", "--broker-list"
+    """GetOffsetShell's class and server flag: org.apache.kafka.tools' (3.5+) takes --bootstrap-server, kafka.tools'
+    (older) --broker-list."""
+    main = tool_class(libs, "get-offsets")
+    return main, "--bootstrap-server" if main.startswith("org.apache.kafka.tools.") else "--broker-list"
 
 
 class ChaosRun:
@@ -198,12 +165,7 @@ class ChaosRun:
     # ------------------------------------------------------------------ processes
     def _java(self, main: str, *args: str) -> list[str]:
         assert self.cluster is not None and self.cluster.libs is not None
-        return [
-            java_executable(), "-Xmx256m", "-XX:+UseSerialGC",
-            f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
-            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
-            "-cp", f"{self.cluster.libs}/*", main, *args,
-        ]
+        return java_command(self.cluster.libs, main, args, self.dir)
 
     def _start_proxy(self, cluster: LocalKafkaCluster) -> str:
         bootstrap_port, admin_port = free_ports(2)
@@ -282,7 +244,7 @@ class ChaosRun:
                 "--max-messages", str(records), "--group", f"chaos-check-{os.getpid()}-{time.monotonic_ns()}"]
         with open(self.dir / "consumer.log", "ab") as stderr:
             result = subprocess.run(
-                self._java(_console_consumer_class(self.cluster.libs), *args),
+                self._java(tool_class(self.cluster.libs, "console-consumer"), *args),
                 stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
                 preexec_fn=_die_with_parent, timeout=600 + records / 500,
             )
@@ -296,8 +258,7 @@ class ChaosRun:
     # ------------------------------------------------------------------ the run
     def run(self) -> ChaosResult:
         started = time.monotonic()
-        (self.dir / "log4j.properties").write_text(_LOG4J)
-        (self.dir / "log4j2.properties").write_text(_LOG4J2)
+        write_log_configuration(self.dir)
         kafka_libs(self.version)  # fetched before anything starts (first run only)
         self.cluster = cluster = self.given_cluster or LocalKafkaCluster(
             ClusterSettings(version=self.version, replica_lag_time_max_ms=5000), progress=self.say

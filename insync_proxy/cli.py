@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import errno
 import gc
-import json
 import logging
 import os
 import re
@@ -368,34 +367,27 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0 if check_connection(config, lambda line: print(line, flush=True)) else 1
 
 
-def _state_file() -> Path:
-    from insync_proxy.devcluster.distribution import cache_dir
-
-    return cache_dir() / "dev-cluster" / "state.json"
-
-
 #: Kept here (not imported from devcluster.secured): the parser is built without loading the dev tooling.
 SECURITY_CHOICES = ("sasl_ssl", "mtls")
 SECURITY_HELP = ("also give the brokers a secured listener and put the proxy on it: sasl_ssl (SCRAM-SHA-512 "
                  "over TLS) or mtls (TLS, client certificate required); certificates made with openssl")
-
-DEV_BROKER_PORTS = [19091, 19092, 19093]
-DEV_CONTROLLER_PORT = 19090
+#: The dev cluster's first port (its controller; the brokers take the next three), as devcluster.detached says.
+DEV_PORT_BASE = 19090
+#: The tools `kafka-cli` runs (devcluster.kafka_tools.KAFKA_TOOLS holds their classes; a test keeps the two equal).
+KAFKA_TOOL_NAMES = ("console-producer", "console-consumer", "topics", "configs", "consumer-groups", "acls",
+                    "get-offsets", "broker-api-versions", "producer-perf-test", "consumer-perf-test",
+                    "verifiable-producer", "verifiable-consumer")
 
 
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
-    from insync_proxy.devcluster.cluster import (
-        ClusterError,
-        ClusterSettings,
-        LocalKafkaCluster,
-        kill_pids,
-        write_state,
-    )
-    from insync_proxy.devcluster.distribution import DistributionError, cache_dir
+    from insync_proxy.devcluster import detached
 
-    state_file = _state_file()
     if args.action == "fetch":
-        from insync_proxy.devcluster.distribution import SUPPORTED_KAFKA_VERSIONS, kafka_libs
+        from insync_proxy.devcluster.distribution import (
+            SUPPORTED_KAFKA_VERSIONS,
+            DistributionError,
+            kafka_libs,
+        )
 
         versions = [args.kafka_version] if args.kafka_version else list(SUPPORTED_KAFKA_VERSIONS)
         try:
@@ -405,83 +397,45 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
             print(f"insync-proxy: {exc}", file=sys.stderr)
             return 1
         return 0
+    directory = detached.cluster_directory(args.dir)
     if args.action == "status":
-        if not state_file.exists():
-            print("no dev cluster (start one with: insync-proxy dev-cluster up)")
-            return 1
-        state = json.loads(state_file.read_text())
-        alive = [n for n in state["nodes"] if n["pid"] and _pid_alive(n["pid"])]
-        print(f"Kafka {state['version']} dev cluster: {len(alive)}/{len(state['nodes'])} processes running")
-        for n in state["nodes"]:
-            status = "running" if n in alive else "stopped"
-            print(f"  {n['role']:<10} node {n['node_id']}: 127.0.0.1:{n['port']} pid {n['pid']} {status}  log {n['log']}")
-        print(f"bootstrap.servers={state['bootstrap_servers']}")
-        if state.get("security"):
-            print(f"{state['security'].upper()} listener: {state['secured_bootstrap_servers']} "
-                  f"(proxy TOML and client properties in {state['security_dir']})")
-        return 0 if len(alive) == len(state["nodes"]) else 1
+        return detached.status(directory)
     if args.action == "down":
-        if not state_file.exists():
-            print("no dev cluster running")
-            return 0
-        state = json.loads(state_file.read_text())
-        kill_pids([n["pid"] for n in state["nodes"] if n["pid"] and _pid_alive(n["pid"])])
-        import shutil
-
-        shutil.rmtree(state["data_dir"], ignore_errors=True)
-        if state.get("security_dir"):
-            shutil.rmtree(state["security_dir"], ignore_errors=True)
-        state_file.unlink()
-        print("dev cluster stopped and its data removed")
-        return 0
-    # up
-    if state_file.exists():
-        state = json.loads(state_file.read_text())
-        if any(n["pid"] and _pid_alive(n["pid"]) for n in state["nodes"]):
-            print(f"a dev cluster is already running: bootstrap.servers={state['bootstrap_servers']} "
-                  "(stop it with: insync-proxy dev-cluster down)")
-            return 1
+        return detached.down(directory)
     if args.broker_heap and not re.fullmatch(r"[1-9][0-9]*[mMgG]", args.broker_heap):
         print(f"insync-proxy: --broker-heap {args.broker_heap!r}: a size like 1g or 1500m", file=sys.stderr)
         return 2
-    data_dir = cache_dir() / "dev-cluster" / "data"
-    security_dir = cache_dir() / "dev-cluster" / "security"
-    import shutil
+    if not 1 <= args.port_base <= 65535 - detached.BROKERS:
+        print(f"insync-proxy: --port-base {args.port_base}: a port from 1 to {65535 - detached.BROKERS}",
+              file=sys.stderr)
+        return 2
+    proxy_bootstrap = f"127.0.0.1:{ProxyConfig().listeners[0].bootstrap_port}"
+    return detached.up(directory, args.kafka_version, args.security, args.broker_heap, args.port_base,
+                       proxy_bootstrap, complain=lambda line: print(f"insync-proxy: {line}", file=sys.stderr))
 
-    shutil.rmtree(data_dir, ignore_errors=True)
-    shutil.rmtree(security_dir, ignore_errors=True)
-    base: dict[str, Any] = {"version": args.kafka_version, "broker_ports": DEV_BROKER_PORTS,
-                            "controller_port": DEV_CONTROLLER_PORT, "data_dir": data_dir, "die_with_parent": False,
-                            **({"broker_heap": args.broker_heap} if args.broker_heap else {})}
-    setup = _secured_setup(args.security, security_dir)
-    if args.security and setup is None:
-        return 1
-    cluster = LocalKafkaCluster(setup.cluster_settings(**base) if setup else ClusterSettings(**base))
+
+def cmd_kafka_cli(args: argparse.Namespace) -> int:
+    """Kafka's own tool, from the jars the dev cluster fetched; replaces this process (stdin, exit code)."""
+    from insync_proxy.devcluster.distribution import DistributionError, cache_dir, kafka_libs
+    from insync_proxy.devcluster.kafka_tools import (
+        KafkaToolError,
+        java_command,
+        tool_class,
+        write_log_configuration,
+    )
+
     try:
-        cluster.start()
-    except (ClusterError, DistributionError) as exc:
-        print(f"insync-proxy: dev cluster did not start: {exc}", file=sys.stderr)
+        libs = kafka_libs(args.kafka_version)
+        main_class = tool_class(libs, args.tool)
+    except (DistributionError, KafkaToolError) as exc:
+        print(f"insync-proxy kafka-cli: {exc}", file=sys.stderr)
         return 1
-    write_state(state_file, cluster)
-    print(f"bootstrap.servers={cluster.bootstrap_servers}")
-    if setup:
-        servers = setup.upstream_servers(cluster)
-        state = {**cluster.state(), "security": setup.security, "secured_bootstrap_servers": servers,
-                 "security_dir": str(security_dir)}
-        state_file.write_text(json.dumps(state, indent=2))
-        toml_file, properties_file = security_dir / "proxy.toml", security_dir / "client.properties"
-        toml_file.write_text(setup.proxy_toml(servers))
-        proxy_bootstrap = f"127.0.0.1:{ProxyConfig().listeners[0].bootstrap_port}"
-        properties_file.write_text(setup.client_properties(proxy_bootstrap))
-        print(f"{setup.security.upper()} listener: {servers}")
-        print(f"\nproxy configuration: {toml_file}\n")
-        print(toml_file.read_text())
-        print(f"client properties (clients through the proxy at {proxy_bootstrap}): {properties_file}\n")
-        print(properties_file.read_text())
-        print(f"check it:  insync-proxy check-config --config {toml_file} --connect")
-        print(f"run it:    insync-proxy run --config {toml_file}")
-    print("stop it with: insync-proxy dev-cluster down")
-    return 0
+    log_dir = cache_dir() / "kafka-cli"
+    write_log_configuration(log_dir)
+    command = java_command(libs, main_class, args.args, log_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvp(command[0], command)
 
 
 def _secured_setup(security: str | None, directory: Path) -> Any:
@@ -498,16 +452,6 @@ def _secured_setup(security: str | None, directory: Path) -> Any:
     except CertificateError as exc:
         print(f"insync-proxy: {exc}", file=sys.stderr)
         return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -626,10 +570,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
     demo.add_argument("--security", choices=SECURITY_CHOICES, help=SECURITY_HELP)
 
-    dev = sub.add_parser("dev-cluster", help="a local 3-broker Kafka for development (up, down, status)")
+    dev = sub.add_parser(
+        "dev-cluster", help="a local 3-broker Kafka for development (up, down, status)",
+        description="A detached local Kafka (a KRaft controller and 3 brokers on 127.0.0.1), one per directory: "
+                    "its state, data, logs and, with --security, the proxy's TOML and the clients' properties live "
+                    "in --dir. down and status act on that directory's cluster only.")
     dev.add_argument("action", choices=["up", "down", "status", "fetch"],
                      help="up: start (detached); down: stop and delete its data; status: show; "
                           "fetch: only download the Kafka jars (every supported version)")
+    dev.add_argument("--dir", metavar="DIR",
+                     help="the cluster's directory (default: $INSYNC_PROXY_DEV_CLUSTER_DIR, else "
+                          "~/.cache/insync-proxy/dev-cluster)")
+    dev.add_argument("--port-base", type=int, default=DEV_PORT_BASE, metavar="PORT",
+                     help=f"up: the controller's port; the brokers take the next three (default {DEV_PORT_BASE}: "
+                          f"brokers on {DEV_PORT_BASE + 1}-{DEV_PORT_BASE + 3})")
     dev.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
     dev.add_argument("--security", choices=SECURITY_CHOICES,
                      help=SECURITY_HELP + "; `up` prints the proxy's TOML and the clients' properties and writes "
@@ -648,6 +602,18 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--bounces", type=int, default=5, help="brokers killed and restarted, one at a time (default 5)")
     chaos.add_argument("--throughput", type=int, default=300, help="records per second the producer aims at (300)")
     chaos.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
+
+    kafka = sub.add_parser(
+        "kafka-cli", help="run one of Kafka's own command-line tools (console-producer, console-consumer, topics, "
+                          "...) from the jars the dev cluster fetched",
+        description="Runs Kafka's own tool TOOL (what kafka-TOOL.sh runs in a Kafka download) with ARGS, from the "
+                    "jars in ~/.cache/insync-proxy (fetched with Maven on first use; Java 17+). Options of this "
+                    "command go before TOOL; everything after TOOL is the tool's own (its --help lists them).",
+        epilog="Example, through the proxy: echo hello | insync-proxy kafka-cli console-producer "
+               "--bootstrap-server 127.0.0.1:9092 --topic quickstart")
+    kafka.add_argument("--kafka-version", help="Kafka version (default: newest 4.x; or set INSYNC_PROXY_KAFKA_VERSION)")
+    kafka.add_argument("tool", metavar="TOOL", help="one of: " + ", ".join(KAFKA_TOOL_NAMES))
+    kafka.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the tool's own arguments")
 
     sub.add_parser("report", help="PySpark durability report over audit files (needs insync-proxy[pipeline]); "
                                   "`insync-proxy report --help` for its options", add_help=False)
@@ -668,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_demo(args)
     if args.command == "dev-cluster":
         return cmd_dev_cluster(args)
+    if args.command == "kafka-cli":
+        return cmd_kafka_cli(args)
     if args.command == "chaos":
         from insync_proxy.devcluster.chaos import main as chaos_main  # not loaded by the proxy itself
 

@@ -31,6 +31,7 @@ OTHER_ENV_VARS: dict[str, str] = {
     "INSYNC_PROXY_KAFKA_LIBS": "an unpacked Kafka's libs/ directory, used instead of jars from Maven",
     "INSYNC_PROXY_KAFKA_BACKEND": "`local` (Kafka's jars as JVMs) or `testcontainers`, for the tests",
     "INSYNC_PROXY_CACHE": "where Kafka jars and the dev cluster's state live (default ~/.cache/insync-proxy)",
+    "INSYNC_PROXY_DEV_CLUSTER_DIR": "the directory of `dev-cluster`'s cluster (default: the cache's dev-cluster/)",
     "INSYNC_PROXY_TEST_LOGS": "where the tests keep logs of failed runs",
     "INSYNC_PROXY_COMPILE": "`1` builds the compiled (mypyc) data path at install time",
 }
