@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -108,10 +109,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_dev_cluster_up_with_mtls_prints_a_proxy_toml_that_reaches_the_brokers(
     exclusive_cluster_slot: None, tmp_path: Path
 ) -> None:
-    from insync_proxy.cli import DEV_BROKER_PORTS, DEV_CONTROLLER_PORT
+    from insync_proxy.cli import DEV_PORT_BASE
+    from insync_proxy.devcluster.detached import dev_ports
     from insync_proxy.devcluster.distribution import kafka_libs
 
-    for port in (*DEV_BROKER_PORTS, DEV_CONTROLLER_PORT):
+    controller_port, broker_ports = dev_ports(DEV_PORT_BASE)
+    for port in (*broker_ports, controller_port):
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 pytest.skip(f"port {port} is in use (a dev cluster of your own?): dev-cluster up needs it")
@@ -143,3 +146,56 @@ def test_dev_cluster_up_with_mtls_prints_a_proxy_toml_that_reaches_the_brokers(
                               timeout=STOP_TIMEOUT)
         assert down.returncode == 0, down.stdout + down.stderr
     assert not (tmp_path / "cache" / "dev-cluster" / "security").exists()
+
+
+#: Every port the README's quick start takes: the dev cluster's, and the proxy's defaults (bootstrap, the
+#: brokers' 9100 + node id, admin).
+QUICK_START_PORTS = (19090, 19091, 19092, 19093, 9092, 9101, 9102, 9103, 9190)
+
+
+def readme_quick_start() -> str:
+    """The README's quick-start block, exactly as a user copies it."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.own_cluster
+@pytest.mark.slow
+def test_the_readmes_quick_start_pasted_into_a_shell_consumes_a_record_through_the_proxy(
+    exclusive_cluster_slot: None, tmp_path: Path
+) -> None:
+    for port in QUICK_START_PORTS:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                pytest.skip(f"port {port} is in use (a dev cluster or proxy of your own?): the quick start needs it")
+    block = readme_quick_start()
+    assert "dev-cluster up --security sasl_ssl" in block and "console-consumer" in block
+    script = tmp_path / "quick-start.sh"
+    # Given the block as pasted, stopping at the first failing line (a shell a user watches would show it)
+    script.write_text("set -e\n" + block)
+    # The console script that `pip install -e .` put beside this interpreter, as the README runs it by name
+    env = {**os.environ, "PATH": f"{Path(_console_script()).parent}{os.pathsep}{os.environ['PATH']}"}
+    # When it runs in a fresh directory (a session of its own: the proxy it puts in the background is in its
+    # process group, which the end kills whatever happened)
+    shell = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = shell.communicate(timeout=START_TIMEOUT + 300)
+        # Then every line succeeded, the proxy was ready, and the record came back through it
+        assert shell.returncode == 0, f"exit {shell.returncode}\n{stdout}\n{stderr}"
+        assert "ok   sasl: SCRAM-SHA-512 login as 'insync-proxy'" in stdout, stdout
+        assert "hello through the proxy" in stdout.splitlines(), stdout
+        assert "Processed a total of 1 messages" in stderr + stdout
+        # And the proxy's log says it was ready and stopped cleanly (`wait` returned its exit code 0)
+        log = (tmp_path / "proxy.log").read_text()
+        assert "ready: 3 broker(s) known" in log and "stopping:" in log, log[-3000:]
+        # And the cluster is gone with its directory
+        assert not (tmp_path / "kafka-dev").exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait(30)
+        if (tmp_path / "kafka-dev" / "state.json").exists():
+            subprocess.run([sys.executable, "-m", "insync_proxy", "dev-cluster", "down", "--dir",
+                            str(tmp_path / "kafka-dev")], env=env, capture_output=True, timeout=STOP_TIMEOUT)

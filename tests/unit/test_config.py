@@ -32,6 +32,7 @@ from insync_proxy.proxy.config_loader import load_config
 from insync_proxy.proxy.config_reference import effective_toml, reference_markdown, reference_path
 from insync_proxy.proxy.config_schema import schema, validate
 from insync_proxy.proxy.tls import client_ssl_context
+from tests.pki import Ca
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -263,10 +264,14 @@ def test_the_reference_lists_every_setting_variable_and_flag() -> None:
 def test_readme_links_the_reference_and_its_example_is_a_valid_configuration(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
     assert "(docs/configuration.md)" in readme
-    example = readme.split("## Configuration", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    example = readme.split("### Your own cluster", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     secret = write(tmp_path, "pw\n", "secret")
-    config = load_config(write(tmp_path, example.replace("/run/secrets/insync-proxy", secret)), env={})
+    ca_file = tmp_path / "ca.pem"  # the example's CA bundle, a real one: the proxy loads it at start
+    ca_file.write_bytes(Ca.new().pem)
+    example = example.replace("/run/secrets/insync-proxy", secret).replace("/etc/kafka/ca.pem", str(ca_file))
+    config = load_config(write(tmp_path, example), env={})
     assert config.control_sasl.password == "pw" and config.acks_policies[0].acks_floor == -1
+    assert config.upstream_tls.enabled and config.upstream_tls.ca_file == str(ca_file)
 
 
 def test_every_insync_proxy_variable_in_the_project_is_a_setting_or_known() -> None:
