@@ -25,6 +25,7 @@ from insync_proxy.proxy.compiled import compiled_modules, describe
 from insync_proxy.proxy.config import DOCS, ENV_PREFIX, ConfigError, ProxyConfig
 from insync_proxy.proxy.config_files import check_files
 from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config_places import check_places
 from insync_proxy.proxy.config_reference import effective_toml
 from insync_proxy.proxy.config_schema import Entry, default_text, schema
 from insync_proxy.proxy.logsetup import JsonLogFormatter, setup_logging
@@ -166,10 +167,12 @@ def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None
 def checked_configuration(args: argparse.Namespace, extra: dict[str, Any] | None = None
                           ) -> tuple[ProxyConfig, list[str]]:
     """What `run` and `check-config` both refuse (ConfigError) or warn about: the values (config_from_args),
-    then the files they name, loaded as `run` loads them (config_files.check_files)."""
+    the files they name, loaded as `run` loads them (config_files.check_files), then the hosts and directories
+    they name on this machine (config_places.check_places: what `run` would otherwise meet only at start)."""
     warnings: list[str] = []
     config = config_from_args(args, extra=extra, warnings=warnings)
     warnings += check_files(config)
+    check_places(config)
     return config, warnings
 
 
