@@ -24,7 +24,7 @@ from insync_proxy.proxy import __version__
 from insync_proxy.proxy.compiled import compiled_modules, describe
 from insync_proxy.proxy.config import DOCS, ENV_PREFIX, ConfigError, ProxyConfig
 from insync_proxy.proxy.config_files import check_files
-from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config_loader import explain_empty_secrets, load_config
 from insync_proxy.proxy.config_places import check_places
 from insync_proxy.proxy.config_reference import effective_toml
 from insync_proxy.proxy.config_schema import Entry, default_text, schema
@@ -171,7 +171,10 @@ def checked_configuration(args: argparse.Namespace, extra: dict[str, Any] | None
     they name on this machine (config_places.check_places: what `run` would otherwise meet only at start)."""
     warnings: list[str] = []
     config = config_from_args(args, extra=extra, warnings=warnings)
-    warnings += check_files(config)
+    try:
+        warnings += check_files(config)
+    except ConfigError as exc:  # an encrypted key, its password's variable set but empty
+        raise explain_empty_secrets(exc) from None
     check_places(config)
     return config, warnings
 

@@ -166,6 +166,25 @@ CASES = [
      ["audit.directory = 'config.toml/a'", "'config.toml' is a file"]),
     ("debug_capture_dir_is_a_file", SERVERS + 'debug_capture_dir = "config.toml"\naudit.enabled = false\n'
      '{free_ports}', [], {}, ["debug_capture_dir = 'config.toml'", "not a directory"]),
+    # Mistakes whose first words used to mislead
+    ("ca_file_is_a_directory", SERVERS + '[upstream_tls]\nenabled = true\nca_file = "."\n', [], {},
+     ["upstream_tls.ca_file = '.' is a directory", "name the PEM file in it"]),
+    ("cert_file_is_a_directory", SERVERS + '[downstream_tls]\nenabled = true\ncert_file = "{pki}"\n'
+     'key_file = "{pki}/valid.key"\n', [], {}, ["downstream_tls.cert_file", "is a directory"]),
+    ("top_level_key_below_a_table", SERVERS + "[audit]\nenabled = false\nadmin_port = 0\n", [], {},
+     ["audit.admin_port", "admin_port is a top-level setting", "move it above the first [table]"]),
+    ("top_level_key_below_an_array_of_tables", SERVERS + '[[listener]]\nbootstrap_port = 0\nlog_level = "DEBUG"\n', [],
+     {}, ["listener[1].log_level", "[[listener]]", "move it above the first [table]"]),
+    ("byte_order_mark", "\ufeff" + SERVERS, [], {}, ["remove the byte-order mark"]),
+    ("yaml_instead_of_toml", "bootstrap_servers:\n  - kafka-1:9092\nadmin_port: 9190\n", [], {},
+     ["this looks like YAML", "line 1", "the configuration is TOML (key = value"]),
+    ("yaml_line_in_toml", SERVERS + "admin_port: 9190\n", [], {}, ["this looks like YAML", "line 2"]),
+    ("empty_password_variable", SERVERS + '[control_sasl]\nmechanism = "PLAIN"\nusername = "u"\n', [],
+     {"INSYNC_PROXY_CONTROL_SASL_PASSWORD": ""}, ["needs a password", "INSYNC_PROXY_CONTROL_SASL_PASSWORD is set, "
+                                                "but empty"]),
+    ("empty_key_password_variable", SERVERS + '[upstream_tls]\nenabled = true\ncert_file = "{pki}/valid.crt"\n'
+     'key_file = "{pki}/encrypted.key"\n', [], {"INSYNC_PROXY_UPSTREAM_TLS_KEY_PASSWORD": ""},
+     ["is encrypted", "INSYNC_PROXY_UPSTREAM_TLS_KEY_PASSWORD is set, but empty"]),
     # From tests/unit/test_config.py's in-process cases, through the command line
     ("port_above_65535", SERVERS + "admin_port = 70000\n", [], {}, ["admin_port = 70000", "0 to 65535"]),
     ("a_number_where_a_string_belongs", SERVERS + "proxy_id = 7\n", [], {}, ["proxy_id = 7", "a string"]),
