@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
+import socket
 import ssl
 import struct
 import time
@@ -51,6 +53,7 @@ from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.logs import RateLimitedLog
 from insync_proxy.proxy.sasl import SaslError, authenticate
+from insync_proxy.proxy.tls import PLAINTEXT_LISTENER_HINT, closed_during_handshake
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.metrics import ProxyMetrics
@@ -133,6 +136,16 @@ def _name(address: tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
 
 
+def _failure_text(exc: BaseException) -> str:
+    """Why one broker could not be reached, in the system's words: asyncio says "Connect call failed (address)"
+    (the address again, not why) and an empty ConnectionResetError(); uvloop says "Connection refused"."""
+    if isinstance(exc, OSError) and exc.errno and not isinstance(exc, socket.gaierror | ssl.SSLError):
+        return f"[Errno {exc.errno}] {os.strerror(exc.errno)}"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset by the broker"
+    return str(exc) or type(exc).__name__
+
+
 class ControlConnection:
     """Request/response client over one connection to any broker; pipelined by correlation id."""
 
@@ -199,7 +212,7 @@ class ControlConnection:
                     continue
                 except (OSError, ControlError, ProtocolError) as exc:
                     self._suspect(address)
-                    errors.append(f"{_name(address)}: {exc or type(exc).__name__}")
+                    errors.append(f"{_name(address)}: {_failure_text(exc)}")
                     if isinstance(exc, AuthenticationFailed):
                         raise
                     continue
@@ -209,9 +222,15 @@ class ControlConnection:
 
     async def _open(self, address: tuple[str, int]) -> _Link:
         host, port = address
-        reader, writer = await asyncio.open_connection(
-            host, port, ssl=self.ssl_context, server_hostname=host if self.ssl_context else None
-        )
+        try:
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=self.ssl_context, server_hostname=host if self.ssl_context else None
+            )
+        except OSError as exc:
+            if self.ssl_context is not None and closed_during_handshake(exc):
+                raise ControlError(f"{_failure_text(exc)} during the TLS handshake: {PLAINTEXT_LISTENER_HINT}") \
+                    from exc
+            raise
         link = _Link(address, reader, writer)
         link.read_task = asyncio.get_running_loop().create_task(self._read_loop(link))
         try:
