@@ -328,6 +328,8 @@ def start_failure(config: ProxyConfig, exc: OSError) -> tuple[int, str]:
             return 1, f"{setting} = {port}: the port is in use (is another process using the port?)"
         if exc.errno == errno.EADDRNOTAVAIL:
             which = "admin_host" if setting == "admin_port" else "bind_host"
+            if port == 0:  # admin_port and bootstrap_port may both be 0 (any free port): the address says which
+                which = next((s for s in ("bind_host", "admin_host") if _resolves_to(getattr(config, s), host)), which)
             return 2, f"{which} = {host!r}: not an address of this machine ({exc.strerror})"
         if exc.errno == errno.EACCES:
             return 2, (f"{setting} = {port}: permission denied (a port below 1024 needs root or "
@@ -340,6 +342,13 @@ def start_failure(config: ProxyConfig, exc: OSError) -> tuple[int, str]:
                 return 2, f"{setting} = {value!r}: {exc.strerror} ({path})"
         return 1, f"{path}: {exc.strerror}"
     return 1, str(exc)
+
+
+def _resolves_to(name: str, address: str) -> bool:
+    try:
+        return any(info[4][0] == address for info in socket.getaddrinfo(name or None, 0, type=socket.SOCK_STREAM))
+    except socket.gaierror:
+        return False
 
 
 def _port_setting(config: ProxyConfig, port: int) -> str:

@@ -7,6 +7,7 @@ config_files.check_files; the hosts to bind and the directories to write too, co
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -429,3 +430,38 @@ def test_a_bind_host_of_another_machine_is_the_configuration_at_fault(tmp_path: 
     last = err.strip().splitlines()[-1]
     assert code == 2, err
     assert "bind_host = '192.0.2.1'" in last and "another process" not in last
+
+
+def _without_the_bind_permission() -> None:
+    """In the child, before exec: drop CAP_NET_BIND_SERVICE from the bounding set (root keeps the rest)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_CAPBSET_DROP, CAP_NET_BIND_SERVICE, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_NET_BIND_SERVICE)")
+
+
+PR_CAPBSET_DROP, CAP_NET_BIND_SERVICE = 24, 10  # linux/prctl.h, linux/capability.h
+
+
+def test_a_port_below_1024_without_the_permission_is_refused_by_both_commands_alike(tmp_path: Path) -> None:
+    # Given a process that may not bind ports below 1024 (root's children lose CAP_NET_BIND_SERVICE)
+    start = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+    if not start.exists() or int(start.read_text()) <= 80:
+        pytest.skip("not Linux, or this machine lets every process bind port 80")
+    drop = _without_the_bind_permission if os.geteuid() == 0 else None
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("INSYNC_PROXY_")}, "PYTHONPATH": str(ROOT)}
+    flags = ["--bootstrap-servers", "kafka-1:9092", "--admin-port", "0", "--bootstrap-port", "80",
+             "--broker-port-base", str(_free_port_base()), "--no-audit"]
+    answers = []
+    for command in ("check-config", "run"):
+        # When the configuration is checked, and the proxy started, with bootstrap_port = 80
+        try:
+            done = subprocess.run([sys.executable, "-m", "insync_proxy", command, *flags], preexec_fn=drop, env=env,
+                                  cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        except subprocess.SubprocessError as exc:
+            pytest.skip(f"cannot drop CAP_NET_BIND_SERVICE here: {exc}")
+        answers.append((done.returncode, done.stderr.strip().splitlines()))
+    # Then both exit 2 with the same one line naming the port and the permission
+    assert answers[0] == answers[1], answers
+    code, lines = answers[0]
+    assert code == 2 and len(lines) == 1, answers
+    assert "listener[1].bootstrap_port = 80: permission denied" in lines[0], lines
