@@ -78,6 +78,10 @@ OFFLOAD_DECODE_BYTES = 64 * 1024
 PER_TOPIC_TIMEOUT_SECONDS = 0.002
 
 
+#: What a first answer starting with "HTTP" (as a frame size, 1213486160 bytes) means.
+HTTP_ANSWER = "this port answers HTTP, not the Kafka protocol: is it the broker's listener port?"
+
+
 class ControlError(Exception):
     """The control connection could not get an answer."""
 
@@ -293,11 +297,15 @@ class ControlConnection:
 
     async def _read_loop(self, link: _Link) -> None:
         splitter = FrameSplitter(self.max_frame_bytes)
+        first = True
         try:
             while True:
                 data = await link.reader.read(1 << 16)
                 if not data:
                     raise ControlError("the broker closed the control connection")
+                if first and data.startswith(b"HTTP"):
+                    raise ControlError(HTTP_ANSWER)  # not "raise max_frame_bytes": a wrong port, not a big frame
+                first = False
                 for frame in splitter.feed(data):
                     (correlation_id,) = struct.unpack_from(">i", frame, 0)
                     future = link.pending.pop(correlation_id, None)

@@ -29,7 +29,7 @@ from insync_proxy.protocol import (
 from insync_proxy.protocol.messages import DescribeConfigsResource
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient, ConnectionClosed, KafkaClientError
 from insync_proxy.proxy.config import ProxyConfig, SaslConfig
-from insync_proxy.proxy.control import DESCRIBE_CONFIGS_VERSION, METADATA_VERSION, TOPIC_RESOURCE
+from insync_proxy.proxy.control import DESCRIBE_CONFIGS_VERSION, HTTP_ANSWER, METADATA_VERSION, TOPIC_RESOURCE
 from insync_proxy.proxy.min_insync import CONFIG_KEY
 from insync_proxy.proxy.sasl import SaslError, authenticate
 from insync_proxy.proxy.tls import PLAINTEXT_LISTENER_HINT, client_ssl_context, closed_during_handshake
@@ -128,7 +128,7 @@ def _not_kafka_hint(exc: BaseException, max_frame_size: int) -> str:
     if match is None:
         return ""
     if int(match.group(1)) == HTTP_FRAME_SIZE:
-        return ": this port answers HTTP, not the Kafka protocol: is it the broker's listener port?"
+        return f": {HTTP_ANSWER}"
     if not 0 <= int(match.group(1)) <= max_frame_size:
         return (f" (above the {max_frame_size} bytes a frame may have): the first answer is not a Kafka frame: is it "
                 "the broker's listener port, and its protocol (TLS or not) the one [upstream_tls] says?")

@@ -12,6 +12,7 @@ import pytest
 
 from insync_proxy.devcluster.cluster import free_port
 from insync_proxy.proxy.config import AuditConfig, ListenerConfig, ProxyConfig, SaslConfig, UpstreamTlsConfig
+from insync_proxy.proxy.control import HTTP_ANSWER
 from insync_proxy.proxy.server import InsyncProxy
 from insync_proxy.proxy.tls import PLAINTEXT_LISTENER_HINT
 from tests.proxy_harness import free_port_base
@@ -166,3 +167,26 @@ async def test_readyz_never_carries_the_password(lines: _Lines) -> None:
     finally:
         await proxy.stop(drain_timeout=1)
         broker.close()
+
+
+async def test_an_http_port_as_bootstrap_server_is_named_in_the_log_and_readyz(lines: _Lines) -> None:
+    # Given bootstrap_servers naming a port that answers HTTP
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(http, "127.0.0.1", 0)
+    proxy = _proxy_towards(server.sockets[0].getsockname()[1])
+    lines.proxy = proxy
+    await proxy.start()
+    try:
+        # Then the log and /readyz say the port answers HTTP (not "raise max_frame_bytes")
+        said = [m for m, _ in lines.seen if "upstream not reachable yet" in m]
+        assert len(said) == 1 and HTTP_ANSWER in said[0] and "max_frame_bytes" not in said[0], lines.seen
+        status, body = await _readyz_body(proxy.admin.port)
+        assert status == 503 and HTTP_ANSWER in body, body
+    finally:
+        await proxy.stop(drain_timeout=1)
+        server.close()
