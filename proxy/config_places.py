@@ -47,14 +47,16 @@ def _check_host(setting: str, host: str, ports: list[tuple[str, int]]) -> None:
         addresses = _addresses(host)
     except socket.gaierror as exc:
         raise ConfigError(f"{setting} = {host!r}: the name does not resolve ({exc.strerror})") from None
+    # A name with an address of a family this machine has disabled (localhost's ::1 without IPv6) still
+    # starts on Python 3.12+ (start_server skips that address): refused only when no address is local.
+    unavailable = [e for family, address in addresses if (e := _bind_error(family, address, 0)) is not None
+                   and e.errno == errno.EADDRNOTAVAIL]
+    if unavailable and len(unavailable) == len(addresses):
+        raise ConfigError(f"{setting} = {host!r}: not an address of this machine ({unavailable[0].strerror})")
     for family, address in addresses:
-        for port_setting, port in [("", 0)] + [(s, p) for s, p in ports if 0 < p < PRIVILEGED_PORTS_BELOW]:
+        for port_setting, port in [(s, p) for s, p in ports if 0 < p < PRIVILEGED_PORTS_BELOW]:
             error = _bind_error(family, address, port)
-            if error is None:
-                continue
-            if error.errno == errno.EADDRNOTAVAIL:
-                raise ConfigError(f"{setting} = {host!r}: not an address of this machine ({error.strerror})")
-            if error.errno == errno.EACCES and port:
+            if error is not None and error.errno == errno.EACCES:
                 raise ConfigError(f"{port_setting} = {port}: permission denied (a port below "
                                   f"{PRIVILEGED_PORTS_BELOW} needs root or CAP_NET_BIND_SERVICE)")
 
