@@ -23,7 +23,8 @@ from insync_proxy.proxy import __version__
 from insync_proxy.proxy.compiled import compiled_modules, describe
 from insync_proxy.proxy.config import DOCS, ENV_PREFIX, ConfigError, ProxyConfig
 from insync_proxy.proxy.config_files import check_files
-from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config_loader import explain_empty_secrets, load_config
+from insync_proxy.proxy.config_places import check_places
 from insync_proxy.proxy.config_reference import effective_toml
 from insync_proxy.proxy.config_schema import Entry, default_text, schema
 from insync_proxy.proxy.logsetup import JsonLogFormatter, setup_logging
@@ -165,10 +166,15 @@ def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None
 def checked_configuration(args: argparse.Namespace, extra: dict[str, Any] | None = None
                           ) -> tuple[ProxyConfig, list[str]]:
     """What `run` and `check-config` both refuse (ConfigError) or warn about: the values (config_from_args),
-    then the files they name, loaded as `run` loads them (config_files.check_files)."""
+    the files they name, loaded as `run` loads them (config_files.check_files), then the hosts and directories
+    they name on this machine (config_places.check_places: what `run` would otherwise meet only at start)."""
     warnings: list[str] = []
     config = config_from_args(args, extra=extra, warnings=warnings)
-    warnings += check_files(config)
+    try:
+        warnings += check_files(config)
+    except ConfigError as exc:  # an encrypted key, its password's variable set but empty
+        raise explain_empty_secrets(exc) from None
+    check_places(config)
     return config, warnings
 
 
@@ -321,6 +327,8 @@ def start_failure(config: ProxyConfig, exc: OSError) -> tuple[int, str]:
             return 1, f"{setting} = {port}: the port is in use (is another process using the port?)"
         if exc.errno == errno.EADDRNOTAVAIL:
             which = "admin_host" if setting == "admin_port" else "bind_host"
+            if port == 0:  # admin_port and bootstrap_port may both be 0 (any free port): the address says which
+                which = next((s for s in ("bind_host", "admin_host") if _resolves_to(getattr(config, s), host)), which)
             return 2, f"{which} = {host!r}: not an address of this machine ({exc.strerror})"
         if exc.errno == errno.EACCES:
             return 2, (f"{setting} = {port}: permission denied (a port below 1024 needs root or "
@@ -333,6 +341,13 @@ def start_failure(config: ProxyConfig, exc: OSError) -> tuple[int, str]:
                 return 2, f"{setting} = {value!r}: {exc.strerror} ({path})"
         return 1, f"{path}: {exc.strerror}"
     return 1, str(exc)
+
+
+def _resolves_to(name: str, address: str) -> bool:
+    try:
+        return any(info[4][0] == address for info in socket.getaddrinfo(name or None, 0, type=socket.SOCK_STREAM))
+    except socket.gaierror:
+        return False
 
 
 def _port_setting(config: ProxyConfig, port: int) -> str:

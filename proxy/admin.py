@@ -84,5 +84,7 @@ class AdminServer:
             return "200 OK", "text/plain", b"ok\n"
         if path == "/readyz":
             ready, reason = self.ready()
-            return ("200 OK" if ready else "503 Service Unavailable"), "text/plain", (reason + "\n").encode()
+            if not ready:
+                return "503 Service Unavailable", "text/plain", f"not ready: {reason}\n".encode()
+            return "200 OK", "text/plain", (reason + "\n").encode()
         return "404 Not Found", "text/plain", b"try /metrics, /healthz, /readyz or POST /reload\n"

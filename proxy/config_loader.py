@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -106,6 +107,10 @@ def _unknown(name: str, known: list[str], where: str) -> ConfigError:
     return ConfigError(f"{where}: unknown setting {name!r}{hint}; every setting is in {DOCS}")
 
 
+#: The settings of the top level, as TOML names them.
+_TOP_LEVEL = frozenset(toml_name(f) for f in fields(ProxyConfig))
+
+
 def _toml_kind(value: Any) -> str:
     if isinstance(value, dict):
         return "a table"
@@ -123,6 +128,11 @@ def _from_toml(data: Mapping[str, Any], cls: type, prefix: str, source: str) -> 
         key = f"{prefix}{name}"
         f = by_name.get(name)
         if f is None:
+            if prefix and name in _TOP_LEVEL:
+                # TOML puts every key below a [table] header into that table, up to the next header.
+                table = f"[[{prefix.split('[')[0]}]]" if prefix.endswith("].") else f"[{prefix[:-1]}]"
+                raise ConfigError(f"{source}: {key}: unknown setting in {table}, but {name} is a top-level setting: "
+                                  f"a key written below {table} belongs to it; move it above the first [table]")
             raise _unknown(key, [f"{prefix}{n}" for n in by_name], source)
         inner, _ = optional(type_hints[f.name])
         nested, item = dataclass_type(inner), array_item(inner)
@@ -270,6 +280,26 @@ def _inline_secrets(raw: Mapping[str, Any], path: str) -> list[str]:
     return found
 
 
+#: A YAML mapping line (`key: value`, `key:`, `- key: value`), as a TOML file written as YAML starts.
+_YAML_LINE = re.compile(r"\s*(?:-\s+)?[A-Za-z_][\w.-]*:(?:\s|$)")
+
+
+def _toml_mistake(text: str, exc: tomllib.TOMLDecodeError) -> str:
+    """tomllib's complaint, or what is wrong in the user's words when it is a known mistake: a byte-order
+    mark (some Windows editors write one), or YAML where TOML belongs. Never the line's text (a secret?)."""
+    if text.startswith("\ufeff"):
+        return "the file starts with a UTF-8 byte-order mark: remove the byte-order mark (save it as UTF-8 without BOM)"
+    where = re.search(r"at line (\d+)", str(exc))
+    lines = text.splitlines()
+    number = int(where.group(1)) if where else 0
+    line = lines[number - 1] if 0 < number <= len(lines) else ""
+    shape = "`key: value`" if _YAML_LINE.match(line) else "`---`" if line.strip() == "---" else None
+    if shape is not None:
+        return (f"this looks like YAML (line {number} is {shape}); the configuration is TOML (key = value, "
+                f"[table] headers: see {DOCS})")
+    return str(exc)
+
+
 def load_config(path: str | None = None, env: Mapping[str, str] | None = None,
                 overrides: Mapping[str, Any] | None = None, warnings: list[str] | None = None) -> ProxyConfig:
     """Build the configuration: defaults < TOML file < INSYNC_PROXY_* env < flags (`overrides`, keyed by TOML
@@ -279,13 +309,16 @@ def load_config(path: str | None = None, env: Mapping[str, str] | None = None,
     tree: dict[str, Any] = {}
     if path:
         try:
-            raw = tomllib.loads(Path(path).read_text())
+            text = Path(path).read_text()
+            raw = tomllib.loads(text)
         except FileNotFoundError:
             raise ConfigError(f"config file {path}: no such file") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {path} is a directory: name the TOML file in it") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {path}: cannot read it ({exc})") from None
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path}: not valid TOML: {exc}") from None
+            raise ConfigError(f"config file {path}: not valid TOML: {_toml_mistake(text, exc)}") from None
         tree = _from_toml(raw, ProxyConfig, "", path)
         if warnings is not None:
             warnings.extend(_inline_secrets(raw, path))
@@ -293,4 +326,20 @@ def load_config(path: str | None = None, env: Mapping[str, str] | None = None,
     _from_overrides(tree, overrides or {})
     _read_secret_files(tree)
     config: ProxyConfig = _build(ProxyConfig, tree)
-    return validate(config)
+    try:
+        return validate(config)
+    except ConfigError as exc:
+        raise explain_empty_secrets(exc, env) from None
+
+
+def explain_empty_secrets(error: ConfigError, env: Mapping[str, str] | None = None) -> ConfigError:
+    """`error`, saying so when a secret's variable it names is set but empty: an empty variable gives no value,
+    so the error reads "needs a password" while the user sees the variable in the pod's spec."""
+    env = os.environ if env is None else env
+    text = str(error)
+    empty = [e.env for e in schema() if e.meta.secret and e.env and e.env in text and e.env in env
+             and not env[e.env].strip()]
+    if not empty:
+        return error
+    return ConfigError(text + "".join(f"; {name} is set, but empty (an empty variable gives no value)"
+                                      for name in empty))

@@ -349,6 +349,8 @@ def _cross_checks(config: ProxyConfig) -> None:
         if tls.enabled:
             for attr in ("ca_file", "cert_file", "key_file"):
                 path = getattr(tls, attr)
+                if path and Path(path).is_dir():
+                    raise ConfigError(f"{side}.{attr} = {path!r} is a directory: name the PEM file in it")
                 if path and not Path(path).is_file():
                     raise ConfigError(f"{side}.{attr} = {path!r}: no such file")
         if bool(tls.cert_file) != bool(tls.key_file):

@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
+import socket
 import ssl
 import struct
 import time
@@ -51,6 +53,7 @@ from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.logs import RateLimitedLog
 from insync_proxy.proxy.sasl import SaslError, authenticate
+from insync_proxy.proxy.tls import PLAINTEXT_LISTENER_HINT, closed_during_handshake
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.metrics import ProxyMetrics
@@ -73,6 +76,10 @@ OFFLOAD_DECODE_BYTES = 64 * 1024
 #: A DescribeConfigs of n topics waits the request timeout plus this per topic (a loaded broker answered
 #: 3,000 topics in ~0.6 s, 0.2 ms a topic: ten times that leaves room for a slow one).
 PER_TOPIC_TIMEOUT_SECONDS = 0.002
+
+
+#: What a first answer starting with "HTTP" (as a frame size, 1213486160 bytes) means.
+HTTP_ANSWER = "this port answers HTTP, not the Kafka protocol: is it the broker's listener port?"
 
 
 class ControlError(Exception):
@@ -131,6 +138,16 @@ class _Link:
 
 def _name(address: tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
+
+
+def _failure_text(exc: BaseException) -> str:
+    """Why one broker could not be reached, in the system's words: asyncio says "Connect call failed (address)"
+    (the address again, not why) and an empty ConnectionResetError(); uvloop says "Connection refused"."""
+    if isinstance(exc, OSError) and exc.errno and not isinstance(exc, socket.gaierror | ssl.SSLError):
+        return f"[Errno {exc.errno}] {os.strerror(exc.errno)}"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset by the broker"
+    return str(exc) or type(exc).__name__
 
 
 class ControlConnection:
@@ -199,7 +216,7 @@ class ControlConnection:
                     continue
                 except (OSError, ControlError, ProtocolError) as exc:
                     self._suspect(address)
-                    errors.append(f"{_name(address)}: {exc or type(exc).__name__}")
+                    errors.append(f"{_name(address)}: {_failure_text(exc)}")
                     if isinstance(exc, AuthenticationFailed):
                         raise
                     continue
@@ -209,9 +226,15 @@ class ControlConnection:
 
     async def _open(self, address: tuple[str, int]) -> _Link:
         host, port = address
-        reader, writer = await asyncio.open_connection(
-            host, port, ssl=self.ssl_context, server_hostname=host if self.ssl_context else None
-        )
+        try:
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=self.ssl_context, server_hostname=host if self.ssl_context else None
+            )
+        except OSError as exc:
+            if self.ssl_context is not None and closed_during_handshake(exc):
+                raise ControlError(f"{_failure_text(exc)} during the TLS handshake: {PLAINTEXT_LISTENER_HINT}") \
+                    from exc
+            raise
         link = _Link(address, reader, writer)
         link.read_task = asyncio.get_running_loop().create_task(self._read_loop(link))
         try:
@@ -274,11 +297,15 @@ class ControlConnection:
 
     async def _read_loop(self, link: _Link) -> None:
         splitter = FrameSplitter(self.max_frame_bytes)
+        first = True
         try:
             while True:
                 data = await link.reader.read(1 << 16)
                 if not data:
                     raise ControlError("the broker closed the control connection")
+                if first and data.startswith(b"HTTP"):
+                    raise ControlError(HTTP_ANSWER)  # not "raise max_frame_bytes": a wrong port, not a big frame
+                first = False
                 for frame in splitter.feed(data):
                     (correlation_id,) = struct.unpack_from(">i", frame, 0)
                     future = link.pending.pop(correlation_id, None)

@@ -53,6 +53,9 @@ class MetadataRefresh:
         self._warm_up: asyncio.Future[None] | None = None
         #: Topics that came into use in this loop turn, read in one Metadata request.
         self._new_topics: list[str] = []
+        #: Why the last Metadata of the control connection failed (none since it last worked), secrets masked:
+        #: /readyz says it beside "no broker metadata yet", as the log does.
+        self.last_upstream_error: str | None = None
         min_insync.demand.on_new.append(self._topic_in_use)
 
     def _topic_in_use(self, topic: str) -> None:
@@ -79,10 +82,12 @@ class MetadataRefresh:
         warm_up = self.warm_up and self._warm_up is None
         try:
             response = await self.control.metadata(None if warm_up else in_use)
-        except ControlError:
+        except ControlError as exc:
             self.metrics.upstream_up.set(0)
             self.metrics.metadata_cache_refreshes_total.labels("metadata", "error").inc()
+            self.last_upstream_error = self._masked(str(exc))
             raise
+        self.last_upstream_error = None
         self.metrics.upstream_up.set(1)
         self.metrics.metadata_cache_refreshes_total.labels("metadata", "ok").inc()
         if warm_up:
@@ -120,15 +125,22 @@ class MetadataRefresh:
         """The start's warm-up is still reading (or has not started: no Metadata answer yet)."""
         return self.warm_up and (self._warm_up is None or not self._warm_up.done())
 
+    def _masked(self, text: str) -> str:
+        """`text` without the control connection's password (a broker's refusal may quote what it got)."""
+        password = getattr(self.control.sasl, "password", None)
+        return text.replace(password, "***") if password else text
+
     def unready_reason(self) -> str | None:
-        """Why /readyz must fail because of the proxy's own Metadata: none yet, too old, or the warm-up."""
+        """Why /readyz must fail because of the proxy's own Metadata: none yet, too old (with the last upstream
+        error, when there is one), or the warm-up."""
+        error = f"; last upstream error: {self.last_upstream_error}" if self.last_upstream_error else ""
         if not self.cluster_view.brokers:
-            return "no broker metadata yet"
+            return "no broker metadata yet" + error
         if self.warming_up:
             return "warm-up: reading every topic's min.insync.replicas once (min_insync_warm_up)"
         age = time.monotonic() - self.cluster_view.updated_at
         if age > max(3 * self.interval_seconds, 30):
-            return f"metadata is {age:.0f}s old: upstream unreachable?"
+            return f"metadata is {age:.0f}s old: upstream unreachable?" + error
         return None
 
     async def run(self, after_each: Callable[[], None]) -> None:

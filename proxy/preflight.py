@@ -29,10 +29,10 @@ from insync_proxy.protocol import (
 from insync_proxy.protocol.messages import DescribeConfigsResource
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient, ConnectionClosed, KafkaClientError
 from insync_proxy.proxy.config import ProxyConfig, SaslConfig
-from insync_proxy.proxy.control import DESCRIBE_CONFIGS_VERSION, METADATA_VERSION, TOPIC_RESOURCE
+from insync_proxy.proxy.control import DESCRIBE_CONFIGS_VERSION, HTTP_ANSWER, METADATA_VERSION, TOPIC_RESOURCE
 from insync_proxy.proxy.min_insync import CONFIG_KEY
 from insync_proxy.proxy.sasl import SaslError, authenticate
-from insync_proxy.proxy.tls import client_ssl_context
+from insync_proxy.proxy.tls import PLAINTEXT_LISTENER_HINT, client_ssl_context, closed_during_handshake
 
 __all__ = ["check_connection", "sasl_login"]
 
@@ -91,6 +91,8 @@ class _Steps:
 
 def _tls_hint(exc: BaseException) -> str:
     """What a TLS failure most likely means, in the settings' words."""
+    if closed_during_handshake(exc):
+        return PLAINTEXT_LISTENER_HINT
     text = str(exc).lower()
     if "certificate verify failed" in text or "self-signed" in text or "unable to get local issuer" in text:
         if "hostname" in text or "ip address mismatch" in text:
@@ -114,6 +116,23 @@ def _tls_record(exc: BaseException) -> bool:
     """A "frame size" that is a TLS record header (alert 0x15 or handshake 0x16, version 3.x): a TLS port."""
     match = re.search(r"frame size of (-?\d+) bytes", str(exc))
     return match is not None and (int(match.group(1)) >> 16) in (0x1503, 0x1603)
+
+
+#: The first 4 bytes of an HTTP answer ("HTTP/1.1 400 ..."), read as a Kafka frame size.
+HTTP_FRAME_SIZE = int.from_bytes(b"HTTP", "big")
+
+
+def _not_kafka_hint(exc: BaseException, max_frame_size: int) -> str:
+    """For a first answer whose size is no Kafka frame's: what the port speaks instead, or that it is not Kafka."""
+    match = re.search(r"frame size of (-?\d+) bytes", str(exc))
+    if match is None:
+        return ""
+    if int(match.group(1)) == HTTP_FRAME_SIZE:
+        return f": {HTTP_ANSWER}"
+    if not 0 <= int(match.group(1)) <= max_frame_size:
+        return (f" (above the {max_frame_size} bytes a frame may have): the first answer is not a Kafka frame: is it "
+                "the broker's listener port, and its protocol (TLS or not) the one [upstream_tls] says?")
+    return ""
 
 
 def _principal(config: ProxyConfig) -> str:
@@ -176,7 +195,7 @@ def _check(config: ProxyConfig, steps: _Steps, topic: str | None) -> bool:
             if context is None and (isinstance(exc, ConnectionClosed) or _tls_record(exc)):
                 return steps.fail("api_versions", f"{exc}: {_name(reached)} is a TLS listener (SSL or SASL_SSL): set "
                                   "[upstream_tls] enabled = true and ca_file")
-            return steps.fail("api_versions", f"{exc}")
+            return steps.fail("api_versions", f"{exc}{_not_kafka_hint(exc, client.max_frame_size)}")
         if context is not None:
             tls = client.sock
             assert isinstance(tls, ssl.SSLSocket)

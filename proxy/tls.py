@@ -27,6 +27,20 @@ log = logging.getLogger("insync_proxy")
 Side = Literal["upstream_tls", "downstream_tls"]
 
 
+#: What a TLS handshake that met a closed connection most likely means (the opposite mistake, plaintext towards
+#: a TLS port, is named by check-config --connect's api_versions step).
+PLAINTEXT_LISTENER_HINT = ("the broker's listener may be PLAINTEXT or SASL_PLAINTEXT (no TLS): set "
+                           "upstream_tls.enabled = false, or use the port of its SSL or SASL_SSL listener")
+
+
+def closed_during_handshake(exc: BaseException) -> bool:
+    """The peer closed (FIN: UNEXPECTED_EOF) or reset the connection during our TLS handshake, as a Kafka
+    PLAINTEXT listener does when it reads a ClientHello as a frame size far above socket.request.max.bytes."""
+    if isinstance(exc, ssl.SSLError):
+        return isinstance(exc, ssl.SSLEOFError) or exc.reason == "UNEXPECTED_EOF_WHILE_READING"
+    return isinstance(exc, ConnectionResetError | ConnectionAbortedError | BrokenPipeError)
+
+
 def client_ssl_context(tls: UpstreamTlsConfig) -> ssl.SSLContext | None:
     """Upstream TLS: trust ca_file (else the system store), optional client cert, hostname checked."""
     if not tls.enabled:

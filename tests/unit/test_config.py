@@ -451,3 +451,9 @@ def test_a_start_failure_names_the_setting_and_blames_another_process_only_for_a
         got_code, line = start_failure(config, exc)
         assert (got_code, words in line) == (code, True), (name, line)
         assert ("another process" in line) == (code == 1), (name, line)
+    # With admin_port and bootstrap_port both 0 (any free port), the address says which host setting it is
+    config = load_config(None, env={"INSYNC_PROXY_BOOTSTRAP_SERVERS": "k:9092"},
+                         overrides={"bind_host": "10.99.99.99", "admin_port": 0, "listener.bootstrap_port": 0})
+    exc = OSError(errno.EADDRNOTAVAIL, "error while attempting to bind on address ('10.99.99.99', 0): cannot assign")
+    assert start_failure(config, exc) == (2, "bind_host = '10.99.99.99': not an address of this machine (error "
+                                             "while attempting to bind on address ('10.99.99.99', 0): cannot assign)")

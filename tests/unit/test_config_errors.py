@@ -1,11 +1,13 @@
 """A wrong setting stops the real command line within 2 s: exit 2, one stderr line naming the setting as the
 user spelled it (TOML key path, environment variable or flag) and what is allowed; never a traceback.
 
-One table drives both `run` and `check-config`: `run` refuses exactly what `check-config` refuses, with the
-same line (TLS files included: both load them with tls.py's functions, config_files.check_files)."""
+One table of refused cases, each run as `check-config` and as `run`: both exit 2 with the same line, so `run`
+refuses exactly what `check-config` refuses (TLS files included: both load them with tls.py's functions,
+config_files.check_files; the hosts to bind and the directories to write too, config_places.check_places)."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -21,6 +23,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = 'bootstrap_servers = ["kafka-1:9092"]\n'
+#: Free ports, for a case that `run` would refuse only after binding its ports ({free_ports} in its TOML: the
+#: listener, as the last table): were the check missing, `run` would start there, not on the default ports, and
+#: be killed by run_cli's bound.
+FREE_PORTS = "admin_port = 0\n[[listener]]\nbootstrap_port = 0\nbroker_port_base = {base}\n"
 
 
 def run_cli(tmp_path: Path, toml: str | None, *flags: str, env: dict[str, str] | None = None,
@@ -147,6 +153,46 @@ CASES = [
      'key_file = "{pki}/future.key"\n', [], {}, ["upstream_tls.cert_file", "not valid before 2090-01-01"]),
     ("expired_ca", SERVERS + '[upstream_tls]\nenabled = true\nca_file = "{pki}/expired.crt"\n', [], {},
      ["upstream_tls.ca_file", "expired on 2020-02-01"]),
+    # What `run` would otherwise meet only at start (config_places.py): hosts to bind, directories to write
+    ("bind_host_not_of_this_machine", SERVERS + 'bind_host = "10.99.99.99"\n{free_ports}', [], {},
+     ["bind_host = '10.99.99.99'", "not an address of this machine"]),
+    ("admin_host_not_of_this_machine", SERVERS + 'admin_host = "192.0.2.1"\n{free_ports}', [], {},
+     ["admin_host = '192.0.2.1'", "not an address of this machine"]),
+    ("bind_host_does_not_resolve", SERVERS + '{free_ports}', ["--bind-host", "no-such-host.invalid"], {},
+     ["bind_host = 'no-such-host.invalid'", "does not resolve"]),
+    # (the configuration file itself is the regular file in the way: cwd is its directory)
+    ("audit_directory_is_a_file", SERVERS + 'audit.directory = "config.toml"\n{free_ports}', [], {},
+     ["audit.directory = 'config.toml'", "not a directory"]),
+    ("audit_directory_below_a_file", SERVERS + '{free_ports}', [], {"INSYNC_PROXY_AUDIT_DIRECTORY": "config.toml/a"},
+     ["audit.directory = 'config.toml/a'", "'config.toml' is a file"]),
+    ("debug_capture_dir_is_a_file", SERVERS + 'debug_capture_dir = "config.toml"\naudit.enabled = false\n'
+     '{free_ports}', [], {}, ["debug_capture_dir = 'config.toml'", "not a directory"]),
+    # Mistakes whose first words used to mislead
+    ("ca_file_is_a_directory", SERVERS + '[upstream_tls]\nenabled = true\nca_file = "."\n', [], {},
+     ["upstream_tls.ca_file = '.' is a directory", "name the PEM file in it"]),
+    ("cert_file_is_a_directory", SERVERS + '[downstream_tls]\nenabled = true\ncert_file = "{pki}"\n'
+     'key_file = "{pki}/valid.key"\n', [], {}, ["downstream_tls.cert_file", "is a directory"]),
+    ("top_level_key_below_a_table", SERVERS + "[audit]\nenabled = false\nadmin_port = 0\n", [], {},
+     ["audit.admin_port", "admin_port is a top-level setting", "move it above the first [table]"]),
+    ("top_level_key_below_an_array_of_tables", SERVERS + '[[listener]]\nbootstrap_port = 0\nlog_level = "DEBUG"\n', [],
+     {}, ["listener[1].log_level", "[[listener]]", "move it above the first [table]"]),
+    ("byte_order_mark", "\ufeff" + SERVERS, [], {}, ["remove the byte-order mark"]),
+    ("yaml_instead_of_toml", "bootstrap_servers:\n  - kafka-1:9092\nadmin_port: 9190\n", [], {},
+     ["this looks like YAML", "line 1", "the configuration is TOML (key = value"]),
+    ("yaml_line_in_toml", SERVERS + "admin_port: 9190\n", [], {}, ["this looks like YAML", "line 2"]),
+    ("empty_password_variable", SERVERS + '[control_sasl]\nmechanism = "PLAIN"\nusername = "u"\n', [],
+     {"INSYNC_PROXY_CONTROL_SASL_PASSWORD": ""}, ["needs a password", "INSYNC_PROXY_CONTROL_SASL_PASSWORD is set, "
+                                                "but empty"]),
+    ("empty_key_password_variable", SERVERS + '[upstream_tls]\nenabled = true\ncert_file = "{pki}/valid.crt"\n'
+     'key_file = "{pki}/encrypted.key"\n', [], {"INSYNC_PROXY_UPSTREAM_TLS_KEY_PASSWORD": ""},
+     ["is encrypted", "INSYNC_PROXY_UPSTREAM_TLS_KEY_PASSWORD is set, but empty"]),
+    # From tests/unit/test_config.py's in-process cases, through the command line
+    ("port_above_65535", SERVERS + "admin_port = 70000\n", [], {}, ["admin_port = 70000", "0 to 65535"]),
+    ("a_number_where_a_string_belongs", SERVERS + "proxy_id = 7\n", [], {}, ["proxy_id = 7", "a string"]),
+    ("no_listener_at_all", SERVERS + "listener = []\n", [], {}, ["listener = []", "at least 1 [[listener]]"]),
+    ("unknown_sasl_mechanism", SERVERS + '[control_sasl]\nmechanism = "GSSAPI"\n', [], {},
+     ["control_sasl.mechanism", "PLAIN, SCRAM-SHA-256"]),
+    ("empty_list_of_brokers", "bootstrap_servers = []\n", [], {}, ["bootstrap_servers is not set"]),
 ]
 
 #: Configurations that work but should not be so: exit 0 (check-config) or a start (run), with the warning.
@@ -197,14 +243,10 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-@pytest.mark.parametrize("command", ["run", "check-config"])
-@pytest.mark.parametrize(("toml", "flags", "env", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_wrong_setting_exits_2_with_one_line_naming_it(
-        tmp_path: Path, request: pytest.FixtureRequest, command: str, toml: str | None, flags: list[str],
-        env: dict[str, str], words: list[str]) -> None:
-    if toml is not None and "{pki}" in toml:
-        toml = toml.replace("{pki}", str(request.getfixturevalue("pki")))
-    # Given a wrong setting; When the proxy is started (or the configuration checked) with it
+def _refusal(tmp_path: Path, toml: str | None, flags: list[str], env: dict[str, str], command: str
+             ) -> tuple[int, str]:
+    """Run `command` on a wrong setting; its exit code and its one stderr line, after checking it stopped at
+    once (within 2 s, 2 s of CPU), printed nothing on stdout and no traceback."""
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     code, out, err, elapsed = run_cli(tmp_path, toml, *flags, env=env, command=command)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -219,16 +261,32 @@ def test_a_wrong_setting_exits_2_with_one_line_naming_it(
             subprocess.run([sys.executable, "-c", "pass"], check=True)
             elapsed -= time.monotonic() - bare
             print(f"still slow: {elapsed:.2f}s beyond a bare interpreter start")
-    # Then it stops at once, with one line naming the setting and what is allowed
     lines = err.strip().splitlines()
-    assert code == 2, (code, err)
-    assert len(lines) == 1, err
+    assert len(lines) == 1, (command, err)
     assert "Traceback" not in err and "hunter2" not in err
-    assert out == ""  # check-config prints the TOML only when it is valid
+    assert out == "", command  # check-config prints the TOML only when it is valid
+    assert elapsed < 2.0, f"{command}: {elapsed:.2f}s"
+    assert cpu_seconds < 2.0, f"{command}: {cpu_seconds:.2f}s of CPU"
+    return code, lines[0]
+
+
+@pytest.mark.parametrize(("toml", "flags", "env", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_check_config_and_run_refuse_a_wrong_setting_with_the_same_line(
+        tmp_path: Path, request: pytest.FixtureRequest, toml: str | None, flags: list[str], env: dict[str, str],
+        words: list[str]) -> None:
+    if toml is not None and "{pki}" in toml:
+        toml = toml.replace("{pki}", str(request.getfixturevalue("pki")))
+    if toml is not None and "{free_ports}" in toml:
+        toml = toml.replace("{free_ports}", FREE_PORTS.format(base=_free_port_base()))
+    # Given a wrong setting; When the configuration is checked, and the proxy started, with it
+    checked = _refusal(tmp_path, toml, flags, env, "check-config")
+    started = _refusal(tmp_path, toml, flags, env, "run")
+    # Then both stop at once with exit 2 and the same one line, naming the setting and what is allowed
+    assert checked == started, (checked, started)
+    code, line = checked
+    assert code == 2, line
     for word in words:
-        assert word in lines[0], (word, lines[0])
-    assert elapsed < 2.0, f"{elapsed:.2f}s"
-    assert cpu_seconds < 2.0, f"{cpu_seconds:.2f}s of CPU"
+        assert word in line, (word, line)
 
 
 def test_check_config_rejects_the_same_way(tmp_path: Path) -> None:
@@ -372,3 +430,38 @@ def test_a_bind_host_of_another_machine_is_the_configuration_at_fault(tmp_path: 
     last = err.strip().splitlines()[-1]
     assert code == 2, err
     assert "bind_host = '192.0.2.1'" in last and "another process" not in last
+
+
+def _without_the_bind_permission() -> None:
+    """In the child, before exec: drop CAP_NET_BIND_SERVICE from the bounding set (root keeps the rest)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_CAPBSET_DROP, CAP_NET_BIND_SERVICE, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_NET_BIND_SERVICE)")
+
+
+PR_CAPBSET_DROP, CAP_NET_BIND_SERVICE = 24, 10  # linux/prctl.h, linux/capability.h
+
+
+def test_a_port_below_1024_without_the_permission_is_refused_by_both_commands_alike(tmp_path: Path) -> None:
+    # Given a process that may not bind ports below 1024 (root's children lose CAP_NET_BIND_SERVICE)
+    start = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+    if not start.exists() or int(start.read_text()) <= 80:
+        pytest.skip("not Linux, or this machine lets every process bind port 80")
+    drop = _without_the_bind_permission if os.geteuid() == 0 else None
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("INSYNC_PROXY_")}, "PYTHONPATH": str(ROOT)}
+    flags = ["--bootstrap-servers", "kafka-1:9092", "--admin-port", "0", "--bootstrap-port", "80",
+             "--broker-port-base", str(_free_port_base()), "--no-audit"]
+    answers = []
+    for command in ("check-config", "run"):
+        # When the configuration is checked, and the proxy started, with bootstrap_port = 80
+        try:
+            done = subprocess.run([sys.executable, "-m", "insync_proxy", command, *flags], preexec_fn=drop, env=env,
+                                  cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        except subprocess.SubprocessError as exc:
+            pytest.skip(f"cannot drop CAP_NET_BIND_SERVICE here: {exc}")
+        answers.append((done.returncode, done.stderr.strip().splitlines()))
+    # Then both exit 2 with the same one line naming the port and the permission
+    assert answers[0] == answers[1], answers
+    code, lines = answers[0]
+    assert code == 2 and len(lines) == 1, answers
+    assert "listener[1].bootstrap_port = 80: permission denied" in lines[0], lines
