@@ -1,6 +1,6 @@
 """Run a command and print its wall time and the CPU seconds of its whole process tree.
 
-    python benchmarks/cpu_of.py -- python -m insync_proxy.pipeline.stream --input-dir in/ --output out/ \\
+    python benchmarks/cpu_of.py -- insync-proxy stream --input-dir in/ --output out/ \\
         --checkpoint ckpt/ --available-now
 
 A JVM that PySpark starts is a child the command may never wait for, so its CPU time never reaches the

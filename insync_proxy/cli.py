@@ -1,4 +1,5 @@
-"""`insync-proxy`: run the proxy, try it on a local Kafka, manage that local Kafka, analyse audits."""
+"""`insync-proxy`: run the proxy, try it on a local Kafka, manage that local Kafka, analyse audits (`report`,
+`stream`): every command's command line is here; the jobs take the options it parsed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import time
 import tomllib
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.compiled import compiled_modules, describe
@@ -28,6 +29,10 @@ from insync_proxy.proxy.config_places import check_places
 from insync_proxy.proxy.config_reference import effective_toml
 from insync_proxy.proxy.config_schema import Entry, default_text, schema
 from insync_proxy.proxy.logsetup import JsonLogFormatter, setup_logging
+
+if TYPE_CHECKING:  # the pipeline is loaded by `report` and `stream` only, never by `run`
+    from insync_proxy.pipeline.report import ReportOptions
+    from insync_proxy.pipeline.stream import StreamOptions
 
 log = logging.getLogger("insync_proxy")
 
@@ -542,15 +547,165 @@ def _demo(args: argparse.Namespace, setup: Any, upstream: typing.Callable[[str],
     return 0
 
 
-def cmd_report(args: argparse.Namespace, rest: list[str]) -> int:
+REPORT_DESCRIPTION = """\
+Durability report over insync-proxy audit events (schema v1 and v2, mixed): per topic and partition, requests,
+records and record bytes, decisions by kind and by acks asked/sent, intervals with ISR below min ISR, produce
+latency p50/p95/p99 by acks mode, bytes written with acks 0/1, and the clients the proxy answered with errors.
+Writes date-partitioned Parquet tables, rejected/ (lines that failed validation, with the reason), report.html
+(self-contained) and summary.json. Needs the pipeline extra: pip install 'insync-proxy[pipeline]' (and Java 17+).
+"""
+
+REPORT_EPILOG = """\
+examples:
+  insync-proxy report --input '/var/log/insync/**/*.jsonl' --output /tmp/durability
+  insync-proxy report --kafka-bootstrap localhost:9092 --topic insync-audit --output out/
+  spark-submit --master yarn insync_proxy/__main__.py report --input hdfs:///audit/ --output hdfs:///report/
+exit status: 0 done, 2 bad arguments/missing input/no Java/no pipeline extra, 1 Spark job failed
+"""
+
+STREAM_DESCRIPTION = """\
+Structured Streaming reads the audit topic (Spark's Kafka source) or a directory that sidecars write to
+(--input-dir, Spark's file source), parses and validates every line with the same function as the batch
+report, and keeps per (window, topic, partition, decision) counts, record bytes and latency percentiles.
+Windows are written to Parquet (partitioned by date) once the watermark passes their end, so each window row
+is written exactly once; rejected lines go to rejected/ as JSON. Both queries checkpoint under --checkpoint
+and resume where they stopped. With --available-now the job processes what the source holds and stops, and
+the end of that input closes the windows still open, so a finished run's windows are all written. Needs the
+pipeline extra: pip install 'insync-proxy[pipeline]' (and Java 17+).
+"""
+
+STREAM_EPILOG = """\
+examples:
+  insync-proxy stream --kafka-bootstrap localhost:9092 --topic insync-audit --output out/ --checkpoint ckpt/
+  insync-proxy stream --input-dir /var/log/insync --output out/ --checkpoint ckpt/ --available-now
+output: OUTPUT/windows (Parquet, partitioned by date), OUTPUT/rejected (JSON Lines)
+exit status: 0 done, 2 bad arguments/missing input/no Java/no pipeline extra, 1 a streaming query failed
+"""
+
+#: spark.sql.shuffle.partitions of the report's session and of a new stream checkpoint's state store (a
+#: checkpoint keeps the number it started with). Spark's own 200 means 200 state-store tasks per micro-batch
+#: and up to 200 Parquet files per batch: a finished 150 s stream run (1,833 lines) took 76 s and wrote 41
+#: files for 45 window rows with 200, 21 s with 8.
+PIPELINE_SHUFFLE_PARTITIONS = 8
+#: The stream's window and watermark; the same as pipeline.stream's DEFAULT_WINDOW and DEFAULT_WATERMARK
+#: (written out here: the command line loads no pipeline module until `report` or `stream` runs).
+STREAM_WINDOW = "1 minute"
+STREAM_WATERMARK = "5 minutes"
+
+
+def _add_report_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", "-i", nargs="+", action="extend", default=[], metavar="PATH",
+                   help="audit JSON Lines: files, directories (read recursively for *.jsonl) or globs "
+                        "(quote them); repeatable; may be hdfs:// or s3a:// URIs")
+    p.add_argument("--staged", nargs="+", action="extend", default=[], metavar="DIR",
+                   help="directories of events already parsed by `python -m insync_proxy.pipeline.compact` "
+                        "(Parquet); combined with --input and the topic")
+    p.add_argument("--output", "-o", required=True, metavar="DIR",
+                   help="output directory (tables, rejected/, report.html, summary.json); tables in it are replaced")
+    p.add_argument("--master", default=None,
+                   help="Spark master: local[*] (default when not under spark-submit), local[N], spark://HOST:PORT, yarn")
+    p.add_argument("--kafka-bootstrap", metavar="HOST:PORT[,...]",
+                   help="read the audit topic too (Spark's Kafka source; jars resolved with Maven into "
+                        "~/.cache/insync-proxy/spark-jars/)")
+    p.add_argument("--topic", help="audit topic (comma-separated list allowed) with --kafka-bootstrap")
+    p.add_argument("--starting-offsets", default="earliest", help="Kafka startingOffsets (default earliest)")
+    p.add_argument("--ending-offsets", default="latest", help="Kafka endingOffsets (default latest)")
+    p.add_argument("--shuffle-partitions", type=int, default=PIPELINE_SHUFFLE_PARTITIONS,
+                   help=f"spark.sql.shuffle.partitions (default {PIPELINE_SHUFFLE_PARTITIONS}; raise it on a cluster)")
+    p.add_argument("--driver-memory", default="2g", help="spark.driver.memory when started from Python (default 2g)")
+    p.add_argument("--staging", choices=("parquet", "memory"), default="parquet",
+                   help="where the one pass's aggregate is kept for the table jobs (default parquet, under "
+                        "OUTPUT/aggregate-staging, deleted at the end; memory: Spark's cache)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines, only the summary")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="show Spark's own log (WARN and up) and full traces on failure (like INSYNC_DEBUG=1)")
+
+
+def _add_stream_flags(p: argparse.ArgumentParser) -> None:
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--kafka-bootstrap", metavar="HOST:PORT[,...]", help="read the audit topic (needs --topic)")
+    source.add_argument("--input-dir", metavar="DIR", help="or watch a directory for new *.jsonl files")
+    p.add_argument("--topic", help="audit topic with --kafka-bootstrap")
+    p.add_argument("--output", "-o", required=True, help="output directory")
+    p.add_argument("--checkpoint", required=True, help="checkpoint directory (keep it across restarts)")
+    p.add_argument("--master", default=None, help="Spark master (default local[*] unless under spark-submit)")
+    p.add_argument("--window", default=STREAM_WINDOW, help=f"window length (default {STREAM_WINDOW!r})")
+    p.add_argument("--watermark", default=STREAM_WATERMARK,
+                   help=f"how late events may arrive (default {STREAM_WATERMARK!r}); a window is written this long "
+                        "after it ends")
+    p.add_argument("--trigger", default="30 seconds", help="micro-batch interval (default '30 seconds')")
+    p.add_argument("--available-now", action="store_true",
+                   help="process what is available, then stop; the end of that input closes the open windows")
+    p.add_argument("--starting-offsets", default=None,
+                   help="Kafka startingOffsets for a new checkpoint (default earliest with --available-now, else latest)")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap records per micro-batch")
+    p.add_argument("--shuffle-partitions", type=int, default=PIPELINE_SHUFFLE_PARTITIONS,
+                   help=f"spark.sql.shuffle.partitions for a new checkpoint (default {PIPELINE_SHUFFLE_PARTITIONS}: "
+                        "a task and a state-store partition each per micro-batch; raise it on a cluster)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="show Spark's own log (WARN and up) and full traces on failure (like INSYNC_DEBUG=1)")
+
+
+def report_options(args: argparse.Namespace) -> ReportOptions:
+    """The report's options from `insync-proxy report`'s parsed arguments (checked by :func:`cmd_report`)."""
+    from insync_proxy.pipeline.report import KafkaInput, ReportOptions
+
+    kafka = KafkaInput(args.kafka_bootstrap, args.topic, args.starting_offsets, args.ending_offsets) \
+        if args.kafka_bootstrap else None
+    return ReportOptions(inputs=tuple(args.input), output=args.output, staged=tuple(args.staged), kafka=kafka,
+                         master=args.master, shuffle_partitions=args.shuffle_partitions,
+                         driver_memory=args.driver_memory, staging=args.staging, quiet=args.quiet,
+                         verbose=args.verbose)
+
+
+def stream_options(args: argparse.Namespace) -> StreamOptions:
+    """The stream's options from `insync-proxy stream`'s parsed arguments (checked by :func:`cmd_stream`)."""
+    from insync_proxy.pipeline.stream import StreamOptions
+
+    return StreamOptions(kafka_bootstrap=args.kafka_bootstrap, topic=args.topic, input_dir=args.input_dir,
+                         output=args.output, checkpoint=args.checkpoint, master=args.master, window=args.window,
+                         watermark=args.watermark, trigger=args.trigger, available_now=args.available_now,
+                         starting_offsets=args.starting_offsets,
+                         max_offsets_per_trigger=args.max_offsets_per_trigger,
+                         shuffle_partitions=args.shuffle_partitions, verbose=args.verbose)
+
+
+def _without_pipeline_extra(command: str) -> bool:
+    """True, after one line saying how to install it, when PySpark (the pipeline extra) is missing. Checked
+    after the arguments, so `--help` and usage errors need no Spark."""
     try:
-        from insync_proxy.pipeline.report import main as report_main
+        import pyspark  # noqa: F401 - only whether it is installed; the job imports what it uses
     except ImportError as exc:
-        print(f"insync-proxy report needs the pipeline extra: pip install 'insync-proxy[pipeline]' ({exc})",
+        print(f"insync-proxy {command} needs the pipeline extra: pip install 'insync-proxy[pipeline]' ({exc})",
               file=sys.stderr)
+        return True
+    return False
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    usage: argparse.ArgumentParser = args.command_parser
+    if bool(args.kafka_bootstrap) != bool(args.topic):
+        usage.error("--kafka-bootstrap and --topic go together")
+    if not args.input and not args.kafka_bootstrap and not args.staged:
+        usage.error("give --input, --staged and/or --kafka-bootstrap with --topic")
+    if _without_pipeline_extra("report"):
         return 2
-    result: int = report_main(rest, prog="insync-proxy report")
-    return result
+    from insync_proxy.pipeline.report import report_command
+
+    return report_command(report_options(args))
+
+
+def cmd_stream(args: argparse.Namespace) -> int:
+    usage: argparse.ArgumentParser = args.command_parser
+    if args.kafka_bootstrap and not args.topic:
+        usage.error("--kafka-bootstrap needs --topic")
+    if args.shuffle_partitions < 1:
+        usage.error("--shuffle-partitions must be at least 1")
+    if _without_pipeline_extra("stream"):
+        return 2
+    from insync_proxy.pipeline.stream import stream_command
+
+    return stream_command(stream_options(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -630,17 +785,28 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.add_argument("tool", metavar="TOOL", help="one of: " + ", ".join(KAFKA_TOOL_NAMES))
     kafka.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the tool's own arguments")
 
-    sub.add_parser("report", help="PySpark durability report over audit files (needs insync-proxy[pipeline]); "
-                                  "`insync-proxy report --help` for its options", add_help=False)
+    report = sub.add_parser("report", help="PySpark durability report over audit files or the audit topic (needs "
+                                           "insync-proxy[pipeline])", description=REPORT_DESCRIPTION,
+                            epilog=REPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_report_flags(report)
+
+    stream = sub.add_parser("stream", help="PySpark streaming: 1-minute durability windows kept up to date from the "
+                                           "audit topic or a directory (needs insync-proxy[pipeline])",
+                            description=STREAM_DESCRIPTION, epilog=STREAM_EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_stream_flags(stream)
+    for command in sub.choices.values():
+        # a command's usage errors name it and its --help: a wrong flag, and what only the whole line can tell
+        command.set_defaults(command_parser=command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "report":
-        return cmd_report(argparse.Namespace(), argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unrecognized)}")
     if args.command == "run":
         return cmd_run(args)
     if args.command == "check-config":
@@ -651,6 +817,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_dev_cluster(args)
     if args.command == "kafka-cli":
         return cmd_kafka_cli(args)
+    if args.command == "report":
+        return cmd_report(args)
+    if args.command == "stream":
+        return cmd_stream(args)
     if args.command == "chaos":
         from insync_proxy.devcluster.chaos import main as chaos_main  # not loaded by the proxy itself
 

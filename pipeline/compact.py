@@ -1,7 +1,7 @@
 """Compaction: parse and validate audit JSON Lines once, keep them as Parquet for later reports.
 
     python -m insync_proxy.pipeline.compact --input 'audit/**/*.jsonl' --output /data/audit-staged
-    python -m insync_proxy.pipeline.report --staged /data/audit-staged --output out/
+    insync-proxy report --staged /data/audit-staged --output out/
 
 Parsing JSON is most of a report's cost (see docs/pipeline.md, "Scale"). A fleet's files can be
 compacted as they rotate (each hour, say, into the same directory: ``--mode append``), so that the

@@ -1,13 +1,13 @@
 """Batch durability report over the proxy's audit stream: Parquet tables, an HTML report, a summary.
 
-Run it as ``python -m insync_proxy.pipeline.report --input 'audit/**/*.jsonl' --output out/`` (see ``--help``),
-through ``spark-submit pipeline/report_job.py ...``, or from Python with :func:`run_report` on an
-existing SparkSession (tests, notebooks). :func:`main` is what ``insync-proxy report`` wires to.
+Run it as ``insync-proxy report --input 'audit/**/*.jsonl' --output out/`` (see ``--help``; the command
+line is insync_proxy/cli.py's), through ``spark-submit insync_proxy/__main__.py report ...``, or from Python with
+:func:`run_report` on an existing SparkSession (tests, notebooks). :func:`report_command` is what
+``insync-proxy report`` runs, with the options it parsed (:class:`ReportOptions`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -25,7 +25,6 @@ from insync_proxy.pipeline.spark_env import PipelineError, Progress
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-DEFAULT_SHUFFLE_PARTITIONS = 8
 
 @dataclass(frozen=True)
 class KafkaInput:
@@ -556,55 +555,6 @@ def console_summary(result: ReportResult) -> str:
     return "\n".join(lines)
 
 
-def build_parser(prog: str = "python -m insync_proxy.pipeline.report") -> argparse.ArgumentParser:
-    """The command-line interface shared by ``python -m insync_proxy.pipeline.report``, spark-submit and the CLI."""
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        allow_abbrev=False,  # like every insync-proxy command: a flag is spelt out or refused
-        description=(
-            "Durability report over insync-proxy audit events (schema v1 and v2, mixed): per topic and "
-            "partition, requests, records and record bytes, decisions by kind and by acks asked/sent, intervals with ISR below min ISR, produce latency "
-            "p50/p95/p99 by acks mode, bytes written with acks 0/1, and the clients the proxy answered "
-            "with errors. Writes date-partitioned Parquet tables, rejected/ (lines that failed "
-            "validation, with the reason), report.html (self-contained) and summary.json."
-        ),
-        epilog=(
-            "examples:\n"
-            "  python -m insync_proxy.pipeline.report --input '/var/log/insync/**/*.jsonl' --output /tmp/durability\n"
-            "  python -m insync_proxy.pipeline.report --kafka-bootstrap localhost:9092 --topic insync-audit --output out/\n"
-            "  spark-submit --master yarn pipeline/report_job.py --input hdfs:///audit/ --output hdfs:///report/\n"
-            "exit status: 0 done, 2 bad arguments/missing input/no Java, 1 Spark job failed"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--input", "-i", nargs="+", action="extend", default=[], metavar="PATH",
-                        help="audit JSON Lines: files, directories (read recursively for *.jsonl) or globs "
-                             "(quote them); repeatable; may be hdfs:// or s3a:// URIs")
-    parser.add_argument("--staged", nargs="+", action="extend", default=[], metavar="DIR",
-                        help="directories of events already parsed by `python -m insync_proxy.pipeline.compact` "
-                             "(Parquet); combined with --input and the topic")
-    parser.add_argument("--output", "-o", required=True, metavar="DIR",
-                        help="output directory (tables, rejected/, report.html, summary.json); tables in it are replaced")
-    parser.add_argument("--master", default=None,
-                        help="Spark master: local[*] (default when not under spark-submit), local[N], spark://HOST:PORT, yarn")
-    parser.add_argument("--kafka-bootstrap", metavar="HOST:PORT[,...]",
-                        help="read the audit topic too (Spark's Kafka source; jars resolved with Maven into "
-                             "~/.cache/insync-proxy/spark-jars/)")
-    parser.add_argument("--topic", help="audit topic (comma-separated list allowed) with --kafka-bootstrap")
-    parser.add_argument("--starting-offsets", default="earliest", help="Kafka startingOffsets (default earliest)")
-    parser.add_argument("--ending-offsets", default="latest", help="Kafka endingOffsets (default latest)")
-    parser.add_argument("--shuffle-partitions", type=int, default=DEFAULT_SHUFFLE_PARTITIONS,
-                        help=f"spark.sql.shuffle.partitions (default {DEFAULT_SHUFFLE_PARTITIONS}; raise it on a cluster)")
-    parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory when started from Python (default 2g)")
-    parser.add_argument("--staging", choices=("parquet", "memory"), default="parquet",
-                        help="where the one pass's aggregate is kept for the table jobs (default parquet, under "
-                             "OUTPUT/aggregate-staging, deleted at the end; memory: Spark's cache)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines, only the summary")
-    parser.add_argument("--verbose", "-v", action="store_true",
-                        help="show Spark's own log (WARN and up) and full traces on failure (like INSYNC_DEBUG=1)")
-    return parser
-
-
 def verbose_requested(flag: bool = False) -> bool:
     """True with ``--verbose`` or ``INSYNC_DEBUG`` set (to anything but empty or 0)."""
     return flag or os.environ.get("INSYNC_DEBUG", "") not in ("", "0")
@@ -628,37 +578,46 @@ def failure_line(exc: BaseException) -> str:
     return (useful or lines or [type(exc).__name__])[0]
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Entry point: parse ``argv``, run the report, print the summary; returns the exit status. ``prog``: the
-    program name usage and errors show (`insync-proxy report` when the CLI runs it)."""
-    parser = build_parser(prog) if prog else build_parser()
-    args = parser.parse_args(argv)
-    if bool(args.kafka_bootstrap) != bool(args.topic):
-        parser.error("--kafka-bootstrap and --topic go together")
-    if not args.input and not args.kafka_bootstrap and not args.staged:
-        parser.error("give --input, --staged and/or --kafka-bootstrap with --topic")
-    verbose = verbose_requested(args.verbose)
-    progress = Progress(enabled=not args.quiet)
+@dataclass(frozen=True, kw_only=True)
+class ReportOptions:
+    """What ``insync-proxy report`` was asked, checked by the command line (insync_proxy/cli.py)."""
+
+    inputs: tuple[str, ...]
+    output: str
+    staged: tuple[str, ...]
+    kafka: KafkaInput | None
+    master: str | None
+    shuffle_partitions: int
+    driver_memory: str
+    staging: str
+    quiet: bool
+    verbose: bool
+
+
+def report_command(options: ReportOptions) -> int:
+    """``insync-proxy report``: start Spark, run the report, print the summary; returns the exit status (0 done,
+    2 missing input, bad master or no Java, 1 the Spark job failed)."""
+    verbose = verbose_requested(options.verbose)
+    progress = Progress(enabled=not options.quiet)
     try:
         from insync_proxy.pipeline import sources
         from insync_proxy.pipeline.spark_env import build_session, check_master
 
-        if args.master:
-            check_master(args.master)
-        sources.resolve_inputs(args.input)  # fail fast, before paying for a JVM start
+        if options.master:
+            check_master(options.master)
+        sources.resolve_inputs(list(options.inputs))  # fail fast, before paying for a JVM start
         jars = None
-        if args.kafka_bootstrap:
+        if options.kafka:
             from insync_proxy.pipeline.jars import kafka_jars
 
             progress.stage("resolving Spark's Kafka connector jars")
             jars = kafka_jars(note=progress.stage)
-        progress.stage(f"starting Spark ({args.master or 'default master'})")
-        spark = build_session(args.master, "insync-proxy durability report", shuffle_partitions=args.shuffle_partitions,
-                              driver_memory=args.driver_memory, jars=jars, verbose=verbose)
-        kafka = KafkaInput(args.kafka_bootstrap, args.topic, args.starting_offsets, args.ending_offsets) \
-            if args.kafka_bootstrap else None
-        result = run_report(spark, args.input, args.output, kafka=kafka, progress=progress, staging=args.staging,
-                            staged=args.staged)
+        progress.stage(f"starting Spark ({options.master or 'default master'})")
+        spark = build_session(options.master, "insync-proxy durability report",
+                              shuffle_partitions=options.shuffle_partitions, driver_memory=options.driver_memory,
+                              jars=jars, verbose=verbose)
+        result = run_report(spark, options.inputs, options.output, kafka=options.kafka, progress=progress,
+                            staging=options.staging, staged=options.staged)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -673,7 +632,3 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 1
     print(console_summary(result))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """Streaming mode: 1-minute windowed durability aggregates kept up to date from the audit topic.
 
-    python -m insync_proxy.pipeline.stream --kafka-bootstrap localhost:9092 --topic insync-audit \\
+    insync-proxy stream --kafka-bootstrap localhost:9092 --topic insync-audit \\
         --output /data/durability-stream --checkpoint /data/durability-stream-checkpoint
 
 Structured Streaming reads the audit topic (Spark's Kafka source) or a directory that sidecars write
@@ -11,11 +11,11 @@ their end, so each window row is written exactly once; rejected lines go to ``re
 Both queries checkpoint under ``--checkpoint`` and resume where they stopped. With ``--available-now``
 the job processes what the source holds and stops, and the end of that input closes the windows
 still open (:func:`close_open_windows`), so a finished run's windows are all written.
+:func:`stream_command` is what ``insync-proxy stream`` runs (insync_proxy/cli.py parses its command line).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -35,11 +35,6 @@ if TYPE_CHECKING:
 
 DEFAULT_WINDOW = "1 minute"
 DEFAULT_WATERMARK = "5 minutes"
-#: spark.sql.shuffle.partitions of the session, hence of a new checkpoint's state store (a checkpoint
-#: keeps the number it started with). Spark's own 200 means 200 state-store tasks per micro-batch and up
-#: to 200 Parquet files per batch: a finished 150 s run (1,833 lines) took 76 s and wrote 41 files for
-#: 45 window rows with 200, 21 s with 8.
-DEFAULT_SHUFFLE_PARTITIONS = 8
 #: Under the checkpoint: the end-of-input markers :func:`close_open_windows` writes (a file source of the
 #: windows query, so each marker is read once and recorded in the checkpoint like any input).
 END_OF_INPUT_DIR = "end-of-input"
@@ -336,70 +331,51 @@ def close_open_windows(
     return tally.window_rows - before
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line interface of ``python -m insync_proxy.pipeline.stream``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m insync_proxy.pipeline.stream",
-        allow_abbrev=False,  # like every insync-proxy command: a flag is spelt out or refused
-        description=__doc__.split("\n\n")[2] if __doc__ else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="output: OUTPUT/windows (Parquet, partitioned by date), OUTPUT/rejected (JSON Lines)\n"
-               "exit status: 0 done, 2 bad arguments/missing input/no Java, 1 a streaming query failed",
-    )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--kafka-bootstrap", metavar="HOST:PORT[,...]", help="read the audit topic (needs --topic)")
-    source.add_argument("--input-dir", metavar="DIR", help="or watch a directory for new *.jsonl files")
-    parser.add_argument("--topic", help="audit topic with --kafka-bootstrap")
-    parser.add_argument("--output", "-o", required=True, help="output directory")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint directory (keep it across restarts)")
-    parser.add_argument("--master", default=None, help="Spark master (default local[*] unless under spark-submit)")
-    parser.add_argument("--window", default=DEFAULT_WINDOW, help=f"window length (default {DEFAULT_WINDOW!r})")
-    parser.add_argument("--watermark", default=DEFAULT_WATERMARK,
-                        help=f"how late events may arrive (default {DEFAULT_WATERMARK!r}); a window is written this long after it ends")
-    parser.add_argument("--trigger", default="30 seconds", help="micro-batch interval (default '30 seconds')")
-    parser.add_argument("--available-now", action="store_true",
-                        help="process what is available, then stop; the end of that input closes the open windows")
-    parser.add_argument("--starting-offsets", default=None,
-                        help="Kafka startingOffsets for a new checkpoint (default earliest with --available-now, "
-                             "else latest)")
-    parser.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap records per micro-batch")
-    parser.add_argument("--shuffle-partitions", type=int, default=DEFAULT_SHUFFLE_PARTITIONS,
-                        help=f"spark.sql.shuffle.partitions for a new checkpoint (default {DEFAULT_SHUFFLE_PARTITIONS}: "
-                             "a task and a state-store partition each per micro-batch; raise it on a cluster)")
-    parser.add_argument("--verbose", "-v", action="store_true",
-                        help="show Spark's own log (WARN and up) and full traces on failure (like INSYNC_DEBUG=1)")
-    return parser
+@dataclass(frozen=True, kw_only=True)
+class StreamOptions:
+    """What ``insync-proxy stream`` was asked, checked by the command line (insync_proxy/cli.py): the audit
+    topic (``kafka_bootstrap`` and ``topic``) or ``input_dir`` as the source."""
+
+    kafka_bootstrap: str | None
+    topic: str | None
+    input_dir: str | None
+    output: str
+    checkpoint: str
+    master: str | None
+    window: str
+    watermark: str
+    trigger: str | None
+    available_now: bool
+    starting_offsets: str | None
+    max_offsets_per_trigger: int | None
+    shuffle_partitions: int
+    verbose: bool
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: start the streaming queries and wait for them; returns the exit status."""
+def stream_command(options: StreamOptions) -> int:
+    """``insync-proxy stream``: start the streaming queries and wait for them; returns the exit status (0 done,
+    2 missing input, bad master or no Java, 1 a streaming query failed)."""
     from insync_proxy.pipeline.report import failure_line, verbose_requested
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.kafka_bootstrap and not args.topic:
-        parser.error("--kafka-bootstrap needs --topic")
-    if args.shuffle_partitions < 1:
-        parser.error("--shuffle-partitions must be at least 1")
-    verbose = verbose_requested(args.verbose)
+    verbose = verbose_requested(options.verbose)
     progress = Progress()
     try:
         from insync_proxy.pipeline.spark_env import build_session, check_master
 
-        if args.master:
-            check_master(args.master)
+        if options.master:
+            check_master(options.master)
         jars = None
-        if args.kafka_bootstrap:
+        if options.kafka_bootstrap:
             from insync_proxy.pipeline.jars import kafka_jars
 
             progress.stage("resolving Spark's Kafka connector jars")
             jars = kafka_jars(note=progress.stage)
-        elif not Path(args.input_dir).is_dir():
-            raise PipelineError(f"--input-dir {args.input_dir!r} is not a directory")
-        progress.stage(f"starting Spark ({args.master or 'default master'})")
-        spark = build_session(args.master, "insync-proxy durability stream", shuffle_partitions=args.shuffle_partitions,
-                              jars=jars, verbose=verbose)
-        run = run_stream(spark, audit_lines(spark, args), args, progress)
+        elif not options.input_dir or not Path(options.input_dir).is_dir():
+            raise PipelineError(f"--input-dir {options.input_dir!r} is not a directory")
+        progress.stage(f"starting Spark ({options.master or 'default master'})")
+        spark = build_session(options.master, "insync-proxy durability stream",
+                              shuffle_partitions=options.shuffle_partitions, jars=jars, verbose=verbose)
+        run = run_stream(spark, audit_lines(spark, options), options, progress)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -415,17 +391,17 @@ def main(argv: list[str] | None = None) -> int:
     return run
 
 
-def audit_lines(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    """The streaming audit lines the command's arguments name: the audit topic (``--kafka-bootstrap``, from
+def audit_lines(spark: SparkSession, options: StreamOptions) -> DataFrame:
+    """The streaming audit lines the command's options name: the audit topic (``--kafka-bootstrap``, from
     the earliest offset with ``--available-now`` unless ``--starting-offsets`` says otherwise) or the files
     of ``--input-dir``. A Kafka source needs the connector jars in ``spark`` (:func:`pipeline.jars.kafka_jars`)."""
     from insync_proxy.pipeline import sources
 
-    if args.kafka_bootstrap:
-        starting = args.starting_offsets or ("earliest" if args.available_now else "latest")
-        return sources.stream_audit_kafka(spark, args.kafka_bootstrap, args.topic, starting,
-                                          args.max_offsets_per_trigger)
-    return stream_audit_files(spark, args.input_dir)
+    if options.kafka_bootstrap:
+        starting = options.starting_offsets or ("earliest" if options.available_now else "latest")
+        return sources.stream_audit_kafka(spark, options.kafka_bootstrap, str(options.topic), starting,
+                                          options.max_offsets_per_trigger)
+    return stream_audit_files(spark, str(options.input_dir))
 
 
 def stream_audit_files(spark: SparkSession, input_dir: str | Path) -> DataFrame:
@@ -450,19 +426,19 @@ def _no_data_batches_off(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(NO_DATA_BATCHES_CONF, before)
 
 
-def run_stream(spark: SparkSession, lines: DataFrame, args: argparse.Namespace, progress: Progress) -> int:
-    """Run the queries the arguments ask for, then print what they did."""
+def run_stream(spark: SparkSession, lines: DataFrame, options: StreamOptions, progress: Progress) -> int:
+    """Run the queries the options ask for, then print what they did."""
     from insync_proxy.pipeline.schema import parse_audit_events
 
-    out = Path(args.output)
+    out = Path(options.output)
     # An available-now run ends by closing its open windows (close_open_windows), which writes every window
     # its data's own watermark passed as well: the extra micro-batch Spark would run for those first, with
     # no input, is a whole pass of the stateful plan for nothing (a finished run: 4 micro-batches, now 3).
-    with _no_data_batches_off(spark) if args.available_now else nullcontext():
-        queries = start_streams(spark, lines, out, args.checkpoint, window=args.window, watermark=args.watermark,
-                                trigger=args.trigger, available_now=args.available_now)
-    progress.stage(f"streaming to {out} (checkpoint {args.checkpoint})"
-                   + (": what the source holds now" if args.available_now else "; Ctrl-C stops"))
+    with _no_data_batches_off(spark) if options.available_now else nullcontext():
+        queries = start_streams(spark, lines, out, options.checkpoint, window=options.window, watermark=options.watermark,
+                                trigger=options.trigger, available_now=options.available_now)
+    progress.stage(f"streaming to {out} (checkpoint {options.checkpoint})"
+                   + (": what the source holds now" if options.available_now else "; Ctrl-C stops"))
     tally = StreamTally()
     started = time.monotonic()
     try:
@@ -475,17 +451,13 @@ def run_stream(spark: SparkSession, lines: DataFrame, args: argparse.Namespace, 
                    f"({time.monotonic() - started:.1f} s): {tally.rejected_lines:,} rejected, "
                    f"written to {out / 'rejected'}")
     closed = 0
-    if args.available_now and tally.open_window_rows:
+    if options.available_now and tally.open_window_rows:
         progress.stage(f"end of input: closing the {tally.open_window_rows:,} window row(s) still open")
-        closed = close_open_windows(spark, parse_audit_events(lines, source_col="source"), out, args.checkpoint,
-                                    tally, window=args.window, watermark=args.watermark)
+        closed = close_open_windows(spark, parse_audit_events(lines, source_col="source"), out, options.checkpoint,
+                                    tally, window=options.window, watermark=options.watermark)
     progress.stage(f"wrote {tally.window_rows:,} window rows to {out / 'windows'}"
                    + (f" ({closed:,} closed by the end of input)" if closed else "")
                    + f"; {tally.late_rows_dropped:,} late rows dropped by the watermark; "
                    + (f"{tally.open_window_rows:,} window rows still open (written once the watermark passes them)"
                       if tally.open_window_rows else "no window left open"))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -165,16 +166,17 @@ def reference_path() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m insync_proxy.proxy.config [--write]`: print docs/configuration.md, or write it."""
-    argv = sys.argv[1:] if argv is None else argv
+    """`python -m insync_proxy.proxy.config_reference [--write]`: print docs/configuration.md, or write it."""
+    parser = argparse.ArgumentParser(prog="python -m insync_proxy.proxy.config_reference", allow_abbrev=False,
+                                     description=f"Print the configuration reference made from the settings; "
+                                                 f"--write writes it to {DOCS}.")
+    parser.add_argument("--write", action="store_true", help=f"write {DOCS}")
+    args = parser.parse_args(argv)
     text = reference_markdown()
-    if argv == ["--write"]:
+    if args.write:
         reference_path().write_text(text)
         print(f"wrote {reference_path()}")
         return 0
-    if argv:
-        print("usage: python -m insync_proxy.proxy.config [--write]", file=sys.stderr)
-        return 2
     sys.stdout.write(text)
     return 0
 

@@ -2,7 +2,8 @@
 
 Names follow Prometheus conventions: `insync_proxy_` prefix, base units, `_total` counters,
 `_seconds` histograms. Per-topic labels are bounded (`topic_label_limit`); topics beyond the limit
-share the label value OVERFLOW_TOPIC. README's metrics reference is checked against this module.
+share the label value OVERFLOW_TOPIC. docs/metrics.md's table is made from this module
+(proxy/metrics_reference.py).
 """
 
 from __future__ import annotations
@@ -426,31 +427,3 @@ class ProxyMetrics:
             p + "audit_events_dropped", "Audit events dropped, by reason", ["reason"], registry=r
         )
         self.registry.register(_AllMetrics(self.scrape_registry, self.topic_counters))
-
-
-def reference_table() -> str:
-    """The README's metrics reference, generated from the metrics defined above."""
-    rows = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
-    metrics = ProxyMetrics()
-    label_names = {
-        getattr(v, "_name", ""): tuple(getattr(v, "_labelnames", ()))
-        for v in (getattr(metrics, a) for a in dir(metrics) if not a.startswith("__"))  # compiled: no __dict__
-    }
-    for family in metrics.registry.collect():
-        name = family.name
-        kind = family.type
-        if kind == "counter":
-            name += "_total"
-        elif kind == "info":
-            name += "_info"
-        labels: set[str] = set()
-        for sample in family.samples:
-            labels.update(k for k in sample.labels if k != "le")
-        labels.update(label_names.get(family.name, ()))
-        rows.append(f"| `{name}` | {kind} | {', '.join(sorted(labels)) or '-'} | {family.documentation} |")
-    return "\n".join(rows)
-
-
-
-if __name__ == "__main__":
-    print(reference_table())

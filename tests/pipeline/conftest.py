@@ -1,6 +1,6 @@
 """Shared fixtures for the pipeline tests: one real local Spark session for the whole run.
 
-Spark sessions the tests start in child processes (`python -m insync_proxy.pipeline.stream`, the report
+Spark sessions the tests start in child processes (`python -m insync_proxy stream`, the report
 command, the standalone cluster's driver) read spark-defaults.conf from SPARK_CONF_DIR, set here for the
 run: the shared session's 4 shuffle partitions instead of Spark's 200. The report and stream commands set
 their own (`--shuffle-partitions`, default 8); with Spark's 200 the stream's stateful window aggregate ran

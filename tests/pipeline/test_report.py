@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from insync_proxy.cli import main
 from insync_proxy.pipeline import report
 from insync_proxy.pipeline.spark_env import PipelineError, Progress, check_java, check_master
 
@@ -73,15 +74,15 @@ def test_console_summary_mentions_the_key_numbers(report_result: report.ReportRe
 
 
 def test_main_reports_missing_input_without_starting_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert report.main(["--input", str(tmp_path / "nope"), "--output", str(tmp_path / "out")]) == 2
+    assert main(["report", "--input", str(tmp_path / "nope"), "--output", str(tmp_path / "out")]) == 2
     assert "does not exist" in capsys.readouterr().err
-    assert report.main(["--input", str(tmp_path / "*.jsonl"), "--output", str(tmp_path / "out")]) == 2
+    assert main(["report", "--input", str(tmp_path / "*.jsonl"), "--output", str(tmp_path / "out")]) == 2
     assert "matches no file" in capsys.readouterr().err
 
 
 def test_main_rejects_a_bad_master_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_jsonl(tmp_path / "a.jsonl", [decision(0)])
-    assert report.main(["-i", str(tmp_path), "-o", str(tmp_path / "o"), "--master", "locl[2]"]) == 2
+    assert main(["report", "-i", str(tmp_path), "-o", str(tmp_path / "o"), "--master", "locl[2]"]) == 2
     assert "bad --master" in capsys.readouterr().err
     for good in ("local", "local[2]", "local[*]", "spark://h1:7077,h2:7077", "yarn", "k8s://https://k:443"):
         assert check_master(good) == good
@@ -95,7 +96,7 @@ def test_missing_java_is_explained(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
 def test_help_describes_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        report.main(["--help"])
+        main(["report", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "--kafka-bootstrap" in out and "spark-submit" in out

@@ -159,7 +159,7 @@ def test_report_on_a_standalone_cluster_equals_local_mode(
     standalone_cluster.ready()
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "insync_proxy.pipeline.report", "--master", standalone_cluster.url, "--quiet",
+        [sys.executable, "-m", "insync_proxy", "report", "--master", standalone_cluster.url, "--quiet",
          "--driver-memory", "512m", "--input", str(audit), "--output", str(tmp_path / "cluster")],
         capture_output=True, text=True, timeout=600, env=standalone_cluster.env,
     )

@@ -14,9 +14,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from insync_proxy.audit.buckets import RELATIVE_ERROR
+from insync_proxy.cli import build_parser, stream_options
 from insync_proxy.pipeline.report import _collect, run_report
 from insync_proxy.pipeline.spark_env import Progress
-from insync_proxy.pipeline.stream import build_parser, run_stream, start_streams, stream_audit_files
+from insync_proxy.pipeline.stream import run_stream, start_streams, stream_audit_files
 
 from .events import at, decision, readiness, summary, write_jsonl
 
@@ -65,10 +66,10 @@ def test_the_stream_run_over_a_directory_of_v2_summaries_closes_the_last_window(
     write_jsonl(tmp_path / "in" / "audit-sidecar-a-20261121T070000Z.jsonl", evs)
     # When the stream command's run processes the directory (available-now), in this test's Spark session (the
     # command itself, in its own process, is the docs' command's test below)
-    args = build_parser().parse_args(
-        ["--input-dir", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--checkpoint",
-         str(tmp_path / "ckpt"), "--watermark", "1 minute", "--available-now"])
-    assert run_stream(spark, stream_audit_files(spark, args.input_dir), args, Progress(enabled=False)) == 0
+    options = stream_options(build_parser().parse_args(
+        ["stream", "--input-dir", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--checkpoint",
+         str(tmp_path / "ckpt"), "--watermark", "1 minute", "--available-now"]))
+    assert run_stream(spark, stream_audit_files(spark, str(options.input_dir)), options, Progress(enabled=False)) == 0
     # Then both closed windows hold the summed summaries and percentiles from the merged buckets
     rows = {(r["window_start"], r["decision"]): r for r in _collect(spark.read.parquet(str(tmp_path / "out" / "windows")))}
     assert set(rows) == {(at(0), "forwarded"), (at(60), "forwarded")}
@@ -80,13 +81,14 @@ def test_the_stream_run_over_a_directory_of_v2_summaries_closes_the_last_window(
 
 
 def _docs_stream_command(**paths: str) -> list[str]:
-    """docs/pipeline.md's `pipeline.stream --input-dir ... --available-now` command, its paths replaced."""
+    """docs/pipeline.md's `insync-proxy stream --input-dir ... --available-now` command, its paths replaced (run
+    as `python -m insync_proxy`, the same command line, with this interpreter)."""
     docs = (ROOT / "docs" / "pipeline.md").read_text()
-    line = next(x for x in docs.splitlines() if re.match(r"python -m insync_proxy\.pipeline\.stream --input-dir", x))
+    line = next(x for x in docs.splitlines() if re.match(r"insync-proxy stream --input-dir", x))
     argv = shlex.split(line)
     for option, value in paths.items():
         argv[argv.index(f"--{option.replace('_', '-')}") + 1] = value
-    return [sys.executable, *argv[1:]]
+    return [sys.executable, "-m", "insync_proxy", *argv[1:]]
 
 
 def test_available_now_over_a_finished_run_equals_the_batch_report(spark: SparkSession, tmp_path: Path) -> None:

@@ -27,9 +27,10 @@ from .events import audited_requests
 def test_streaming_windows_over_the_audit_topic(
     spark_kafka_source: SparkSession, proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster, tmp_path: Path
 ) -> None:
+    from insync_proxy.cli import build_parser, report_options, stream_options
     from insync_proxy.pipeline import report as report_command
     from insync_proxy.pipeline import stream as stream_command
-    from insync_proxy.pipeline.report import KafkaInput, _collect
+    from insync_proxy.pipeline.report import _collect
     from insync_proxy.pipeline.spark_env import Progress
 
     spark = spark_kafka_source
@@ -63,20 +64,18 @@ def test_streaming_windows_over_the_audit_topic(
     # earliest offset), over the lines the command's arguments name, with the connector PySpark's version
     # resolves to ...
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    args = stream_command.build_parser().parse_args(
-        ["--kafka-bootstrap", kafka_cluster.bootstrap_servers, "--topic", AUDIT_TOPIC, "--output", str(out),
-         "--checkpoint", str(checkpoint), "--available-now"])
+    options = stream_options(build_parser().parse_args(
+        ["stream", "--kafka-bootstrap", kafka_cluster.bootstrap_servers, "--topic", AUDIT_TOPIC, "--output", str(out),
+         "--checkpoint", str(checkpoint), "--available-now"]))
     stream_progress = io.StringIO()
-    lines = stream_command.audit_lines(spark, args)
-    assert stream_command.run_stream(spark, lines, args, Progress(stream=stream_progress)) == 0
+    lines = stream_command.audit_lines(spark, options)
+    assert stream_command.run_stream(spark, lines, options, Progress(stream=stream_progress)) == 0
     # ... and the batch report's run reads the same topic, with the command's default offsets
-    report_args = report_command.build_parser().parse_args(
-        ["--kafka-bootstrap", kafka_cluster.bootstrap_servers, "--topic", AUDIT_TOPIC, "--output",
-         str(tmp_path / "report")])
-    report_command.run_report(
-        spark, report_args.input, report_args.output, progress=Progress(enabled=False),
-        kafka=KafkaInput(report_args.kafka_bootstrap, report_args.topic, report_args.starting_offsets,
-                         report_args.ending_offsets))
+    report = report_options(build_parser().parse_args(
+        ["report", "--kafka-bootstrap", kafka_cluster.bootstrap_servers, "--topic", AUDIT_TOPIC, "--output",
+         str(tmp_path / "report")]))
+    report_command.run_report(spark, report.inputs, report.output, progress=Progress(enabled=False),
+                              kafka=report.kafka)
 
     # Then the windows for that topic, the last one closed by the end of input, count exactly the decisions the
     # client saw, as the batch report does

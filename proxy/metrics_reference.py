@@ -1,0 +1,78 @@
+"""The metrics reference: docs/metrics.md's table, made from the metrics proxy/metrics.py defines.
+
+`python -m insync_proxy.proxy.metrics_reference` prints the table; `--write` puts it into docs/metrics.md
+between its markers. A module of its own because proxy/metrics.py runs compiled (setup.py:
+COMPILED_MODULES), and `python -m` cannot run a compiled module ("No code object available").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from insync_proxy.proxy.metrics import ProxyMetrics
+
+#: The page the table lives on, from the source tree's root; the table stands between the two markers.
+PAGE = "docs/metrics.md"
+START = "<!-- metrics-reference:start -->"
+END = "<!-- metrics-reference:end -->"
+
+
+def reference_table() -> str:
+    """The metrics reference as a Markdown table, one row per metric a proxy exports."""
+    rows = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
+    metrics = ProxyMetrics()
+    label_names = {
+        getattr(v, "_name", ""): tuple(getattr(v, "_labelnames", ()))
+        for v in (getattr(metrics, a) for a in dir(metrics) if not a.startswith("__"))  # compiled: no __dict__
+    }
+    for family in metrics.registry.collect():
+        name = family.name
+        kind = family.type
+        if kind == "counter":
+            name += "_total"
+        elif kind == "info":
+            name += "_info"
+        labels: set[str] = set()
+        for sample in family.samples:
+            labels.update(k for k in sample.labels if k != "le")
+        labels.update(label_names.get(family.name, ()))
+        rows.append(f"| `{name}` | {kind} | {', '.join(sorted(labels)) or '-'} | {family.documentation} |")
+    return "\n".join(rows)
+
+
+def reference_path() -> Path:
+    """docs/metrics.md of the source tree this module is in."""
+    return Path(__file__).resolve().parents[1] / PAGE
+
+
+def table_on_page(page: str) -> str:
+    """The table between the page's markers, as written there."""
+    return page[page.index(START) + len(START):page.index(END)].strip()
+
+
+def with_table(page: str, table: str) -> str:
+    """The page with `table` between its markers instead of the one there."""
+    return page[:page.index(START) + len(START)] + "\n" + table.strip() + "\n" + page[page.index(END):]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table, or write it into docs/metrics.md (`--write`)."""
+    parser = argparse.ArgumentParser(prog="python -m insync_proxy.proxy.metrics_reference", allow_abbrev=False,
+                                     description=f"Print the metrics reference table made from the code; --write "
+                                                 f"puts it into {PAGE} between its markers.")
+    parser.add_argument("--write", action="store_true", help=f"write the table into {PAGE}")
+    args = parser.parse_args(argv)
+    table = reference_table()
+    if not args.write:
+        print(table)
+        return 0
+    path = reference_path()
+    path.write_text(with_table(path.read_text(), table))
+    print(f"wrote the metrics table into {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
