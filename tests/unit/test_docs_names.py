@@ -23,7 +23,7 @@ NOT_OURS = {
     "spark.sql.defaultColumn.enabled", "spark.jars", "sys.path",
     "INSYNC_SPARK_KAFKA_VERSION", "INSYNC_SPARK_TOKEN_PROVIDER_VERSION", "INSYNC_SPARK_JARS_DIR",  # read by name
     "INSYNC_DEBUG",
-    "SparkContext",  # Spark's
+    "SparkContext", "PySpark", "DuckDB",  # Spark's, and the pipeline benchmark's baseline
     "insync_proxy.tests", "insync_proxy.benchmarks",  # named because they must not import
 }
 #: Files a command writes (not the repository's, not code).
@@ -122,10 +122,28 @@ def _file_exists(name: str) -> bool:
     return (ROOT / name).exists() or any(p.as_posix().endswith("/" + name) for p in _package_files())
 
 
+#: Fenced blocks in these languages are commands or configuration (flags, settings, Kafka's words), not
+#: pictures of the code: their words are not checked as code names.
+_COMMAND_BLOCKS = {"bash", "sh", "shell", "console", "toml", "properties", "json", "yaml", "sql", "python"}
+
+
 def _code_spans(text: str) -> list[str]:
-    """Inline code spans outside fenced blocks."""
+    """Inline code spans outside fenced blocks, and every word of a fenced block without a command language
+    (a diagram, a layout, a table of modules) that could name code: a file name or an identifier."""
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
-    return re.findall(r"`([^`\n]+)`", prose)
+    spans = re.findall(r"`([^`\n]+)`", prose)
+    for language, block in re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.S | re.M):
+        if language not in _COMMAND_BLOCKS:
+            spans += [word for word in (w.rstrip(".") for w in re.findall(r"[\w./-]*\w(?:\(\))?", block))
+                      if _diagram_code_word(word)]
+    return spans
+
+
+def _diagram_code_word(word: str) -> bool:
+    """A word of a diagram that is code, not prose: a file, a snake_case name (not an ENVIRONMENT_VARIABLE)
+    or a CamelCase one with a capital inside it (`ConnectionCore`, not `Metadata` or `Java`)."""
+    return word.endswith(".py") or ("_" in word.strip("_") and not word.isupper()) \
+        or re.search(r"[a-z][A-Z]", word) is not None
 
 
 def _is_code_name(span: str) -> bool:
@@ -201,6 +219,16 @@ def test_every_code_name_in_the_docs_exists_in_the_package() -> None:
     defs = _definitions()
     for doc in DOCS:
         assert _stale(doc, defs) == [], f"{doc} names code that is gone or lives elsewhere"
+
+
+def test_a_wrong_name_in_a_diagram_would_be_caught() -> None:
+    defs = _definitions()
+    picture = "```\n proxy/  | core.py  ConnectionCore (sans-IO)  |\n          | FrameSplitterX  gone.py |\n```\n"
+    names = [name for name in _code_spans(picture) if _is_code_name(name) or name.endswith(".py")]
+    assert "ConnectionCore" in names and "FrameSplitterX" in names and "gone.py" in names
+    assert _defined("ConnectionCore", defs) and not _defined("FrameSplitterX", defs) and not _file_exists("gone.py")
+    # a command or configuration block is not a picture of the code
+    assert "UnknownFlagLike_Name" not in _code_spans("```bash\nrun --x UnknownFlagLike_Name\n```\n")
 
 
 def test_a_renamed_class_would_be_caught() -> None:
