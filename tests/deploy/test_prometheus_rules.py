@@ -1,4 +1,6 @@
-"""Alert rules (deploy/prometheus/alerts.yml): promtool checks, unit tests, and a real Prometheus run."""
+"""Alert rules (deploy/prometheus/alerts.yml): promtool checks, unit tests, and a real Prometheus run.
+
+Without promtool (Debian's `prometheus` package; ./scripts/test installs it) the promtool tests skip, saying so."""
 
 from __future__ import annotations
 
@@ -33,7 +35,6 @@ REQUIRED_ANNOTATIONS = ("summary", "description", "runbook", "runbook_url")
 def _promtool() -> str:
     path, reason = find_tool("promtool")
     if path is None:
-        print(f"SKIP promtool: {reason}")
         pytest.skip(reason)
     return path
 
@@ -93,30 +94,44 @@ def test_every_runbook_url_is_absolute_and_points_at_one_document() -> None:
     assert expected <= set(urls), f"alerts_test.yml expects other runbook URLs: {sorted(expected - set(urls))}"
 
 
-def test_set_runbook_url_rewrites_the_rules_and_their_unit_tests(tmp_path: Path) -> None:
-    """Given copies of alerts.yml and alerts_test.yml, when set-runbook-url points them at another
-    document, then every runbook_url there is that document with its anchor kept, and (with promtool)
-    the unit tests still pass; a relative or fragment URL is refused with exit 2."""
-    for name in ("alerts.yml", "alerts_test.yml"):
-        shutil.copy(PROMETHEUS_DIR / name, tmp_path / name)
-    files = [str(tmp_path / "alerts.yml"), str(tmp_path / "alerts_test.yml")]
-    document = "https://git.example.com/platform/insync-proxy/blob/main/docs/operations.md"
-    before = RUNBOOK_URL_LINE.findall(ALERTS.read_text())
+OTHER_DOCUMENT = "https://git.example.com/platform/insync-proxy/blob/main/docs/operations.md"
 
-    result = subprocess.run([sys.executable, str(SET_RUNBOOK_URL), document, *files],
+
+def _rewritten_copies(tmp_path: Path) -> list[Path]:
+    """Copies of alerts.yml and alerts_test.yml in `tmp_path`, after set-runbook-url pointed them at
+    OTHER_DOCUMENT."""
+    copies = [tmp_path / "alerts.yml", tmp_path / "alerts_test.yml"]
+    for source, copy in zip((ALERTS, PROMETHEUS_DIR / "alerts_test.yml"), copies, strict=True):
+        shutil.copy(source, copy)
+    result = subprocess.run([sys.executable, str(SET_RUNBOOK_URL), OTHER_DOCUMENT, *map(str, copies)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    after = RUNBOOK_URL_LINE.findall((tmp_path / "alerts.yml").read_text())
-    assert after == [document + "#" + url.split("#", 1)[1] for url in before]
-    assert all(u.startswith(document + "#") for u in RUNBOOK_URL_LINE.findall((tmp_path / "alerts_test.yml").read_text()))
+    return copies
+
+
+def test_set_runbook_url_rewrites_the_rules_and_their_unit_tests(tmp_path: Path) -> None:
+    """Given copies of alerts.yml and alerts_test.yml, when set-runbook-url points them at another document,
+    then every runbook_url there is that document with its anchor kept, and nothing else changed; a relative or
+    fragment URL is refused with exit 2."""
+    before = RUNBOOK_URL_LINE.findall(ALERTS.read_text())
+    alerts, alerts_test = _rewritten_copies(tmp_path)
+    after = RUNBOOK_URL_LINE.findall(alerts.read_text())
+    assert after == [OTHER_DOCUMENT + "#" + url.split("#", 1)[1] for url in before]
+    assert all(u.startswith(OTHER_DOCUMENT + "#") for u in RUNBOOK_URL_LINE.findall(alerts_test.read_text()))
+    for source, copy in ((ALERTS, alerts), (PROMETHEUS_DIR / "alerts_test.yml", alerts_test)):
+        # Only the runbook_url lines change: blank lines and the final newline stay
+        old_lines, new_lines = source.read_text().split("\n"), copy.read_text().split("\n")
+        assert len(old_lines) == len(new_lines), copy.name
+        assert [a for a in old_lines if "runbook_url:" not in a] == [b for b in new_lines if "runbook_url:" not in b]
     for bad in ("docs/operations.md", "https://docs.example.com/ops.md#x"):
-        refused = subprocess.run([sys.executable, str(SET_RUNBOOK_URL), bad, *files],
+        refused = subprocess.run([sys.executable, str(SET_RUNBOOK_URL), bad, str(alerts)],
                                  capture_output=True, text=True, timeout=60)
         assert refused.returncode == 2 and "absolute" in refused.stderr, refused.stderr
-    promtool, reason = find_tool("promtool")
-    if promtool is None:
-        print(f"SKIP promtool part: {reason}")
-        return
+
+
+def test_the_rewritten_unit_tests_still_pass(tmp_path: Path) -> None:
+    promtool = _promtool()
+    _rewritten_copies(tmp_path)
     tested = subprocess.run([promtool, "test", "rules", "alerts_test.yml"], capture_output=True, text=True,
                             timeout=120, cwd=tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr
