@@ -1,5 +1,8 @@
 """Kubernetes manifests (deploy/kubernetes/): schema-valid offline, and consistent with each other
-and with the proxy's configuration (ports, probes, drain time, mounted files)."""
+and with the proxy's configuration (ports, probes, drain time, mounted files).
+
+The Prometheus Operator's objects (ServiceMonitor, PrometheusRule) are custom resources the Kubernetes schema
+does not know: they get an explicit structural check instead (apiVersion, kind, name, required spec fields)."""
 
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ def _config_toml() -> str:
 
 def test_manifests_have_every_expected_object() -> None:
     kinds = sorted(d["kind"] for _, d in _documents())
-    assert kinds == ["ConfigMap", "Deployment", "Secret", "Secret", "Service", "ServiceMonitor"]
+    assert kinds == ["ConfigMap", "Deployment", "PrometheusRule", "Secret", "Secret", "Service", "ServiceMonitor"]
 
 
 @pytest.mark.parametrize("path_and_doc", _documents(), ids=lambda pd: f"{pd[0].name}:{pd[1]['kind']}")
@@ -57,7 +60,8 @@ def test_manifest_is_valid_for_kubernetes(path_and_doc: tuple[Path, dict[str, An
     )
     path, doc = path_and_doc
     if doc["apiVersion"].startswith("monitoring.coreos.com/"):
-        _check_servicemonitor(doc)  # a CRD: not in the core schema, checked structurally instead
+        # a CRD: not in the core schema, checked structurally instead
+        {"ServiceMonitor": _check_servicemonitor, "PrometheusRule": _check_prometheusrule}[doc["kind"]](doc)
         return
     try:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
@@ -101,6 +105,25 @@ def _check_servicemonitor(doc: dict[str, Any]) -> None:
                 "labeldrop",
                 "labelkeep",
             )
+
+
+def _check_prometheusrule(doc: dict[str, Any]) -> None:
+    """spec.groups[] (name, rules[]); each rule an alert or a record with its expr (the Operator's CRD)."""
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["kind"] == "PrometheusRule"
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"])
+    assert set(doc["spec"]) == {"groups"}
+    groups = doc["spec"]["groups"]
+    assert groups and len({g["name"] for g in groups}) == len(groups), "groups need distinct names"
+    for group in groups:
+        assert set(group) <= {"name", "interval", "rules", "partial_response_strategy", "limit"}, group["name"]
+        assert isinstance(group["name"], str) and group["rules"], group["name"]
+        for rule in group["rules"]:
+            assert set(rule) <= {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+            assert ("alert" in rule) != ("record" in rule), rule
+            assert isinstance(rule["expr"], (str, int)) and str(rule["expr"]).strip(), rule
+            assert "for" not in rule or re.fullmatch(r"(\d+(ms|s|m|h|d|w|y))+", rule["for"]), rule
+            for table in ("labels", "annotations"):
+                assert all(isinstance(v, str) for v in rule.get(table, {}).values()), (rule, table)
 
 
 def test_service_monitor_scrapes_the_admin_port_of_the_service_as_job_insync_proxy() -> None:
