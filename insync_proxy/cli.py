@@ -219,8 +219,9 @@ def _intended_log_format(args: argparse.Namespace) -> str:
 
 
 async def serve(config: ProxyConfig, ready_message: str | None = None,
-                load: typing.Callable[[], ProxyConfig] | None = None) -> None:
-    """Run the proxy until SIGTERM or SIGINT, then drain and stop; SIGHUP reloads (`load` re-reads the settings).
+                load: typing.Callable[[], ProxyConfig] | None = None, config_file: str | None = None) -> None:
+    """Run the proxy until SIGTERM or SIGINT, then drain and stop; SIGHUP reloads (`load` re-reads the settings),
+    and so does a change of `config_file`'s content (seen every tls_reload_seconds).
 
     The proxy logs "listening" once its ports are bound and "ready" when /readyz turns ready.
     """
@@ -229,7 +230,7 @@ async def serve(config: ProxyConfig, ready_message: str | None = None,
     from insync_proxy.proxy.logs import flush_all
     from insync_proxy.proxy.server import InsyncProxy
 
-    proxy = InsyncProxy(config, load=load)
+    proxy = InsyncProxy(config, load=load, config_file=config_file)
     # The stop signals are taken before the start: /readyz may answer 200 while the start still runs, and a
     # start can wait a whole control timeout on a silent broker. A SIGTERM then (a rollout, a test) ends the
     # start and drains: exit 0, not the signal's default (killed).
@@ -297,7 +298,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from insync_proxy.proxy.tls import TlsReloadError
 
     try:
-        asyncio.run(serve(config, load=_reload_source(args)))
+        asyncio.run(serve(config, load=_reload_source(args), config_file=getattr(args, "config", None)))
     except TlsReloadError as exc:
         log.error("cannot start: %s", exc)
         return 2

@@ -220,7 +220,8 @@ class ProxyConfig:
     tls_reload_seconds: float = setting(
         30.0, min=0, reloads=True,
         meaning="re-read every TLS file (both sides, and control_sasl.password_file) this often; changed content "
-                "replaces the material once it loads (0: only on SIGHUP or POST /reload)")
+                "replaces the material once it loads; a changed TOML file reloads the configuration "
+                "(0: only on SIGHUP or POST /reload)")
     min_insync_ttl_seconds: float = setting(30.0, min=1, meaning="min.insync.replicas cache TTL (refreshed ahead)", reloads=True)
     min_insync_miss_wait_ms: float = setting(
         50.0, min=0, meaning="a Produce to a topic whose min.insync.replicas is unknown waits this long for it", reloads=True)

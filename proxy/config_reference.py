@@ -110,8 +110,9 @@ def reference_markdown() -> str:
         "  secret files through the same checks. Settings marked *yes* apply to the next exchange without dropping",
         "  a connection; a changed *no* setting gets one WARNING (\"needs a restart\") and keeps its running",
         "  value. A configuration that does not validate changes nothing (one ERROR; the process runs on). TLS",
-        "  files are also re-read by content every `tls_reload_seconds` (docs/operations.md, \"Rotating",
-        "  certificates\").",
+        "  files and the TOML file are also re-read by content every `tls_reload_seconds`: changed TLS files",
+        "  replace the material once it loads, a changed TOML file reloads as SIGHUP does (docs/operations.md,",
+        "  \"Rotating certificates and reloading\").",
         "",
     ]
     sections: dict[str, list[Entry]] = {}

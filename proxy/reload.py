@@ -4,8 +4,10 @@
   file are re-read every `tls_reload_seconds`, by content. New material replaces the working one only once it
   loads (tls.py says when it must not); new connections use it, established ones keep theirs.
 - The configuration (TOML file, environment, secret files) is re-read on SIGHUP and POST /reload through the
-  same schema. Each setting's `reloads` flag says whether it applies live; a changed one that cannot gets a
-  WARNING ("needs a restart") and the rest still applies. A configuration that does not validate changes nothing.
+  same schema, and when the TOML file's content changed (looked at every `tls_reload_seconds`: in Kubernetes
+  nobody sends SIGHUP when a ConfigMap is edited, the kubelet swaps the volume's `..data` symlink). Each
+  setting's `reloads` flag says whether it applies live; a changed one that cannot gets a WARNING ("needs a
+  restart") and the rest still applies. A configuration that does not validate changes nothing.
 
 Every attempt is counted in insync_proxy_reloads_total{what,result}; every failure is one ERROR line.
 """
@@ -133,6 +135,12 @@ def own_connections(proxy: InsyncProxy) -> list[ControlConnection]:
     return [proxy.control, *(proxy.audit_to_kafka.leaders() if proxy.audit_to_kafka is not None else ())]
 
 
+def _content_digest(path: str) -> str:
+    """sha256 of a file's bytes. Opened by name each time, so a swapped symlink (a Kubernetes volume's `..data`)
+    is followed to the new file; mtimes say nothing there (every generation may carry the same one)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 class _SecretFile:
     """control_sasl.password_file, re-read by content like the TLS files."""
 
@@ -143,7 +151,7 @@ class _SecretFile:
     def _digest(self) -> str | None:
         if not self.path:
             return None
-        return hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
+        return _content_digest(self.path)
 
     def changed(self) -> str | None:
         """The new secret when the file's content changed; ValueError when it cannot be read or is empty."""
@@ -163,10 +171,14 @@ class _SecretFile:
 class Reloads:
     """The live reloads of one proxy process; `run()` is the TLS check loop, `reload()` the configuration's."""
 
-    def __init__(self, proxy: InsyncProxy, load: Callable[[], ProxyConfig] | None = None) -> None:
+    def __init__(self, proxy: InsyncProxy, load: Callable[[], ProxyConfig] | None = None,
+                 config_file: str | None = None) -> None:
         self.proxy = proxy
         #: Reads the configuration again from its sources (None: nothing to re-read but the files).
         self.load = load
+        #: The TOML file `load` reads: a change of its content reloads at the next check (None: no file).
+        self.config_file = config_file
+        self._config_digest = self._config_file_digest()
         self.metrics = proxy.metrics
         self.password_file = _SecretFile(proxy.config.control_sasl.password_file)
         self._failing: dict[str, str] = {}
@@ -175,16 +187,33 @@ class Reloads:
 
     # --------------------------------------------------------------------------------- TLS material
     async def run(self) -> None:
-        """Check the files every tls_reload_seconds until cancelled."""
+        """Check the files (TLS, password, the configuration file) every tls_reload_seconds until cancelled."""
         while True:
             interval = self.proxy.config.tls_reload_seconds
             await asyncio.sleep(interval or _IDLE_SECONDS)
             if interval:
                 try:
-                    self.check_files()
+                    # A changed configuration file reloads everything, the TLS files with it (forced)
+                    if self.check_config_file() is None:
+                        self.check_files()
                 except Exception:  # a bug here must not end the checks: said, counted, tried again
-                    log.exception("TLS file check failed; tried again in %.0fs", interval)
+                    log.exception("file check (TLS, configuration) failed; tried again in %.0fs", interval)
                     self.metrics.background_task_failures_total.labels("tls_reload").inc()
+
+    def _config_file_digest(self) -> str | None:
+        if self.config_file is None or self.load is None:
+            return None
+        try:
+            return _content_digest(self.config_file)
+        except OSError as exc:
+            # Unreadable is a content of its own: a reload then says why once, not at every check
+            return f"unreadable: {exc}"
+
+    def check_config_file(self) -> dict[str, Any] | None:
+        """Reload when the configuration file's content is not what was last read; the reload's answer, or None."""
+        if self.config_file is None or self.load is None or self._config_file_digest() == self._config_digest:
+            return None
+        return self.reload(f"{self.config_file} changed")
 
     def check_files(self, force: bool = False, config: ProxyConfig | None = None) -> list[str]:
         """Re-read every TLS file and the password file; swap what changed and loads. What changed, in words."""
@@ -263,6 +292,8 @@ class Reloads:
     def reload(self, trigger: str) -> dict[str, Any]:
         """Re-read the configuration and apply what reloads; the answer of POST /reload (JSON-able)."""
         log.info("reload (%s): reading the configuration again", trigger)
+        # Taken before reading: a write after it is seen at the next check, never missed
+        self._config_digest = self._config_file_digest()
         old = self.proxy.config
         try:
             new = self.load() if self.load is not None else old

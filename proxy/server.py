@@ -43,10 +43,11 @@ log = logging.getLogger("insync_proxy")
 
 
 class InsyncProxy:
-    """Everything one proxy process runs; `start()` then `stop()`; `load` re-reads the settings (reload.py)."""
+    """Everything one proxy process runs; `start()` then `stop()`; `load` re-reads the settings (reload.py), from
+    `config_file` among its sources, whose changed content reloads too."""
 
     def __init__(self, config: ProxyConfig, metrics: ProxyMetrics | None = None,
-                 load: Callable[[], ProxyConfig] | None = None) -> None:
+                 load: Callable[[], ProxyConfig] | None = None, config_file: str | None = None) -> None:
         self.config = config
         self.metrics = metrics or ProxyMetrics(topic_label_limit=config.topic_label_limit)
         self.cluster_view = ClusterView()
@@ -88,7 +89,7 @@ class InsyncProxy:
             observe_whole_frames=self.capture is not None or config.debug_address_leak_check,
             budget=MemoryBudget(config.max_buffered_bytes, config.max_buffered_bytes_per_connection),
         )
-        self.reloads = Reloads(self, load)
+        self.reloads = Reloads(self, load, config_file)
         self.admin = AdminServer(self.metrics, lambda: self.ready, config.admin_host, config.admin_port,
                                  reload=lambda: self.reloads.reload("POST /reload"))
         self._bootstrap_cycle = itertools.count()

@@ -9,6 +9,8 @@ import tomllib
 
 import pytest
 
+from insync_proxy.cli import build_parser, config_from_args
+from insync_proxy.proxy.config import ENV_PREFIX, ConfigError
 from insync_proxy.proxy.config_loader import load_config
 from tests.deploy.tools import REPO, find_tool
 
@@ -125,3 +127,29 @@ def test_image_default_config_is_valid_for_a_container() -> None:
     assert config.listeners[0].broker_port_base == 9100
     assert config.audit.directory == "/var/lib/insync-proxy/audit"
     assert "bootstrap_servers" not in tomllib.loads(path.read_text())
+
+
+def test_image_default_config_says_truly_what_variables_and_flags_override() -> None:
+    """Every INSYNC_PROXY_<KEY>=value its comment gives takes effect; a [[listener]] key has no variable (the
+    loader refuses one, naming the TOML file); the flags the comment gives set the first listener's ports."""
+    path = REPO / "deploy" / "docker" / "config.toml"
+    comment = "\n".join(line for line in path.read_text().splitlines() if line.startswith("#"))
+    assert "Every key can be overridden" not in comment
+    examples = dict(re.findall(r"(INSYNC_PROXY_[A-Z_]+)=([^\s,)]+)", comment))
+    examples.pop("INSYNC_PROXY_BOOTSTRAP_SERVERS")
+    assert {"INSYNC_PROXY_LOG_LEVEL", "INSYNC_PROXY_AUDIT_ENABLED"} <= set(examples), examples
+    env = {"INSYNC_PROXY_BOOTSTRAP_SERVERS": "kafka-1:9092", **examples}
+    config = load_config(str(path), env=env)
+    assert (config.log_level, config.audit.enabled) == (examples["INSYNC_PROXY_LOG_LEVEL"], False)
+    assert "[[listener]]" in comment and "TOML only" in comment
+    # The name a [[listener]] key's variable would have, if it had one (built, so no file names a non-variable)
+    listener_variable = ENV_PREFIX + "listener.bootstrap_port".replace(".", "_").upper()
+    with pytest.raises(ConfigError, match=r"\[\[listener\]\] is set in the TOML file only"):
+        load_config(str(path), env={**env, listener_variable: "9093"})
+    flags = re.search(r"\((run --config \S+ [^)]*)\)", comment)
+    assert flags is not None, "the comment gives no command with listener flags"
+    args = build_parser().parse_args(flags.group(1).split())
+    assert args.config == "/etc/insync-proxy/config.toml"
+    listener = config_from_args(build_parser().parse_args(
+        flags.group(1).replace(args.config, str(path)).split()), env=env).listeners[0]
+    assert (listener.bootstrap_port, listener.broker_port_base) == (9093, 9200)

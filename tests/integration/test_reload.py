@@ -79,8 +79,9 @@ def test_upstream_certificate_rotated_every_10s_under_java_and_librdkafka(
 
 
 def _tls_proxy(mtls: Mtls, directory: Path, upstream: str = "", downstream: str = "",
-               bootstrap_servers: str | None = None) -> ProxyProcess:
-    proxy = ProxyProcess(mtls.cluster, extra_toml="tls_reload_seconds = 1\n" + TEST_POLICIES + upstream + downstream,
+               bootstrap_servers: str | None = None, tls_reload_seconds: float = 1) -> ProxyProcess:
+    proxy = ProxyProcess(mtls.cluster, extra_toml=f"tls_reload_seconds = {tls_reload_seconds}\n" + TEST_POLICIES
+                         + upstream + downstream,
                          groups=("default",), bootstrap_servers=bootstrap_servers or mtls.cluster.tls_bootstrap_servers,
                          debug_checks=False, audit_enabled=False)
     return proxy.start()
@@ -251,7 +252,9 @@ def test_downstream_certificate_and_ca_bundle_rotation(mtls: Mtls, tmp_path: Pat
 
 def test_sighup_applies_a_changed_acks_policy_without_dropping_a_connection(mtls: Mtls, tmp_path: Path) -> None:
     # Given a proxy (the real command) and a producer of acks=1 with its connections open
-    proxy = _tls_proxy(mtls, tmp_path, bootstrap_servers=mtls.cluster.bootstrap_servers)
+    # No periodic checks: they would see the edited file and reload it before the explicit trigger does
+    # (that watch is tests/unit/test_reload.py's)
+    proxy = _tls_proxy(mtls, tmp_path, bootstrap_servers=mtls.cluster.bootstrap_servers, tls_reload_seconds=0)
     topic = f"reload-hup-{uuid.uuid4().hex[:6]}"
     mtls.cluster.create_topic(topic, 3, 3)
     producer = Producer({"bootstrap.servers": proxy.bootstrap(), "acks": 1, "linger.ms": 5})
@@ -302,7 +305,9 @@ def test_sighup_applies_a_changed_acks_policy_without_dropping_a_connection(mtls
 
 
 def test_post_reload_answers_what_changed(mtls: Mtls, tmp_path: Path) -> None:
-    proxy = _tls_proxy(mtls, tmp_path, bootstrap_servers=mtls.cluster.bootstrap_servers)
+    # No periodic checks: they would see the edited file and reload it before the explicit trigger does
+    # (that watch is tests/unit/test_reload.py's)
+    proxy = _tls_proxy(mtls, tmp_path, bootstrap_servers=mtls.cluster.bootstrap_servers, tls_reload_seconds=0)
     try:
         import json
         import urllib.request

@@ -4,11 +4,15 @@ reloadable settings handed to the parts that use them (reload.py), the rest name
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import shutil
+import signal
 import ssl
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from insync_proxy.devcluster.cluster import _die_with_parent
 from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.config import (
@@ -28,6 +33,7 @@ from insync_proxy.proxy.config import (
     TlsConfig,
     UpstreamTlsConfig,
 )
+from insync_proxy.proxy.config_loader import load_config
 from insync_proxy.proxy.config_reference import reference_markdown
 from insync_proxy.proxy.config_schema import schema
 from insync_proxy.proxy.logs import summary_interval
@@ -35,6 +41,7 @@ from insync_proxy.proxy.logsetup import log_format_in_use, setup_logging
 from insync_proxy.proxy.reload import merge
 from insync_proxy.proxy.server import InsyncProxy
 from insync_proxy.proxy.tls import TlsMaterial, TlsReloadError
+from tests.helpers import wait_until
 from tests.pki import Ca, Issued, replace_file
 
 # ------------------------------------------------------------------------------------------- TLS material
@@ -429,3 +436,136 @@ async def test_a_reload_whose_new_tls_files_do_not_load_keeps_the_working_materi
     assert proxy.upstream_tls.context is working and proxy.min_insync.ttl == 8.0
     assert proxy.metrics.reload_failing.labels("upstream_tls")._value.get() == 1
     await proxy.control.close()
+
+
+# ------------------------------------------------------------------------------------------- a ConfigMap edit
+
+_CONFIGMAP_TOML = """\
+bootstrap_servers = ["127.0.0.1:1"]
+admin_port = 0
+tls_reload_seconds = 0.1
+min_insync_ttl_seconds = {ttl}
+
+[[listener]]
+bootstrap_port = 0
+broker_port_base = 0
+
+[audit]
+enabled = false
+"""
+
+
+def _configmap_generation(volume: Path, name: str, toml: str) -> None:
+    """One generation of a ConfigMap volume as the kubelet writes it: a timestamped directory, then `..data`
+    pointed at it by renaming a new symlink over the old one (atomic: a reader sees one generation or the other)."""
+    folder = volume / name
+    folder.mkdir()
+    (folder / "config.toml").write_text(toml)
+    os.utime(folder / "config.toml", (1_000_000_000, 1_000_000_000))  # every generation: the same old mtime
+    (volume / "..data_tmp").symlink_to(name)
+    os.replace(volume / "..data_tmp", volume / "..data")
+
+
+def _reloaded_event(proxy: InsyncProxy) -> asyncio.Event:
+    """Set once the proxy has reloaded its configuration (whatever the trigger)."""
+    reloaded, reload = asyncio.Event(), proxy.reloads.reload
+
+    def reload_and_say(trigger: str) -> dict[str, Any]:
+        answer = reload(trigger)
+        reloaded.set()
+        return answer
+
+    proxy.reloads.reload = reload_and_say  # type: ignore[method-assign]
+    return reloaded
+
+
+async def test_a_configmap_edit_reloads_the_configuration_without_sighup(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Given the layout of a Kubernetes ConfigMap volume mounted as a directory (no subPath), and a proxy that
+    # read config.toml through it and checks its files every 0.1 s
+    volume = tmp_path / "insync-proxy-config"
+    volume.mkdir()
+    _configmap_generation(volume, "..2026_01_01_00_00_00.1", _CONFIGMAP_TOML.format(ttl=30.0))
+    (volume / "config.toml").symlink_to("..data/config.toml")
+    path = str(volume / "config.toml")
+    proxy = InsyncProxy(load_config(path, env={}), load=lambda: load_config(path, env={}), config_file=path)
+    assert proxy.min_insync.ttl == 30.0
+    reloaded = _reloaded_event(proxy)
+    checks = asyncio.get_running_loop().create_task(proxy.reloads.run())
+    try:
+        # When the kubelet swaps ..data to a new generation with a changed setting that reloads (nobody sends
+        # SIGHUP)
+        with caplog.at_level(logging.INFO, "insync_proxy"):
+            _configmap_generation(volume, "..2026_01_01_00_05_00.2", _CONFIGMAP_TOML.format(ttl=7.0))
+            # Then the proxy reloads by itself (within a generous bound: it checks every 0.1 s) and applies it
+            await asyncio.wait_for(reloaded.wait(), timeout=30)
+        assert proxy.min_insync.ttl == 7.0
+        assert proxy.config.min_insync_ttl_seconds == 7.0
+        assert proxy.metrics.reloads_total.labels("config", "ok")._value.get() == 1
+        done = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reload (")]
+        assert done[-1] == f"reload ({path} changed) done: min_insync_ttl_seconds", done
+        # and the unchanged file does not reload again
+        assert proxy.reloads.check_config_file() is None
+    finally:
+        checks.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await checks
+        await proxy.control.close()
+
+
+async def test_a_changed_configuration_file_that_does_not_validate_is_said_once_and_changes_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    volume = tmp_path / "insync-proxy-config"
+    volume.mkdir()
+    _configmap_generation(volume, "..1", _CONFIGMAP_TOML.format(ttl=30.0))
+    (volume / "config.toml").symlink_to("..data/config.toml")
+    path = str(volume / "config.toml")
+    proxy = InsyncProxy(load_config(path, env={}), load=lambda: load_config(path, env={}), config_file=path)
+    running = proxy.config
+    # Given a new generation whose min_insync_ttl_seconds is out of bounds
+    _configmap_generation(volume, "..2", _CONFIGMAP_TOML.format(ttl=-1))
+    with caplog.at_level(logging.INFO, "insync_proxy"):
+        # When the proxy checks its files twice
+        answer = proxy.reloads.check_config_file()
+        again = proxy.reloads.check_config_file()
+    # Then one ERROR names the setting, the running configuration stays, and the same content is not retried
+    assert answer is not None and answer["result"] == "failed" and "min_insync_ttl_seconds" in answer["error"]
+    assert again is None
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "reload of config failed" in errors[0], errors
+    assert proxy.config is running and proxy.metrics.reload_failing.labels("config")._value.get() == 1
+    # And a fixed generation applies and clears the failure
+    _configmap_generation(volume, "..3", _CONFIGMAP_TOML.format(ttl=9.0))
+    fixed = proxy.reloads.check_config_file()
+    assert fixed is not None and fixed["result"] == "ok" and proxy.min_insync.ttl == 9.0
+    assert proxy.metrics.reload_failing.labels("config")._value.get() == 0
+    await proxy.control.close()
+
+
+def test_run_reloads_a_configmap_edit_by_itself(tmp_path: Path) -> None:
+    """`insync-proxy run --config <ConfigMap volume>/config.toml` watches that file: the command line hands its
+    path to the reload checks (no Kafka needed: the proxy runs on without a reachable broker)."""
+    volume = tmp_path / "insync-proxy-config"
+    volume.mkdir()
+    _configmap_generation(volume, "..2026_01_01_00_00_00.1", _CONFIGMAP_TOML.format(ttl=30.0))
+    (volume / "config.toml").symlink_to("..data/config.toml")
+    log_file = tmp_path / "proxy.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INSYNC_PROXY_")}
+    with open(log_file, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "insync_proxy", "run", "--config", str(volume / "config.toml")],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+        )
+    try:
+        def said(text: str) -> bool:
+            assert process.poll() is None, f"the proxy exited with {process.returncode}:\n{log_file.read_text()}"
+            return text in log_file.read_text()
+
+        wait_until(lambda: said("listening"), timeout=60, what="the proxy to listen")
+        _configmap_generation(volume, "..2026_01_01_00_05_00.2", _CONFIGMAP_TOML.format(ttl=7.0))
+        wait_until(lambda: said("changed) done: min_insync_ttl_seconds"), timeout=60,
+                   what="the proxy to reload the edited ConfigMap by itself")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
