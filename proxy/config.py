@@ -237,8 +237,13 @@ class ProxyConfig:
         50_000, min=1, max=10_000_000, reloads=True,
         meaning="at most this many topics' min.insync.replicas are cached; beyond it those read longest ago are "
                 "dropped (counted in insync_proxy_metadata_cache_evicted_total)")
+    # 1000 ms: far below any client's request timeout (30 s in the Java client), above what DescribeConfigs takes
+    # on a busy machine (50 ms was not: topics created after the start went out without the tag).
     min_insync_miss_wait_ms: float = setting(
-        50.0, min=0, meaning="a Produce to a topic whose min.insync.replicas is unknown waits this long for it", reloads=True)
+        1000.0, min=0, reloads=True,
+        meaning="a Metadata answer naming a topic whose min.insync.replicas the proxy has none of (new, or not "
+                "served past min_insync_max_stale_seconds) waits at most this long for its DescribeConfigs, that "
+                "answer only; hitting it counts in insync_proxy_min_insync_miss_wait_exceeded_total (0: no wait)")
     metadata_refresh_seconds: float = setting(10.0, min=1,
                                               meaning="the proxy's own Metadata refresh (brokers, ISR of the "
                                                       "topics in use)", reloads=True)

@@ -366,6 +366,10 @@ class ProxyMetrics:
             "min_insync_ttl_seconds (at most min_insync_max_stale_seconds more), served while it is re-read",
             registry=r
         )
+        self.min_insync_miss_wait_exceeded_total = Counter(
+            p + "min_insync_miss_wait_exceeded", "Metadata answers that waited min_insync_miss_wait_ms for "
+            "DescribeConfigs and went out without some topics' min.insync.replicas", registry=r
+        )
         self.describe_configs_latency_seconds = Histogram(
             p + "describe_configs_latency_seconds", "DescribeConfigs round trips of the control connection",
             buckets=LATENCY_BUCKETS, registry=r,

@@ -19,8 +19,9 @@ topics in use (`TopicDemand`) that the proxy's control plane follows.
   refresh): a client asking for all topics less often than the TTL still gets every tag. The acks precheck
   and the readiness sweep use fresh values only (`peek`). The age of the oldest value an answer carried is
   observed (insync_proxy_min_insync_served_age_seconds).
-- A miss (never read, or older than the TTL plus `max_stale`) waits at most a short bound, then the topic goes
-  out unenriched this time and the answer lands in the cache in the background.
+- A miss (never read, or older than the TTL plus `max_stale`) waits at most `miss_wait` (that answer only),
+  then the topic goes out unenriched this time and the answer lands in the cache in the background; an answer
+  that waited the whole bound is counted and said once per log interval.
 - Bounded in count: at most `max_entries` entries; beyond it those read longest ago go first (the topics in
   use are re-read ahead of expiry, so they are the newest).
 - A topic whose DescribeConfigs failed is not asked again for a back-off (1 s, doubling up to the TTL).
@@ -62,6 +63,10 @@ NOT_FOLLOWED_CAUSE: Final = "max_topics_in_use"
 DEFAULT_MAX_STALE_SECONDS: Final = 3600.0
 #: The default of `min_insync_max_entries` (proxy/config.py says why this number).
 DEFAULT_MAX_ENTRIES: Final = 50_000
+#: The default of `min_insync_miss_wait_ms`, in seconds (proxy/config.py says why this number).
+DEFAULT_MISS_WAIT_SECONDS: Final = 1.0
+#: The rate-limit cause of the "answered without waiting longer" line, named after the setting it hit.
+MISS_WAIT_CAUSE: Final = "min_insync_miss_wait_ms"
 
 
 class TopicDemand:
@@ -161,7 +166,7 @@ class MinInsyncCache:
         control: ControlConnection,
         metrics: ProxyMetrics,
         ttl_seconds: float = 30.0,
-        miss_wait_seconds: float = 0.05,
+        miss_wait_seconds: float = DEFAULT_MISS_WAIT_SECONDS,
         demand: TopicDemand | None = None,
         batch_topics: int = MAX_TOPICS_PER_REQUEST,
         max_stale_seconds: float = DEFAULT_MAX_STALE_SECONDS,
@@ -186,6 +191,8 @@ class MinInsyncCache:
         self._in_flight: dict[str, asyncio.Future[None]] = {}
         #: topic -> (monotonic time before which it is not asked again, the back-off that led there)
         self._backoff: dict[str, tuple[float, float]] = {}
+        #: Topics that came into use in this loop turn, read in one DescribeConfigs.
+        self._new_topics: list[str] = []
         self.demand.on_new.append(self._topic_in_use)
         self.demand.on_not_followed.append(self._topic_not_followed)
         #: One WARNING for the proxy's principal lacking DESCRIBE_CONFIGS, not one per topic or per refresh.
@@ -213,32 +220,57 @@ class MinInsyncCache:
         entry = self.entries.get(topic)
         return entry is not None and self.clock() - entry.fetched_at < self.ttl
 
-    async def wait_for(self, topics: Iterable[str], bound_seconds: float | None = None) -> None:
-        """Fetch the topics not freshly cached; wait at most `timeout` (default: the miss bound).
+    async def wait_for(self, topics: Iterable[str], bound_seconds: float | None = None) -> bool:
+        """Fetch the topics not freshly cached; wait at most `bound_seconds` (default: the miss bound, `miss_wait`).
+        True when every read they needed ended in time.
 
-        The fetch keeps going in the background after the wait gives up.
+        The fetch keeps going in the background after the wait gives up. With the miss bound, a wait that hits
+        it is counted (insync_proxy_min_insync_miss_wait_exceeded_total) and said once per log interval.
         """
         missing = [t for t in dict.fromkeys(topics) if not self.has_fresh(t)]
         if not missing:
-            return
+            return True
         future = self.fetch(missing)
+        bound = self.miss_wait if bound_seconds is None else bound_seconds
         try:
-            async with asyncio.timeout(self.miss_wait if bound_seconds is None else bound_seconds):
+            async with asyncio.timeout(bound):
                 await asyncio.shield(future)
         except TimeoutError:
-            pass
+            if bound_seconds is None:
+                self._miss_wait_exceeded(missing)
+            return False
         except Exception as exc:  # pragma: no cover - fetch futures never fail
             log.debug("min.insync.replicas fetch failed: %s", exc)
+        return True
+
+    def _miss_wait_exceeded(self, missing: list[str]) -> None:
+        """A Metadata answer waited the whole miss bound: counted, said once per interval (a slow broker)."""
+        self.metrics.min_insync_miss_wait_exceeded_total.inc()
+        _repeated.warning(
+            MISS_WAIT_CAUSE,
+            "a Metadata answer waited min_insync_miss_wait_ms (%.0f ms) for DescribeConfigs of %s and went out "
+            "without their min.insync.replicas (tag 637); the read goes on and the next answer carries them "
+            "(insync_proxy_min_insync_miss_wait_exceeded_total counts such answers; "
+            "insync_proxy_describe_configs_latency_seconds says how long the brokers take)",
+            self.miss_wait * 1000, _topics_text(missing))
 
     # ------------------------------------------------------------------ writes
     def _topic_in_use(self, topic: str) -> None:
-        """A topic came into use: read its min.insync.replicas now unless it is cached (the Produce cold path)."""
+        """A topic came into use: read its min.insync.replicas soon unless it is cached (the Produce cold path), in
+        one DescribeConfigs with the others of this loop turn (the control connection sends one request at a time:
+        a Metadata naming 5 new topics must not queue 5 reads behind each other)."""
         if not self.has_fresh(topic):
             try:
-                asyncio.get_running_loop()
+                loop = asyncio.get_running_loop()
             except RuntimeError:
                 return  # no loop (a synchronous test): the refresh loop picks it up
-            self.fetch([topic])
+            if not self._new_topics:
+                loop.call_soon(self._read_new_topics)
+            self._new_topics.append(topic)
+
+    def _read_new_topics(self) -> None:
+        topics, self._new_topics = self._new_topics, []
+        self.fetch(topics)  # those a Metadata answer is waiting for are under way already: joined, not asked again
 
     def _topic_not_followed(self, topic: str) -> None:
         """A client named a topic while `max_topics_in_use` were followed: counted, said once per interval."""

@@ -3,16 +3,23 @@ fake clock (no sockets, no Kafka):
 
 - stale while revalidate: a min.insync.replicas the proxy has read is served after its TTL (up to the max stale
   age) while it is re-read in the background, so a client asking for all topics less often than the TTL still
-  gets every tag; bounded in age (`min_insync_max_stale_seconds`) and count (`min_insync_max_entries`).
+  gets every tag; bounded in age (`min_insync_max_stale_seconds`) and count (`min_insync_max_entries`);
+- a new topic's first answer waits for a slow DescribeConfigs up to `min_insync_miss_wait_ms` (that answer
+  only), and an answer that hits the bound is counted and said once per log interval.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
 from collections.abc import Awaitable, Iterable
+
+import pytest
 
 from insync_proxy.protocol import (
     ApiKey,
+    DescribeConfigsResponse,
     MetadataRequest,
     MetadataResponse,
     RequestHeader,
@@ -27,6 +34,7 @@ from insync_proxy.proxy.exchange import Exchange, Frame
 from insync_proxy.proxy.min_insync import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_STALE_SECONDS,
+    DEFAULT_MISS_WAIT_SECONDS,
     CachedValue,
     MinInsyncCache,
     TopicDemand,
@@ -162,6 +170,7 @@ def test_the_cache_defaults_are_the_settings_defaults() -> None:
     config = ProxyConfig(bootstrap_servers=("k:9092",))
     assert config.min_insync_max_stale_seconds == DEFAULT_MAX_STALE_SECONDS >= 3600
     assert config.min_insync_max_entries == DEFAULT_MAX_ENTRIES
+    assert config.min_insync_miss_wait_ms / 1000 == DEFAULT_MISS_WAIT_SECONDS
 
 
 async def test_the_cache_age_gauge_follows_the_topics_in_use_not_the_entries_kept_stale() -> None:
@@ -175,3 +184,93 @@ async def test_the_cache_age_gauge_follows_the_topics_in_use_not_the_entries_kep
     cache._update_gauges()
     # Then the age gauge (InsyncProxyMinInsyncCacheStale: "refreshes fail") says 10 s, not 3000 s
     assert cache.metrics.metadata_cache_age_seconds._value.get() == 10
+
+
+# ------------------------------------------------------------------ the first answer of a new topic
+
+
+class SlowControl(RecordingControl):
+    """DescribeConfigs answered `delay` seconds after the broker starts on it (a busy machine), or never until
+    `release`; one request at a time, as the control connection sends them."""
+
+    def __init__(self, delay: float | None) -> None:
+        super().__init__()
+        self.delay = delay
+        self.release = asyncio.Event()
+        self.one_at_a_time = asyncio.Lock()
+
+    async def describe_topic_configs(self, topics: list[str], keys: list[str]) -> DescribeConfigsResponse:
+        async with self.one_at_a_time:
+            if self.delay is None:
+                await self.release.wait()
+            else:
+                await asyncio.sleep(self.delay)
+            return await super().describe_topic_configs(topics, keys)
+
+
+def _default_miss_wait_seconds() -> float:
+    """The wait the proxy runs with when nothing is configured (proxy/server.py passes the setting)."""
+    return ProxyConfig(bootstrap_servers=("k:9092",)).min_insync_miss_wait_ms / 1000
+
+
+@pytest.mark.parametrize("version", [9, 12])
+async def test_new_topics_first_answer_carries_their_tags_when_describe_configs_takes_300_ms(version: int) -> None:
+    # Given a proxy with the default miss wait, whose brokers take 300 ms to answer DescribeConfigs (a busy machine)
+    proxy = Proxy(miss_wait_seconds=_default_miss_wait_seconds())
+    proxy.control = proxy.cache.control = SlowControl(delay=0.3)  # type: ignore[assignment]
+    # When a client's first Metadata names five topics created after the proxy started
+    new = [f"created-later-{i}" for i in range(5)]
+    result = proxy.answer(version, map(real, new))
+    # Then that answer waits for the read and carries each topic's min.insync.replicas
+    assert inspect.isawaitable(result)
+    assert min_insync_of(version, await result) == dict.fromkeys(new, 2)
+    assert proxy.sample("insync_proxy_min_insync_miss_wait_exceeded_total") == 0
+    # Read in one DescribeConfigs (not one per topic queued behind each other), though they came into use one by one
+    await settle()
+    assert proxy.control.described == [new]
+
+
+async def test_only_the_answer_waits_others_go_out_at_once() -> None:
+    # Given a DescribeConfigs that does not come back, and another connection's enricher with its topic cached
+    waiting = Proxy(miss_wait_seconds=_default_miss_wait_seconds())
+    waiting.control = waiting.cache.control = control = SlowControl(delay=None)  # type: ignore[assignment]
+    other = Proxy(miss_wait_seconds=_default_miss_wait_seconds())
+    other.cache = waiting.cache
+    other.enricher.context.min_insync = waiting.cache  # type: ignore[misc]
+    waiting.cache.entries["orders"] = CachedValue(2, waiting.cache.clock())
+    # When one client's answer waits for a new topic's read
+    pending = asyncio.ensure_future(_awaited(waiting.answer(9, [real("created-later")])))
+    await settle()
+    assert not pending.done()
+    # Then another client's answer (another connection) goes out at once
+    at_once = other.answer(9, [real("orders")])
+    assert not inspect.isawaitable(at_once) and min_insync_of(9, at_once)["orders"] == 2
+    # And the waiting one goes out with its tag as soon as the brokers answer
+    control.release.set()
+    assert min_insync_of(9, await pending)["created-later"] == 2
+
+
+async def _awaited(result: Frame | Awaitable[Frame]) -> Frame:
+    return await result if inspect.isawaitable(result) else result
+
+
+async def test_an_answer_that_hits_the_bound_is_counted_and_said_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="insync_proxy.min_insync")
+    # Given brokers that do not answer DescribeConfigs within a 50 ms miss wait
+    proxy = Proxy(miss_wait_seconds=0.05)
+    proxy.control = proxy.cache.control = control = SlowControl(delay=None)  # type: ignore[assignment]
+    # When three answers name new topics
+    for i in range(3):
+        result = proxy.answer(9, [real(f"new-{i}")])
+        assert inspect.isawaitable(result)
+        # Then each goes out after the bound, without the tag
+        assert min_insync_of(9, await result)[f"new-{i}"] == -1
+    # And each is counted, and one line says so, naming the setting (the others wait for the interval's summary)
+    assert proxy.sample("insync_proxy_min_insync_miss_wait_exceeded_total") == 3
+    lines = [r for r in caplog.records if r.name == "insync_proxy.min_insync"]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+    assert "min_insync_miss_wait_ms (50 ms)" in lines[0].getMessage() and "new-0" in lines[0].getMessage()
+    control.release.set()
+    await settle()
