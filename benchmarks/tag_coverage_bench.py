@@ -11,7 +11,9 @@ answer: how many of its topics carry tag 637, and how long the answer took.
 3. a Metadata naming 5 topics created since the start, their DescribeConfigs taking `--new-topic-ms` (a busy
    machine).
 
-    PYTHONPATH=<checkout> python benchmarks/tag_coverage_bench.py [--topics 10010] [--ttl 2]
+    python benchmarks/tag_coverage_bench.py [--topics 10010] [--ttl 2] [--checkout DIR]
+
+`--checkout DIR` measures another checkout's code (e.g. one before a change) with this script.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from collections.abc import Awaitable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+#: The code measured: this checkout, or `--checkout DIR` (read before the imports below).
+CHECKOUT = Path(sys.argv[sys.argv.index("--checkout") + 1]).resolve() if "--checkout" in sys.argv[:-1] else ROOT
+sys.path.insert(0, str(CHECKOUT))
 
 from insync_proxy.protocol import (  # noqa: E402
     ApiKey,
@@ -162,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-topic-ms", type=float, default=0.05, help="and per topic (default 0.05)")
     parser.add_argument("--new-topic-ms", type=float, default=300.0,
                         help="DescribeConfigs latency of the new topics' read (default 300: a busy machine)")
+    parser.add_argument("--checkout", type=Path, default=ROOT, help="the checkout whose code is measured (default this one)")
     args = parser.parse_args(argv)
     config = ProxyConfig(bootstrap_servers=("k:9092",))
     print(f"checkout: {Path(sys.modules['insync_proxy.proxy.min_insync'].__file__ or '').parents[1]}, "
