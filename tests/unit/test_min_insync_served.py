@@ -236,7 +236,7 @@ async def test_only_the_answer_waits_others_go_out_at_once() -> None:
     waiting.control = waiting.cache.control = control = SlowControl(delay=None)  # type: ignore[assignment]
     other = Proxy(miss_wait_seconds=_default_miss_wait_seconds())
     other.cache = waiting.cache
-    other.enricher.context.min_insync = waiting.cache  # type: ignore[misc]
+    other.enricher.context.min_insync = waiting.cache
     waiting.cache.entries["orders"] = CachedValue(2, waiting.cache.clock())
     # When one client's answer waits for a new topic's read
     pending = asyncio.ensure_future(_awaited(waiting.answer(9, [real("created-later")])))
