@@ -223,8 +223,29 @@ class ProxyConfig:
                 "replaces the material once it loads; a changed TOML file reloads the configuration "
                 "(0: only on SIGHUP or POST /reload)")
     min_insync_ttl_seconds: float = setting(30.0, min=1, meaning="min.insync.replicas cache TTL (refreshed ahead)", reloads=True)
+    # 3600: min.insync.replicas changes rarely, and a change through the proxy (AlterConfigs, CreateTopics...) is
+    # re-read at once; a value served stale is re-read at that very answer, so what this bounds is how long a value
+    # is vouched for while its re-reads keep failing, and how long the entry of a topic not in use is kept. An hour
+    # covers clients that ask for all topics every 5 minutes (the Java client's, librdkafka's and kafka-python's
+    # metadata max age) or even hourly (dashboards, inventories) with the tag on every answer.
+    min_insync_max_stale_seconds: float = setting(
+        3600.0, min=0, reloads=True,
+        meaning="a min.insync.replicas value older than min_insync_ttl_seconds is still served in Metadata answers "
+                "(and re-read in the background) for this many seconds more; then it is dropped until read again "
+                "(0: never serve a value past the TTL)")
+    # 50,000: about 190 bytes an entry, ~10 MB at the bound, which covers any one cluster we know of; an entry is
+    # made only for a topic the brokers answered for (made-up names make none).
+    min_insync_max_entries: int = setting(
+        50_000, min=1, max=10_000_000, reloads=True,
+        meaning="at most this many topics' min.insync.replicas are cached; beyond it those read longest ago are "
+                "dropped (counted in insync_proxy_metadata_cache_evicted_total)")
+    # 1000 ms: far below any client's request timeout (30 s in the Java client), above what DescribeConfigs takes
+    # on a busy machine (50 ms was not: topics created after the start went out without the tag).
     min_insync_miss_wait_ms: float = setting(
-        50.0, min=0, meaning="a Produce to a topic whose min.insync.replicas is unknown waits this long for it", reloads=True)
+        1000.0, min=0, reloads=True,
+        meaning="a Metadata answer naming a topic whose min.insync.replicas the proxy has none of (new, or not "
+                "served past min_insync_max_stale_seconds) waits at most this long for its DescribeConfigs, that "
+                "answer only; hitting it counts in insync_proxy_min_insync_miss_wait_exceeded_total (0: no wait)")
     metadata_refresh_seconds: float = setting(10.0, min=1,
                                               meaning="the proxy's own Metadata refresh (brokers, ISR of the "
                                                       "topics in use)", reloads=True)

@@ -29,6 +29,8 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 LATENCY_BUCKETS: Final = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
+#: Ages of served min.insync.replicas values: within the TTL (30 s by default) up to the max stale age (1 h) and over.
+SERVED_AGE_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 86400.0)
 
 
 class TopicLabels:
@@ -344,10 +346,30 @@ class ProxyMetrics:
             p + "metadata_cache_refreshes", "Cache refreshes by kind and outcome", ["kind", "outcome"], registry=r
         )
         self.metadata_cache_age_seconds = Gauge(
-            p + "metadata_cache_age_seconds", "Age of the oldest min.insync.replicas entry", registry=r
+            p + "metadata_cache_age_seconds", "Age of the oldest min.insync.replicas entry of a topic in use "
+            "(re-read ahead of expiry: above min_insync_ttl_seconds, reads fail)", registry=r
         )
         self.metadata_cache_entries = Gauge(
-            p + "metadata_cache_entries", "Topics with a cached min.insync.replicas", registry=r
+            p + "metadata_cache_entries", "Topics with a cached min.insync.replicas (at most min_insync_max_entries)",
+            registry=r
+        )
+        self.metadata_cache_evicted_total = Counter(
+            p + "metadata_cache_evicted", "min.insync.replicas entries dropped, those read longest ago, to stay "
+            "within min_insync_max_entries", registry=r
+        )
+        self.min_insync_served_age_seconds = Histogram(
+            p + "min_insync_served_age_seconds", "Age of the oldest min.insync.replicas a Metadata answer carried "
+            "(one observation per answer carrying any; above min_insync_ttl_seconds: served stale while re-read)",
+            buckets=SERVED_AGE_BUCKETS, registry=r,
+        )
+        self.min_insync_stale_served_total = Counter(
+            p + "min_insync_stale_served", "Topics whose Metadata answer carried a min.insync.replicas older than "
+            "min_insync_ttl_seconds (at most min_insync_max_stale_seconds more), served while it is re-read",
+            registry=r
+        )
+        self.min_insync_miss_wait_exceeded_total = Counter(
+            p + "min_insync_miss_wait_exceeded", "Metadata answers that waited min_insync_miss_wait_ms for "
+            "DescribeConfigs and went out without some topics' min.insync.replicas", registry=r
         )
         self.describe_configs_latency_seconds = Histogram(
             p + "describe_configs_latency_seconds", "DescribeConfigs round trips of the control connection",

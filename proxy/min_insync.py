@@ -13,8 +13,17 @@ topics in use (`TopicDemand`) that the proxy's control plane follows.
   topics, and each waits `control_request_timeout_seconds` plus 2 ms per topic (control.py).
 - TTL with refresh ahead of expiry at a per-topic point between 50% and 80% of the TTL (from the
   process's randomised string hash): topics fetched together spread out, and a fleet of sidecars does
-  not refresh in step. A miss waits at most a short bound, then the topic goes out unenriched this
-  time and the answer lands in the cache in the background.
+  not refresh in step.
+- Stale while revalidate (Metadata answers only): a value older than the TTL but younger than the TTL plus
+  `max_stale` goes into the answer as it is, and its topic is read again in the background (batched, as a
+  refresh): a client asking for all topics less often than the TTL still gets every tag. The acks precheck
+  and the readiness sweep use fresh values only (`peek`). The age of the oldest value an answer carried is
+  observed (insync_proxy_min_insync_served_age_seconds).
+- A miss (never read, or older than the TTL plus `max_stale`) waits at most `miss_wait` (that answer only),
+  then the topic goes out unenriched this time and the answer lands in the cache in the background; an answer
+  that waited the whole bound is counted and said once per log interval.
+- Bounded in count: at most `max_entries` entries; beyond it those read longest ago go first (the topics in
+  use are re-read ahead of expiry, so they are the newest).
 - A topic whose DescribeConfigs failed is not asked again for a back-off (1 s, doubling up to the TTL).
 - No DESCRIBE_CONFIGS ACL for the proxy on a topic: no value (the field is omitted), counted, and
   warned once (the first such topic; the others are counted).
@@ -23,6 +32,7 @@ topics in use (`TopicDemand`) that the proxy's control plane follows.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import time
@@ -49,6 +59,14 @@ FIRST_BACKOFF_SECONDS: Final = 1.0
 DEFAULT_MAX_TOPICS_IN_USE: Final = 1000
 #: The rate-limit cause of the "not followed" line, named after the setting that lifts it.
 NOT_FOLLOWED_CAUSE: Final = "max_topics_in_use"
+#: The default of `min_insync_max_stale_seconds` (proxy/config.py says why this number).
+DEFAULT_MAX_STALE_SECONDS: Final = 3600.0
+#: The default of `min_insync_max_entries` (proxy/config.py says why this number).
+DEFAULT_MAX_ENTRIES: Final = 50_000
+#: The default of `min_insync_miss_wait_ms`, in seconds (proxy/config.py says why this number).
+DEFAULT_MISS_WAIT_SECONDS: Final = 1.0
+#: The rate-limit cause of the "answered without waiting longer" line, named after the setting it hit.
+MISS_WAIT_CAUSE: Final = "min_insync_miss_wait_ms"
 
 
 class TopicDemand:
@@ -128,27 +146,53 @@ class CachedValue:
     fetched_at: float
 
 
+class CacheLookup:
+    """The cache's answer for one Metadata answer's topics: the values to serve (fresh and stale ones), the
+    topics with nothing to serve (`missing`), those served stale (`stale`: to be read again), and when the
+    oldest value served was read (None: no value served)."""
+
+    __slots__ = ("values", "missing", "stale", "oldest")
+
+    def __init__(self, values: dict[str, int], missing: list[str], stale: list[str], oldest: float | None) -> None:
+        self.values = values
+        self.missing = missing
+        self.stale = stale
+        self.oldest = oldest
+
+
 class MinInsyncCache:
     def __init__(
         self,
         control: ControlConnection,
         metrics: ProxyMetrics,
         ttl_seconds: float = 30.0,
-        miss_wait_seconds: float = 0.05,
+        miss_wait_seconds: float = DEFAULT_MISS_WAIT_SECONDS,
         demand: TopicDemand | None = None,
         batch_topics: int = MAX_TOPICS_PER_REQUEST,
+        max_stale_seconds: float = DEFAULT_MAX_STALE_SECONDS,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.control = control
         self.metrics = metrics
         self.ttl = ttl_seconds
         self.miss_wait = miss_wait_seconds
+        #: A value up to this much older than the TTL is still served in Metadata answers, while it is re-read.
+        self.max_stale = max_stale_seconds
+        #: At most this many entries; beyond it those read longest ago go.
+        self.max_entries = max(1, max_entries)
+        #: Monotonic seconds (tests pass their own).
+        self.clock = clock
         #: The topics in use: the only ones refreshed ahead of expiry.
         self.demand = demand if demand is not None else TopicDemand()
         self.batch_topics = max(1, batch_topics)
+        #: topic -> its value; in the order they were read (oldest first: what `_bound` drops first).
         self.entries: dict[str, CachedValue] = {}
         self._in_flight: dict[str, asyncio.Future[None]] = {}
         #: topic -> (monotonic time before which it is not asked again, the back-off that led there)
         self._backoff: dict[str, tuple[float, float]] = {}
+        #: Topics that came into use in this loop turn, read in one DescribeConfigs.
+        self._new_topics: list[str] = []
         self.demand.on_new.append(self._topic_in_use)
         self.demand.on_not_followed.append(self._topic_not_followed)
         #: One WARNING for the proxy's principal lacking DESCRIBE_CONFIGS, not one per topic or per refresh.
@@ -159,7 +203,7 @@ class MinInsyncCache:
     def get(self, topic: str) -> int | None:
         """The cached value, if fresh; counts a hit or a miss."""
         entry = self.entries.get(topic)
-        if entry is not None and time.monotonic() - entry.fetched_at < self.ttl:
+        if entry is not None and self.clock() - entry.fetched_at < self.ttl:
             self.metrics.metadata_cache_hits_total.inc()
             return entry.value
         self.metrics.metadata_cache_misses_total.inc()
@@ -168,40 +212,65 @@ class MinInsyncCache:
     def peek(self, topic: str) -> int | None:
         """The cached value without counting (for the acks precheck's own accounting)."""
         entry = self.entries.get(topic)
-        if entry is not None and time.monotonic() - entry.fetched_at < self.ttl:
+        if entry is not None and self.clock() - entry.fetched_at < self.ttl:
             return entry.value
         return None
 
     def has_fresh(self, topic: str) -> bool:
         entry = self.entries.get(topic)
-        return entry is not None and time.monotonic() - entry.fetched_at < self.ttl
+        return entry is not None and self.clock() - entry.fetched_at < self.ttl
 
-    async def wait_for(self, topics: Iterable[str], bound_seconds: float | None = None) -> None:
-        """Fetch the topics not freshly cached; wait at most `timeout` (default: the miss bound).
+    async def wait_for(self, topics: Iterable[str], bound_seconds: float | None = None) -> bool:
+        """Fetch the topics not freshly cached; wait at most `bound_seconds` (default: the miss bound, `miss_wait`).
+        True when every read they needed ended in time.
 
-        The fetch keeps going in the background after the wait gives up.
+        The fetch keeps going in the background after the wait gives up. With the miss bound, a wait that hits
+        it is counted (insync_proxy_min_insync_miss_wait_exceeded_total) and said once per log interval.
         """
         missing = [t for t in dict.fromkeys(topics) if not self.has_fresh(t)]
         if not missing:
-            return
+            return True
         future = self.fetch(missing)
+        bound = self.miss_wait if bound_seconds is None else bound_seconds
         try:
-            async with asyncio.timeout(self.miss_wait if bound_seconds is None else bound_seconds):
+            async with asyncio.timeout(bound):
                 await asyncio.shield(future)
         except TimeoutError:
-            pass
+            if bound_seconds is None:
+                self._miss_wait_exceeded(missing)
+            return False
         except Exception as exc:  # pragma: no cover - fetch futures never fail
             log.debug("min.insync.replicas fetch failed: %s", exc)
+        return True
+
+    def _miss_wait_exceeded(self, missing: list[str]) -> None:
+        """A Metadata answer waited the whole miss bound: counted, said once per interval (a slow broker)."""
+        self.metrics.min_insync_miss_wait_exceeded_total.inc()
+        _repeated.warning(
+            MISS_WAIT_CAUSE,
+            "a Metadata answer waited min_insync_miss_wait_ms (%.0f ms) for DescribeConfigs of %s and went out "
+            "without their min.insync.replicas (tag 637); the read goes on and the next answer carries them "
+            "(insync_proxy_min_insync_miss_wait_exceeded_total counts such answers; "
+            "insync_proxy_describe_configs_latency_seconds says how long the brokers take)",
+            self.miss_wait * 1000, _topics_text(missing))
 
     # ------------------------------------------------------------------ writes
     def _topic_in_use(self, topic: str) -> None:
-        """A topic came into use: read its min.insync.replicas now unless it is cached (the Produce cold path)."""
+        """A topic came into use: read its min.insync.replicas soon unless it is cached (the Produce cold path), in
+        one DescribeConfigs with the others of this loop turn (the control connection sends one request at a time:
+        a Metadata naming 5 new topics must not queue 5 reads behind each other)."""
         if not self.has_fresh(topic):
             try:
-                asyncio.get_running_loop()
+                loop = asyncio.get_running_loop()
             except RuntimeError:
                 return  # no loop (a synchronous test): the refresh loop picks it up
-            self.fetch([topic])
+            if not self._new_topics:
+                loop.call_soon(self._read_new_topics)
+            self._new_topics.append(topic)
+
+    def _read_new_topics(self) -> None:
+        topics, self._new_topics = self._new_topics, []
+        self.fetch(topics)  # those a Metadata answer is waiting for are under way already: joined, not asked again
 
     def _topic_not_followed(self, topic: str) -> None:
         """A client named a topic while `max_topics_in_use` were followed: counted, said once per interval."""
@@ -224,7 +293,7 @@ class MinInsyncCache:
         waits = []
         new = []
         backoff = self._backoff
-        now = time.monotonic() if backoff else 0.0
+        now = self.clock() if backoff else 0.0
         for topic in topics:
             in_flight = self._in_flight.get(topic)
             if in_flight is not None:
@@ -244,7 +313,7 @@ class MinInsyncCache:
 
     def _back_off(self, topics: list[str]) -> None:
         """Not asked again for a while: 1 s, doubling per failure up to the TTL."""
-        now = time.monotonic()
+        now = self.clock()
         for topic in topics:
             previous = self._backoff.get(topic)
             delay = FIRST_BACKOFF_SECONDS if previous is None else min(previous[1] * 2, max(self.ttl, 1.0))
@@ -268,10 +337,12 @@ class MinInsyncCache:
                 self._in_flight.pop(topic, None)
         self.metrics.describe_configs_latency_seconds.observe(time.perf_counter() - started)
         self.metrics.metadata_cache_refreshes_total.labels("min_insync", "ok").inc()
-        now = time.monotonic()
+        now = self.clock()
         failed: list[str] = []
+        entries = self.entries
         for result in response.results:
             topic = result.resource_name
+            entries.pop(topic, None)  # written again below at the end: the entries stay in the order they were read
             if self._backoff and result.error_code == 0:
                 self._backoff.pop(topic, None)
             if result.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
@@ -300,7 +371,23 @@ class MinInsyncCache:
                 self.entries[topic] = CachedValue(None, now)
         if failed:
             self._back_off(failed)
+        self._bound()
         self._update_gauges()
+
+    def set_max_entries(self, max_entries: int) -> None:
+        """A new bound (a reload); lowered below the entries held, those read longest ago go at once."""
+        self.max_entries = max(1, max_entries)
+        self._bound()
+        self._update_gauges()
+
+    def _bound(self) -> None:
+        """At most `max_entries`: those read longest ago go (counted)."""
+        entries = self.entries
+        excess = len(entries) - self.max_entries
+        if excess > 0:
+            for topic in list(itertools.islice(entries, excess)):
+                del entries[topic]
+            self.metrics.metadata_cache_evicted_total.inc(excess)
 
     def invalidate(self, topics: Iterable[str]) -> None:
         for topic in topics:
@@ -311,24 +398,50 @@ class MinInsyncCache:
         self.entries.clear()
         self._update_gauges()
 
-    def values_for(self, topics: Iterable[str], count: bool = True) -> tuple[dict[str, int], list[str]]:
-        """Fresh values of these topics (those with one) and the topics with no fresh entry, in one pass:
-        what the splice of a Metadata answer needs (hits and misses counted once, not per topic; not at all
-        with ``count=False``, for a second look at the same answer)."""
-        now = time.monotonic()
+    def values_for(self, topics: Iterable[str], count: bool = True) -> CacheLookup:
+        """The values of these topics to serve in a Metadata answer, in one pass: fresh ones, and stale ones (older
+        than the TTL, younger than the TTL plus `max_stale`: served while `served` has them read again); the
+        topics with nothing to serve are `missing`. Hits (values served) and misses are counted once, not per
+        topic; not at all with ``count=False``, for a second look at the same answer."""
+        now = self.clock()
         ttl = self.ttl
+        servable = ttl + self.max_stale
         entries = self.entries
         values: dict[str, int] = {}
         missing: list[str] = []
+        stale: list[str] = []
+        oldest = now
         for topic in topics:
             entry = entries.get(topic)
-            if entry is None or now - entry.fetched_at >= ttl:
+            if entry is None:
                 missing.append(topic)
-            elif entry.value is not None:
-                values[topic] = entry.value
+                continue
+            fetched_at = entry.fetched_at
+            age = now - fetched_at
+            if age >= ttl:
+                if age >= servable:
+                    missing.append(topic)
+                    continue
+                stale.append(topic)
+            value = entry.value
+            if value is not None:
+                values[topic] = value
+                if fetched_at < oldest:
+                    oldest = fetched_at
         if count:
             self.count_lookups(len(values), len(missing))
-        return values, missing
+        return CacheLookup(values, missing, stale, oldest if values else None)
+
+    def served(self, lookup: CacheLookup) -> None:
+        """A Metadata answer went out with `lookup`'s values: the age of the oldest is observed, the stale ones
+        counted, and what was missing or stale is read in the background (batched; reads under way are joined,
+        topics in back-off skipped): never a wait for the client."""
+        if lookup.oldest is not None:
+            self.metrics.min_insync_served_age_seconds.observe(max(0.0, self.clock() - lookup.oldest))
+        if lookup.stale:
+            self.metrics.min_insync_stale_served_total.inc(len(lookup.stale))
+        if lookup.missing or lookup.stale:
+            self.fetch(lookup.missing + lookup.stale if lookup.stale else lookup.missing)
 
     def count_lookups(self, hits: int, misses: int) -> None:
         """Count cache hits and misses (once per answer)."""
@@ -340,11 +453,16 @@ class MinInsyncCache:
     def _update_gauges(self) -> None:
         self.metrics.metadata_cache_entries.set(len(self.entries))
         self.metrics.topics_in_use.set(len(self.demand))
-        if self.entries:
-            oldest = min(e.fetched_at for e in self.entries.values())
-            self.metrics.metadata_cache_age_seconds.set(time.monotonic() - oldest)
-        else:
-            self.metrics.metadata_cache_age_seconds.set(0)
+        # The topics in use only: they are re-read ahead of expiry, so an age above the TTL means reads fail (the
+        # entries of other topics are kept, unrefreshed, up to the max stale age).
+        entries = self.entries
+        now = self.clock()
+        oldest = now
+        for topic in self.demand.last_used:
+            entry = entries.get(topic)
+            if entry is not None and entry.fetched_at < oldest:
+                oldest = entry.fetched_at
+        self.metrics.metadata_cache_age_seconds.set(now - oldest)
 
     # ------------------------------------------------------------------ refresh ahead of expiry
     def start(self) -> None:
@@ -352,8 +470,9 @@ class MinInsyncCache:
 
     def due(self) -> list[str]:
         """Topics in use whose entry is missing or past its refresh point (50-80% of the TTL, per topic); and
-        the entries of topics not in use that have expired twice over are forgotten (memory follows use)."""
-        now = time.monotonic()
+        the entries of topics not in use that can no longer be served (older than the TTL plus the max stale
+        age) are forgotten."""
+        now = self.clock()
         ttl = self.ttl
         entries = self.entries
         due = []
@@ -363,8 +482,9 @@ class MinInsyncCache:
             # per process): a batch spreads out, and sidecars started together do not refresh in step.
             if entry is None or now - entry.fetched_at > ttl * (0.5 + 0.3 * ((hash(topic) & 0xFFFF) / 0xFFFF)):
                 due.append(topic)
-        stale = [t for t, e in entries.items() if now - e.fetched_at > 2 * ttl and t not in self.demand]
-        for topic in stale:
+        servable = ttl + self.max_stale
+        expired = [t for t, e in entries.items() if now - e.fetched_at > servable and t not in self.demand]
+        for topic in expired:
             del entries[topic]
         if self._backoff:
             for topic in [t for t, (until, _) in self._backoff.items() if until < now - 2 * ttl]:

@@ -324,6 +324,8 @@ class Reloads:
                 behaviour.every_request = config.audit.detail == "every_request" and proxy.audit is not None
         proxy.min_insync.ttl = config.min_insync_ttl_seconds
         proxy.min_insync.miss_wait = config.min_insync_miss_wait_ms / 1000
+        proxy.min_insync.max_stale = config.min_insync_max_stale_seconds
+        proxy.min_insync.set_max_entries(config.min_insync_max_entries)
         proxy.min_insync.demand.set_max_topics(config.max_topics_in_use)
         proxy.metadata.interval_seconds = config.metadata_refresh_seconds
         if proxy.summaries is not None:

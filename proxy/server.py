@@ -57,7 +57,7 @@ class InsyncProxy:
         self.min_insync = MinInsyncCache(
             self.control, self.metrics, config.min_insync_ttl_seconds, config.min_insync_miss_wait_ms / 1000,
             TopicDemand(config.topic_idle_seconds, max_topics=config.max_topics_in_use),
-            config.describe_configs_batch_topics)
+            config.describe_configs_batch_topics, config.min_insync_max_stale_seconds, config.min_insync_max_entries)
         self.capture = FrameCapture(Path(config.debug_capture_dir)) if config.debug_capture_dir else None
         self.audit = AuditLog(config.audit, config.proxy_id, self.metrics) if config.audit.enabled else None
         #: Audit v2 produce_summary accumulators (drained every audit.interval_seconds).

@@ -91,7 +91,7 @@ class _MinInsyncLookup:
     see) are not looked up: their answer has no partitions, so nothing to splice, and a client naming random
     topics must not make the proxy send DescribeConfigs, wait, or keep back-off entries for them."""
 
-    __slots__ = ("values", "missing", "hits", "names", "by_name")
+    __slots__ = ("values", "missing", "hits", "names", "by_name", "found")
 
     def __init__(self, context: BehaviourContext, scan: MetadataScan, count: bool = True) -> None:
         view = context.cluster_view
@@ -107,9 +107,11 @@ class _MinInsyncLookup:
                     by_id[name] = topic.topic_id
             if name is not None:
                 names.append(name)
-        values, self.missing = context.min_insync.values_for(names, count)
+        found = self.found = context.min_insync.values_for(names, count)  #: the cache's answer (for `served`)
+        values = found.values
+        self.missing = found.missing  #: the topics with no value to serve (the miss path)
         self.names = names  #: the topics looked up
-        self.by_name = values  #: their fresh values (by name only)
+        self.by_name = values  #: their values to serve, fresh or stale (by name only)
         self.hits = len(values)
         self.values: dict[str | uuid.UUID, int] = {}
         self.values.update(values)
@@ -122,7 +124,7 @@ class _MinInsyncLookup:
 class _SplicedAnswer:
     """A big all-topics answer as last spliced for one listener, version and layout: the next answer of the same
     bytes (but its correlation id and controller id), while the min.insync.replicas values it carries are the
-    cache's fresh ones, is the same splice with those two ids."""
+    cache's ones (fresh or served stale), is the same splice with those two ids."""
 
     __slots__ = ("listener", "controller_at", "original", "spliced", "spliced_controller_at", "scan", "names",
                  "values", "hits", "size")
@@ -273,7 +275,7 @@ class MetadataEnricher(BehaviourBase):
         return self._finish(exchange, scan, new, lookup)
 
     def _keep(self, exchange: Exchange, scan: MetadataScan, new: bytes, lookup: _MinInsyncLookup) -> None:
-        """Keep a big all-topics answer (every topic's value fresh) for the next one of the same bytes."""
+        """Keep a big all-topics answer (every topic with a value to serve) for the next one of the same bytes."""
         kip637 = exchange.get(Kip637Request)
         key = (exchange.listener.name, scan.api_version, kip637 is not None)
         spliced = self._spliced
@@ -288,16 +290,18 @@ class MetadataEnricher(BehaviourBase):
 
     def _same_answer(self, exchange: Exchange, frame: Frame, key: tuple[str, int, bool]) -> bytearray | None:
         """The kept splice when this answer is the kept one's bytes (all topics asked, the same listener) and the
-        values it carries are still the cache's fresh ones: a copy and a compare instead of a scan and a splice."""
+        values it carries are still the cache's (fresh or served stale): a copy and a compare instead of a scan and
+        a splice."""
         last = self._spliced.get(key)
         if (last is None or last.listener is not exchange.listener or exchange.get(NamedTopics) is not None
                 or not last.same_bytes(frame)):
             return None
         min_insync = self.context.min_insync
-        values, missing = min_insync.values_for(last.names, count=False)
-        if missing or values != last.values:
+        found = min_insync.values_for(last.names, count=False)
+        if found.missing or found.values != last.values:
             return None  # the slow path looks (and counts) again
-        min_insync.count_lookups(len(values), 0)
+        min_insync.count_lookups(len(found.values), 0)
+        min_insync.served(found)
         if last.hits:
             self.context.metrics.topics_enriched_total.inc(last.hits)
         self._learn_soon(last.scan)
@@ -360,8 +364,8 @@ class MetadataEnricher(BehaviourBase):
             self.context.metrics.partitions_hidden_total.inc(unready.hidden)
 
     def _finish(self, exchange: Exchange, scan: MetadataScan, new: bytes, lookup: _MinInsyncLookup) -> bytes:
-        if lookup.missing:
-            self.context.min_insync.fetch(lookup.missing)  # for next time: never block a client longer
+        # What was missing or served stale is read for next time, in the background: never a longer wait.
+        self.context.min_insync.served(lookup.found)
         if lookup.hits:
             self.context.metrics.topics_enriched_total.inc(lookup.hits)
         if not exchange.listener.hide_unready_partitions:

@@ -43,12 +43,19 @@ def test_metadata_carries_each_topics_min_insync_replicas(proxy: ProxyProcess, k
     # Given topics with topic-level min.insync.replicas 1, 2, 3 and one on the broker default (1)
     suffix = uuid.uuid4().hex[:6]
     expected = {f"mi1-{suffix}": 1, f"mi2-{suffix}": 2, f"mi3-{suffix}": 3, f"midefault-{suffix}": 1}
+    # created on a broker after the proxy started (it saw no CreateTopics: it has never read them)
     for name, value in expected.items():
         configs = {} if name.startswith("midefault") else {"min.insync.replicas": str(value)}
         kafka_cluster.create_topic(name, 2, 3, configs)
+    # When a client's first Metadata names them: Then that very answer carries their values (it waits up to
+    # min_insync_miss_wait_ms for the proxy's DescribeConfigs; a broker slower than that is counted)
+    exceeded = proxy.metric("insync_proxy_min_insync_miss_wait_exceeded_total")
+    first = min_insync_values(proxy.bootstrap(), list(expected), 9)
+    assert first == expected or proxy.metric("insync_proxy_min_insync_miss_wait_exceeded_total") > exceeded, first
     newest = newest_metadata_version(proxy.bootstrap())  # Kafka 2.8 has v11, 3.x v12, 4.x v13
     for version in sorted({9, min(12, newest), newest}):
-        # When a client asks the proxy (a miss may go out unenriched once, never wrongly)
+        # When a client asks the proxy (after a miss wait that ran out, a topic may go out unenriched once, never
+        # wrongly)
         values = wait_until(
             lambda v=version: (got := min_insync_values(proxy.bootstrap(), list(expected), v)) == expected and got,
             30, what=f"tag 637 on Metadata v{version}",

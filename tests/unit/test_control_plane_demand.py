@@ -190,17 +190,18 @@ async def test_the_periodic_metadata_asks_for_the_topics_in_use_and_a_new_topic_
     assert metrics.registry.get_sample_value("insync_proxy_topic_configs_read_total") == 1
 
 
-async def test_only_topics_in_use_are_refreshed_ahead_and_others_are_forgotten_once_expired_twice() -> None:
+async def test_only_topics_in_use_are_refreshed_ahead_and_others_are_forgotten_once_past_the_max_stale_age() -> None:
     control = RecordingControl()
-    cache = MinInsyncCache(control, ProxyMetrics(), ttl_seconds=30, batch_topics=2)  # type: ignore[arg-type]
+    cache = MinInsyncCache(control, ProxyMetrics(), ttl_seconds=30, batch_topics=2,  # type: ignore[arg-type]
+                           max_stale_seconds=30)
     now = time.monotonic()
     # Given three topics learnt from an all-topics answer 25 s ago (past any refresh point: 50-80% of the TTL) and
-    # one learnt 70 s ago, of which one is in use
+    # one learnt 70 s ago (older than the TTL plus the max stale age: no longer served), of which one is in use
     for topic in ("a", "b", "c"):
         cache.entries[topic] = CachedValue(2, now - 25)
     cache.entries["old"] = CachedValue(2, now - 70)
     cache.demand.last_used["a"] = cache.demand.now
-    # Then only the topic in use is due, and the entry expired twice over is forgotten
+    # Then only the topic in use is due, and the entry that can no longer be served is forgotten
     assert cache.due() == ["a"]
     assert sorted(cache.entries) == ["a", "b", "c"]
     # And a fetch goes in bounded batches

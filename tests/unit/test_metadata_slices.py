@@ -305,8 +305,9 @@ def test_a_changed_value_a_stale_entry_or_changed_bytes_are_spliced_again() -> N
     # When the broker's bytes change (an ISR shrank): Then the new bytes are spliced, not the kept ones
     shrunk = answer(topics, isr=(1, 2))
     assert _answer_through(core, io, shrunk, 3) == _renumbered(expected(shrunk, t00003=3), 3)
-    # When an entry went stale: Then it is left out and fetched for next time, as without a kept splice
-    cache.entries["t00004"] = CachedValue(2, time.monotonic() - 3600)
+    # When an entry is older than the TTL plus the max stale age: Then it is left out and fetched for next time, as
+    # without a kept splice
+    cache.entries["t00004"] = CachedValue(2, time.monotonic() - 30 - 3600 - 1)
     stale = scan_metadata_response(memoryview(_answer_and_fetches(core, io, shrunk, 4, control, 1))[4:], 12)
     assert {t.name: t.min_insync_replicas for t in stale.topics}["t00004"] == -1
     assert control.described == [["t00004"]]

@@ -154,9 +154,9 @@ async def test_a_topic_beyond_the_bound_is_served_through_the_miss_path_but_neve
     assert control.metadata_asked[-1] == [ORDERS]
     assert PAYMENTS not in cache.due()
     # But a client's answer naming it is still enriched: the miss path reads it
-    values, missing = cache.values_for([ORDERS, PAYMENTS])
-    assert values == {ORDERS: 2} and missing == [PAYMENTS]
-    await cache.wait_for(missing, bound_seconds=5)
+    found = cache.values_for([ORDERS, PAYMENTS])
+    assert found.values == {ORDERS: 2} and found.missing == [PAYMENTS]
+    await cache.wait_for(found.missing, bound_seconds=5)
     assert cache.peek(PAYMENTS) == 2
     # And its partitions in the view (a leader's error re-reads it) make no readiness event
     before = len(events)

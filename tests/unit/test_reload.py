@@ -302,6 +302,8 @@ CHANGES: dict[str, Change] = {
     "tls_reload_seconds": (lambda f: 3.0, lambda p: p.config.tls_reload_seconds),
     "min_insync_ttl_seconds": (lambda f: 3.0, lambda p: p.min_insync.ttl),
     "min_insync_miss_wait_ms": (lambda f: 3.0, lambda p: p.min_insync.miss_wait * 1000),
+    "min_insync_max_stale_seconds": (lambda f: 3.0, lambda p: p.min_insync.max_stale),
+    "min_insync_max_entries": (lambda f: 3, lambda p: p.min_insync.max_entries),
     "metadata_refresh_seconds": (lambda f: 3.0, lambda p: p.metadata.interval_seconds),
     "topic_label_limit": (lambda f: 3, lambda p: p.metrics.topic.limit),
     "max_topics_in_use": (lambda f: 3, lambda p: p.min_insync.demand.max_topics),
