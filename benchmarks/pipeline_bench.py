@@ -307,12 +307,12 @@ def generate_fleet(sidecars: int, partitions: int, interval_s: int, hours: float
                    rollup_s: int = 0) -> Path:
     """Generate (or reuse) the summaries a fleet emits over ``hours``: one per sidecar, busy partition
     and interval, plus readiness events; ``fmt`` "staged" (Parquet, the parse step's output, as
-    ``pipeline.compact`` writes it) or "json" (JSON Lines as the proxy writes them, one file per
+    ``insync-proxy compact`` writes it) or "json" (JSON Lines as the proxy writes them, one file per
     sidecar-hour group)."""
     import duckdb
 
     keys = sidecars * partitions
-    # Rolled up (pipeline.compact --rollup-seconds): one row per key and granule carrying the sums of
+    # Rolled up (insync-proxy compact --rollup-seconds): one row per key and granule carrying the sums of
     # rollup_s / interval_s intervals, as the compaction writes it.
     merged = max(1, rollup_s // interval_s) if rollup_s else 1
     interval_s = interval_s * merged
@@ -374,9 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=int, default=10, help="fleet mode: audit.interval_seconds (default 10)")
     parser.add_argument("--hours", type=float, default=24.0, help="fleet mode: hours of data (default 24)")
     parser.add_argument("--rollup", type=int, default=0, metavar="SECONDS",
-                        help="fleet mode, staged: data as `pipeline.compact --rollup-seconds SECONDS` leaves it")
+                        help="fleet mode, staged: data as `insync-proxy compact --rollup-seconds SECONDS` leaves it")
     parser.add_argument("--fleet-format", choices=("staged", "json"), default="staged",
-                        help="fleet mode: Parquet as pipeline.compact writes it (default) or JSON Lines")
+                        help="fleet mode: Parquet as insync-proxy compact writes it (default) or JSON Lines")
     args = parser.parse_args(argv)
 
     if args.fleet:

@@ -583,6 +583,17 @@ output: OUTPUT/windows (Parquet, partitioned by date), OUTPUT/rejected (JSON Lin
 exit status: 0 done, 2 bad arguments/missing input/no Java/no pipeline extra, 1 a streaming query failed
 """
 
+COMPACT_DESCRIPTION = """\
+Parses and validates audit JSON Lines once and keeps them as Parquet (partitioned by date): exactly what the
+report's own parse step produces, rejected lines included with their reason. Compact a fleet's files as
+they rotate (--mode append), then `insync-proxy report --staged DIR` reads typed columns and parses nothing.
+Needs the pipeline extra: pip install 'insync-proxy[pipeline]' (and Java 17+).
+
+example:
+  insync-proxy compact --input 'audit/**/*.jsonl' --output /data/audit-staged --rollup-seconds 900
+exit status: 0 done, 2 bad arguments/missing input/no Java/no pipeline extra
+"""
+
 #: spark.sql.shuffle.partitions of the report's session and of a new stream checkpoint's state store (a
 #: checkpoint keeps the number it started with). Spark's own 200 means 200 state-store tasks per micro-batch
 #: and up to 200 Parquet files per batch: a finished 150 s stream run (1,833 lines) took 76 s and wrote 41
@@ -599,7 +610,7 @@ def _add_report_flags(p: argparse.ArgumentParser) -> None:
                    help="audit JSON Lines: files, directories (read recursively for *.jsonl) or globs "
                         "(quote them); repeatable; may be hdfs:// or s3a:// URIs")
     p.add_argument("--staged", nargs="+", action="extend", default=[], metavar="DIR",
-                   help="directories of events already parsed by `python -m insync_proxy.pipeline.compact` "
+                   help="directories of events already parsed by `insync-proxy compact` "
                         "(Parquet); combined with --input and the topic")
     p.add_argument("--output", "-o", required=True, metavar="DIR",
                    help="output directory (tables, rejected/, report.html, summary.json); tables in it are replaced")
@@ -671,6 +682,19 @@ def stream_options(args: argparse.Namespace) -> StreamOptions:
                          shuffle_partitions=args.shuffle_partitions, verbose=args.verbose)
 
 
+def _add_compact_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", "-i", nargs="+", action="extend", required=True, metavar="PATH",
+                   help="audit JSON Lines files, directories or globs (as for the report)")
+    p.add_argument("--output", "-o", required=True, metavar="DIR", help="Parquet directory (partitioned by date)")
+    p.add_argument("--mode", choices=("append", "overwrite"), default="append",
+                   help="append to DIR (default; compact each batch of rotated files once) or replace it")
+    p.add_argument("--rollup-seconds", type=int, default=0, metavar="N",
+                   help="merge each key's v2 summaries per N-second granule (e.g. 900; 0: keep every "
+                        "interval); exact for every table, only the timeline's resolution becomes N")
+    p.add_argument("--master", default=None, help="Spark master (default local[*] unless under spark-submit)")
+    p.add_argument("--verbose", "-v", action="store_true", help="Spark's own log and full traces")
+
+
 def _without_pipeline_extra(command: str) -> bool:
     """True, after one line saying how to install it, when PySpark (the pipeline extra) is missing. Checked
     after the arguments, so `--help` and usage errors need no Spark."""
@@ -707,6 +731,19 @@ def cmd_stream(args: argparse.Namespace) -> int:
     from insync_proxy.pipeline.stream import stream_command
 
     return stream_command(stream_options(args))
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    usage: argparse.ArgumentParser = args.command_parser
+    if args.rollup_seconds < 0:
+        usage.error("--rollup-seconds must be 0 (keep every interval) or more")
+    if _without_pipeline_extra("compact"):
+        return 2
+    from insync_proxy.pipeline.compact import CompactOptions, compact_command
+
+    return compact_command(CompactOptions(inputs=tuple(args.input), output=args.output, mode=args.mode,
+                                          rollup_seconds=args.rollup_seconds, master=args.master,
+                                          verbose=args.verbose))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -796,6 +833,10 @@ def build_parser() -> argparse.ArgumentParser:
                             description=STREAM_DESCRIPTION, epilog=STREAM_EPILOG,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_stream_flags(stream)
+    compact = sub.add_parser("compact", help="PySpark: parse audit files once into Parquet for later reports "
+                                             "(`report --staged`; needs insync-proxy[pipeline])",
+                             description=COMPACT_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_compact_flags(compact)
     for command in sub.choices.values():
         # a command's usage errors name it and its --help: a wrong flag, and what only the whole line can tell
         command.set_defaults(command_parser=command)
@@ -822,6 +863,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_report(args)
     if args.command == "stream":
         return cmd_stream(args)
+    if args.command == "compact":
+        return cmd_compact(args)
     if args.command == "chaos":
         from insync_proxy.devcluster.chaos import main as chaos_main  # not loaded by the proxy itself
 

@@ -1,6 +1,6 @@
 """Compaction: parse and validate audit JSON Lines once, keep them as Parquet for later reports.
 
-    python -m insync_proxy.pipeline.compact --input 'audit/**/*.jsonl' --output /data/audit-staged
+    insync-proxy compact --input 'audit/**/*.jsonl' --output /data/audit-staged
     insync-proxy report --staged /data/audit-staged --output out/
 
 Parsing JSON is most of a report's cost (see docs/pipeline.md, "Scale"). A fleet's files can be
@@ -12,8 +12,8 @@ their reason), partitioned by ``date``.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from insync_proxy.pipeline.spark_env import PipelineError, Progress
@@ -74,40 +74,36 @@ def rollup_summaries(parsed: DataFrame, seconds: int) -> DataFrame:
     return rolled.unionByName(others.select(*[f.name for f in PARSED_SCHEMA.fields]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: parse ``argv``, compact the inputs; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m insync_proxy.pipeline.compact", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input", "-i", nargs="+", action="extend", required=True, metavar="PATH",
-                        help="audit JSON Lines files, directories or globs (as for the report)")
-    parser.add_argument("--output", "-o", required=True, metavar="DIR", help="Parquet directory (partitioned by date)")
-    parser.add_argument("--mode", choices=("append", "overwrite"), default="append",
-                        help="append to DIR (default; compact each batch of rotated files once) or replace it")
-    parser.add_argument("--rollup-seconds", type=int, default=0, metavar="N",
-                        help="merge each key's v2 summaries per N-second granule (e.g. 900; 0: keep every "
-                             "interval); exact for every table, only the timeline's resolution becomes N")
-    parser.add_argument("--master", default=None, help="Spark master (default local[*] unless under spark-submit)")
-    parser.add_argument("--verbose", "-v", action="store_true", help="Spark's own log and full traces")
-    args = parser.parse_args(argv)
+@dataclass(frozen=True)
+class CompactOptions:
+    """What `insync-proxy compact` was asked for (insync_proxy/cli.py parses the command line)."""
+
+    inputs: tuple[str, ...]
+    output: str
+    mode: str = "append"
+    rollup_seconds: int = 0
+    master: str | None = None
+    verbose: bool = False
+
+
+def compact_command(options: CompactOptions) -> int:
+    """Compact the inputs into Parquet; returns the exit status (0 done, 2 bad input or no Java)."""
     progress = Progress()
     try:
         from insync_proxy.pipeline import sources
         from insync_proxy.pipeline.report import verbose_requested
         from insync_proxy.pipeline.spark_env import build_session
 
-        files = sources.resolve_inputs(args.input)
-        spark = build_session(args.master, "insync-proxy audit compaction", verbose=verbose_requested(args.verbose))
-        progress.stage(f"compacting {len(files):,} file(s) into {args.output}")
+        files = sources.resolve_inputs(list(options.inputs))
+        spark = build_session(options.master, "insync-proxy audit compaction",
+                              verbose=verbose_requested(options.verbose))
+        progress.stage(f"compacting {len(files):,} file(s) into {options.output}")
         parsed = sources.read_audit_files(spark, files)
-        if args.rollup_seconds > 0:
-            parsed = rollup_summaries(parsed, args.rollup_seconds)
-        parsed.write.mode(args.mode).partitionBy("date").parquet(args.output)
+        if options.rollup_seconds > 0:
+            parsed = rollup_summaries(parsed, options.rollup_seconds)
+        parsed.write.mode(options.mode).partitionBy("date").parquet(options.output)
         progress.stage("done")
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -255,7 +255,7 @@ def run_report(
 
     ``inputs`` are JSON Lines files, directories (read recursively for ``*.jsonl``) or globs; with
     ``kafka`` the audit topic is read as well (or alone, with ``inputs=[]``); ``staged`` are
-    directories of already parsed events written by :mod:`pipeline.compact` (Parquet). Each table directory
+    directories of already parsed events written by `insync-proxy compact` (Parquet). Each table directory
     under ``output_dir`` is replaced as a whole. Raises :class:`PipelineError` for a missing input.
 
     The input is read once (:mod:`pipeline.single_pass`): parsed, validated and aggregated in one

@@ -174,7 +174,7 @@ def test_empty_tables_are_written_with_their_schema(spark: SparkSession, tmp_pat
 
 
 def test_compaction_with_rollup_gives_the_same_tables(spark: SparkSession, tmp_path: Path) -> None:
-    from insync_proxy.pipeline import compact
+    from insync_proxy.cli import main as cli_main
 
     # Given two sidecars' 10 s summaries over 4 minutes on two partitions, with varied latencies,
     # a v1 file, readiness events and a bad line
@@ -193,7 +193,7 @@ def test_compaction_with_rollup_gives_the_same_tables(spark: SparkSession, tmp_p
     # When reported directly, and from a compaction that rolls summaries up per minute
     direct = _run(spark, [str(audit)], tmp_path / "direct")
     staged = tmp_path / "staged"
-    assert compact.main(["--input", str(audit), "--output", str(staged), "--rollup-seconds", "60"]) == 0
+    assert cli_main(["compact", "--input", str(audit), "--output", str(staged), "--rollup-seconds", "60"]) == 0
     via = report.run_report(spark, [], tmp_path / "via", staged=[str(staged)], progress=Progress(enabled=False))
     # Then the compaction kept fewer rows and every table but the timeline (now per minute) is equal
     assert via.counts["produce_summaries"] == 4 * 2 * 2 < direct.counts["produce_summaries"] == 96

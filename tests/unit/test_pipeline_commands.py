@@ -68,6 +68,8 @@ def test_stream_flags_are_never_abbreviated(capsys: pytest.CaptureFixture[str]) 
      "not allowed with argument"),
     (["report", "--output", "o"], "give --input, --staged and/or --kafka-bootstrap with --topic"),
     (["report", "--input", "i", "--topic", "t", "--output", "o"], "--kafka-bootstrap and --topic go together"),
+    (["compact", "--input", "i", "--output", "o", "--rollup-seconds", "-1"], "--rollup-seconds must be 0"),
+    (["compact", "--input", "i"], "the following arguments are required: --output"),
 ])
 def test_options_that_do_not_go_together_are_usage_errors(argv: list[str], message: str,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,6 +83,7 @@ def test_options_that_do_not_go_together_are_usage_errors(argv: list[str], messa
 @pytest.mark.parametrize("argv", [
     ["report", "--input", "audit/", "--output", "out/"],
     ["stream", "--input-dir", "audit/", "--output", "out/", "--checkpoint", "ckpt/"],
+    ["compact", "--input", "audit/", "--output", "staged/"],
 ])
 def test_without_the_pipeline_extra_both_commands_say_how_to_install_it(
         argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,7 +101,8 @@ def test_help_and_usage_errors_load_no_pipeline_module_and_no_spark() -> None:
     code = ("import json, sys\n"
             "from insync_proxy.cli import main\n"
             "codes = []\n"
-            "for argv in (['report', '--help'], ['stream', '--help'], ['stream', '--nope'], ['report', '-x']):\n"
+            "for argv in (['report', '--help'], ['stream', '--help'], ['stream', '--nope'], ['report', '-x'],\n"
+            "             ['compact', '--help'], ['compact', '--nope']):\n"
             "    try:\n"
             "        main(argv)\n"
             "    except SystemExit as exc:\n"
@@ -109,7 +113,7 @@ def test_help_and_usage_errors_load_no_pipeline_module_and_no_spark() -> None:
     assert done.returncode == 0, done.stderr
     codes, loaded = json.loads(done.stdout.splitlines()[-1])
     # Then they exit 0, 0, 2, 2 and nothing of the pipeline or of Spark was imported
-    assert codes == [0, 0, 2, 2]
+    assert codes == [0, 0, 2, 2, 0, 2]
     assert loaded == []
 
 
@@ -149,7 +153,7 @@ def test_the_parsed_report_command_is_the_report_options() -> None:
 def test_the_jobs_parse_no_command_line() -> None:
     # One door: the report and stream modules take typed options; only cli.py reads a command line for them
     assert not (ROOT / "pipeline" / "report_job.py").exists()  # spark-submit runs insync_proxy/__main__.py
-    for module in ("pipeline/report.py", "pipeline/stream.py"):
+    for module in ("pipeline/report.py", "pipeline/stream.py", "pipeline/compact.py"):
         tree = ast.parse((ROOT / module).read_text())
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
