@@ -215,6 +215,8 @@ def load_message(api: str, kind: str, caps: tuple[int, int], texts: dict[str, st
         name = config.STRUCT_NAMES.get((spec_name, kafka_name), kafka_name)
         fields = [_field(f) for f in raw_fields]
         for after, extra in config.FIELDS_OF_REMOVED_VERSIONS.get((spec_name, kafka_name), []):
+            if any(f.name == extra["name"] for f in fields):
+                continue  # specs of a release that still has the field
             at = next(i for i, f in enumerate(fields) if f.name == after)
             fields.insert(at + 1, _field(extra))
         fields.extend(_field(extra) for extra in config.PROJECT_FIELDS.get((spec_name, kafka_name), []))
@@ -585,6 +587,12 @@ def main(argv: list[str] | None = None) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
             print(f"wrote {path}")
+    if args.specs:  # spec files of APIs no longer generated go with the old release
+        for stale in sorted(set(committed_specs()) - set(specs)):
+            changed += 1
+            print(f"{'would delete' if args.check else 'deleted'} protocolgen/specs/{stale}")
+            if not args.check:
+                (args.out / "protocolgen" / "specs" / stale).unlink()
     if args.check and changed:
         print(f"{changed} generated file(s) differ: run scripts/generate-protocol", file=sys.stderr)
         return 1
