@@ -38,7 +38,8 @@ MAX_VERSION = 0x7FFF
 
 def parse_spec(text: str) -> dict[str, Any]:
     """A spec file: JSON with whole-line ``//`` comments."""
-    return json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
+    spec: dict[str, Any] = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
+    return spec
 
 
 def spec_files_needed() -> list[str]:
