@@ -131,3 +131,25 @@ def test_the_specs_say_where_they_come_from() -> None:
     assert (SPECS / KAFKA_VERSION_FILE).read_text().strip() == KAFKA_VERSION
     assert all("Licensed to the Apache Software Foundation" in (SPECS / name).read_text()
                for name in committed_specs() if name.endswith(".json") and name != "api_keys.json")
+
+
+def test_every_api_key_of_the_specs_has_its_kafka_name_in_api_key() -> None:
+    from insync_proxy.protocol.api_keys import FIRST_FLEXIBLE_VERSION, ApiKey
+
+    summary = json.loads((SPECS / "api_keys.json").read_text())
+    for key, entry in summary.items():
+        member = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", entry["name"]).upper()
+        assert ApiKey[member] == int(key)
+    assert set(FIRST_FLEXIBLE_VERSION) == {int(k) for k in summary}
+
+
+_CACHED_JAR = Path.home() / ".cache" / "insync-proxy" / "kafka-{v}" / "libs" / "kafka-clients-{v}.jar"
+
+
+def test_the_committed_specs_are_the_jars_unchanged() -> None:
+    # The jar the dev cluster fetched (when this machine has it): importing its specs changes nothing
+    version = (SPECS / KAFKA_VERSION_FILE).read_text().strip()
+    jar = Path(str(_CACHED_JAR).format(v=version))
+    if not jar.exists():
+        pytest.skip(f"no kafka-clients-{version}.jar in the dev cluster's cache")
+    assert main(["--check", "--specs", str(jar)]) == 0
