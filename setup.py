@@ -26,9 +26,13 @@ SOURCE_FOLDERS = ("protocol", "audit", "proxy", "pipeline", "devcluster")
 #: Where the build sees the package as it is installed (insync_proxy/<folder>/...).
 STAGED = Path("build") / "src"
 
-#: The data path: framing, header peek, Produce walks, the connection core and the behaviours on it.
+#: The data path: framing, header peek, Produce walks, the connection core and the behaviours on it, with the
+#: generated version tables the walkers read (compiled with them, their Final ints become constants). The
+#: generated message classes are not here: mypyc's dataclasses turn their ClassVars (API_KEY, ...) into slots.
 COMPILED_MODULES = [
+    "protocol/kafka_versions.py",
     "protocol/api_keys.py",
+    "protocol/addresses.py",
     "protocol/primitives.py",
     "protocol/framing.py",
     "protocol/headers.py",

@@ -1,13 +1,16 @@
 """Kafka API keys and the first flexible version of each (which picks the header versions).
 
-The table covers every key Apache Kafka defines up to 4.x (0..92), including the ones Kafka 4.0
-removed (LeaderAndIsr, ...): a proxy may still see them and must be able to peek their header.
+The table (``FIRST_FLEXIBLE_VERSION``, generated from Kafka's specs: protocol/kafka_versions.py) covers
+every key Apache Kafka defines up to 4.x (0..92), including the ones Kafka 4.0 removed (LeaderAndIsr, ...):
+a proxy may still see them and must be able to peek their header.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 from typing import Final
+
+from .kafka_versions import FIRST_FLEXIBLE_VERSION
 
 __all__ = ["FIRST_FLEXIBLE_VERSION", "ApiKey", "api_name", "is_flexible"]
 
@@ -109,103 +112,6 @@ class ApiKey(IntEnum):
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
-
-#: First flexible version per API key (None: never flexible). From flexibleVersions in the specs.
-FIRST_FLEXIBLE_VERSION: Final[dict[int, int | None]] = {
-    0: 9,
-    1: 12,
-    2: 6,
-    3: 9,
-    4: 4,
-    5: 2,
-    6: 6,
-    7: 3,
-    8: 8,
-    9: 6,
-    10: 3,
-    11: 6,
-    12: 4,
-    13: 4,
-    14: 4,
-    15: 5,
-    16: 3,
-    17: None,
-    18: 3,
-    19: 5,
-    20: 4,
-    21: 2,
-    22: 2,
-    23: 4,
-    24: 3,
-    25: 3,
-    26: 3,
-    27: 1,
-    28: 3,
-    29: 2,
-    30: 2,
-    31: 2,
-    32: 4,
-    33: 2,
-    34: 2,
-    35: 2,
-    36: 2,
-    37: 2,
-    38: 2,
-    39: 2,
-    40: 2,
-    41: 2,
-    42: 2,
-    43: 2,
-    44: 1,
-    45: 0,
-    46: 0,
-    47: None,
-    48: 1,
-    49: 1,
-    50: 0,
-    51: 0,
-    52: 0,
-    53: 1,
-    54: 1,
-    55: 0,
-    56: 0,
-    57: 0,
-    58: 0,
-    59: 0,
-    60: 0,
-    61: 0,
-    62: 0,
-    63: 0,
-    64: 0,
-    65: 0,
-    66: 0,
-    67: 0,
-    68: 0,
-    69: 0,
-    70: 0,
-    71: 0,
-    72: 0,
-    73: 0,
-    74: 0,
-    75: 0,
-    76: 0,
-    77: 0,
-    78: 0,
-    79: 0,
-    80: 0,
-    81: 0,
-    82: 0,
-    83: 0,
-    84: 0,
-    85: 0,
-    86: 0,
-    87: 0,
-    88: 0,
-    89: 0,
-    90: 0,
-    91: 0,
-    92: 0,
-}
 
 #: Keys added after this one are assumed flexible from v0 (every API added since KIP-482 is).
 _LAST_KNOWN_API_KEY: Final = max(FIRST_FLEXIBLE_VERSION)

@@ -8,7 +8,8 @@ it lists. Every rewriter takes the response frame (header + body), its version a
 addresses (node id -> host, port) and returns the frame itself when no address changes. The walkers
 that find Produce's, Fetch's, the share answers' and DescribeQuorum's endpoints stand in their own
 modules; FindCoordinator and DescribeCluster, small and rare, are decoded whole and encoded back here.
-Which endpoints change is decided for all of them alike (`protocol.messages.rewrite_endpoints`).
+Which endpoints change is decided for all of them alike (`rewrite_endpoints`, from protocol/addresses.py,
+which the walkers import too).
 
 Metadata's brokers carry addresses too, but they are not in the table: the splice rewrites them in
 the same pass that adds each topic's min.insync.replicas (`protocol.metadata_splice`).
@@ -20,17 +21,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Final, TypeVar
 
+from .addresses import Address, HostPort, NodeAddress, rewrite_endpoints
 from .api_keys import ApiKey
 from .fetch import rewrite_fetch_node_endpoints
 from .headers import encode_response_with_header, split_response
-from .messages import (
-    Address,
-    DescribeClusterResponse,
-    FindCoordinatorResponse,
-    HostPort,
-    decode_response,
-    encode_response,
-)
+from .kafka_messages import DescribeClusterResponse, FindCoordinatorResponse
+from .kafka_versions import FIND_COORDINATOR_RESPONSE_COORDINATORS_SINCE
+from .messages import decode_response, encode_response
 from .primitives import Buffer
 from .produce import rewrite_produce_node_endpoints
 from .quorum import rewrite_describe_quorum_endpoints
@@ -38,8 +35,12 @@ from .share import rewrite_share_acknowledge_node_endpoints, rewrite_share_fetch
 
 __all__ = [
     "ENDPOINT_REWRITERS",
+    "Address",
     "EndpointRewriter",
+    "HostPort",
+    "NodeAddress",
     "rewrite_describe_cluster_endpoints",
+    "rewrite_endpoints",
     "rewrite_find_coordinator_endpoints",
 ]
 
@@ -50,7 +51,7 @@ EndpointRewriter = Callable[[Buffer, int, Mapping[int, Address]], Buffer]
 #: broker put there.
 _NO_COORDINATOR: Final = ("", -1)
 #: FindCoordinator v4 (KIP-699) answers one coordinator per key instead of one at the top level.
-_FIRST_BATCHED_VERSION: Final = 4
+_FIRST_BATCHED_VERSION: Final = FIND_COORDINATOR_RESPONSE_COORDINATORS_SINCE
 
 H = TypeVar("H", bound=HostPort)
 

@@ -17,10 +17,15 @@ import struct
 from collections.abc import Mapping
 from typing import Final
 
+from .addresses import rewrite_endpoints
 from .api_keys import ApiKey
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import response_header_version
-from .messages import NodeEndpoint, rewrite_endpoints
+from .kafka_messages import NodeEndpoint
+from .kafka_versions import FETCH_MAX_VERSION as _MAX_VERSION
+from .kafka_versions import FETCH_RESPONSE_NODE_ENDPOINTS_SINCE as _FIRST_NODE_ENDPOINTS_VERSION
+from .kafka_versions import FETCH_RESPONSE_NODE_ENDPOINTS_TAG as _NODE_ENDPOINTS_TAG
+from .kafka_versions import FETCH_RESPONSE_RESPONSES_TOPIC_ID_SINCE as _TOPIC_ID_SINCE
 from .primitives import Buffer, Reader, Writer, bytes_view, read_uvarint_at, skip_tagged_fields_at
 from .schema import ArrayOf, decode_value, encode_value
 
@@ -32,9 +37,7 @@ __all__ = [
     "rewrite_fetch_node_endpoints",
 ]
 
-FETCH_NODE_ENDPOINTS_TAG: Final = 0
-_FIRST_NODE_ENDPOINTS_VERSION: Final = 16
-_MAX_VERSION: Final = 18
+FETCH_NODE_ENDPOINTS_TAG: Final = _NODE_ENDPOINTS_TAG
 _NODE_ENDPOINTS: Final = ArrayOf(NodeEndpoint)
 #: An unknown top-level tag (clients skip unknown tags) whose zero bytes keep a rewritten response's
 #: length when the proxy's addresses are shorter than the brokers'.
@@ -52,7 +55,7 @@ def _top_level_tags_offset(mv: memoryview, v: int) -> int:
     r.int32()  # session_id
     n_topics = r.array_length(True)
     for _ in range(max(n_topics, 0)):
-        if v >= 13:
+        if v >= _TOPIC_ID_SINCE:
             r.take(16)  # topic_id
         else:
             r.compact_string()

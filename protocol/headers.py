@@ -3,7 +3,9 @@
 The header version follows from (api_key, api_version): flexible versions use request header v2 /
 response header v1, others v1 / v0. Two exceptions, both Kafka's: ApiVersions responses always use
 header v0 (a client must be able to read it before it knows what the broker speaks), and
-ControlledShutdown v0 uses request header v0 (no client_id).
+ControlledShutdown v0 uses request header v0 (no client_id). The header versions' facts (client_id from
+request header v1, tagged fields from request header v2 and response header v1) and which API versions are
+flexible come from Kafka's specs (protocol/kafka_versions.py, generated).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import ClassVar, Final
 
 from .api_keys import ApiKey, is_flexible
 from .errors import InvalidValue, MalformedFrame, ProtocolError, TruncatedData
+from .kafka_versions import REQUEST_HEADER_CLIENT_ID_SINCE as _CLIENT_ID_SINCE
+from .kafka_versions import REQUEST_HEADER_FLEXIBLE_SINCE as _REQUEST_FLEXIBLE
+from .kafka_versions import RESPONSE_HEADER_FLEXIBLE_SINCE as _RESPONSE_FLEXIBLE
 from .primitives import Buffer, Reader, SlottedRecord, Writer
 
 __all__ = [
@@ -40,14 +45,14 @@ def request_header_version(api_key: int, api_version: int) -> int:
     """Request header version (0, 1 or 2) used by (api_key, api_version)."""
     if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
-    return 2 if is_flexible(api_key, api_version) else 1
+    return _REQUEST_FLEXIBLE if is_flexible(api_key, api_version) else _CLIENT_ID_SINCE
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
     """Response header version (0 or 1) used by the response to (api_key, api_version)."""
     if api_key == ApiKey.API_VERSIONS:
         return 0
-    return 1 if is_flexible(api_key, api_version) else 0
+    return _RESPONSE_FLEXIBLE if is_flexible(api_key, api_version) else 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,7 +143,7 @@ def _peek(frame: Buffer, cache: RequestHeaderPeeker | None) -> RequestHeaderPeek
         pos = end
     elif n != -1:
         raise MalformedFrame(f"negative client_id length {n}")
-    if hv == 2:
+    if hv >= _REQUEST_FLEXIBLE:
         if pos < len(frame) and frame[pos] == 0:
             pos += 1  # no tagged fields: the common case, without a Reader
         else:
@@ -152,7 +157,7 @@ def decode_request_header(frame: Buffer) -> tuple[RequestHeader, int]:
     """Decode the request header of ``frame``; return it and the offset of the body."""
     peek = peek_request_header(frame)
     unknown: tuple[tuple[int, bytes], ...] = ()
-    if request_header_version(peek.api_key, peek.api_version) == 2:
+    if request_header_version(peek.api_key, peek.api_version) >= _REQUEST_FLEXIBLE:
         n = -1 if peek.client_id is None else len(peek.client_id.encode("utf-8"))
         r = Reader(frame, 10 + max(n, 0))
         unknown = tuple((t, bytes(d)) for t, d in r.tagged_fields())
@@ -174,9 +179,9 @@ def encode_request_header(header: RequestHeader) -> bytes:
         w.int16(header.request_api_key)
         w.int16(header.request_api_version)
         w.int32(header.correlation_id)
-        if hv >= 1:
+        if hv >= _CLIENT_ID_SINCE:
             w.string(header.client_id, nullable=True, compact=False)
-        if hv == 2:
+        if hv >= _REQUEST_FLEXIBLE:
             w.tagged_fields(sorted(header.unknown_tagged_fields))
     except struct.error as e:
         raise InvalidValue(f"cannot encode request header: {e}") from None
@@ -188,7 +193,7 @@ def decode_response_header(frame: Buffer, header_version: int) -> tuple[Response
     r = Reader(frame)
     correlation_id = r.int32()
     unknown: tuple[tuple[int, bytes], ...] = ()
-    if header_version >= 1:
+    if header_version >= _RESPONSE_FLEXIBLE:
         unknown = tuple((t, bytes(d)) for t, d in r.tagged_fields())
     return ResponseHeader(correlation_id=correlation_id, unknown_tagged_fields=unknown), r.pos
 
@@ -200,7 +205,7 @@ def encode_response_header(header: ResponseHeader, header_version: int) -> bytes
         w.int32(header.correlation_id)
     except struct.error as e:
         raise InvalidValue(f"cannot encode response header: {e}") from None
-    if header_version >= 1:
+    if header_version >= _RESPONSE_FLEXIBLE:
         w.tagged_fields(sorted(header.unknown_tagged_fields))
     return w.getvalue()
 

@@ -18,6 +18,29 @@ from typing import NamedTuple
 from .api_keys import ApiKey
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import response_header_version
+from .kafka_versions import METADATA_FLEXIBLE_SINCE as _FLEXIBLE_SINCE
+from .kafka_versions import METADATA_MAX_VERSION  # the highest version the scan (and the splice) understands
+from .kafka_versions import METADATA_RESPONSE_BROKERS_RACK_SINCE as _RACK_SINCE
+from .kafka_versions import (
+    METADATA_RESPONSE_CLUSTER_AUTHORIZED_OPERATIONS_SINCE as _CLUSTER_AUTHORIZED_OPERATIONS_SINCE,
+)
+from .kafka_versions import (
+    METADATA_RESPONSE_CLUSTER_AUTHORIZED_OPERATIONS_UNTIL as _CLUSTER_AUTHORIZED_OPERATIONS_UNTIL,
+)
+from .kafka_versions import METADATA_RESPONSE_CLUSTER_ID_SINCE as _CLUSTER_ID_SINCE
+from .kafka_versions import METADATA_RESPONSE_CONTROLLER_ID_SINCE as _CONTROLLER_ID_SINCE
+from .kafka_versions import METADATA_RESPONSE_ERROR_CODE_SINCE as _TOP_ERROR_CODE_SINCE
+from .kafka_versions import METADATA_RESPONSE_THROTTLE_TIME_MS_SINCE as _THROTTLE_TIME_MS_SINCE
+from .kafka_versions import METADATA_RESPONSE_TOPICS_IS_INTERNAL_SINCE as _IS_INTERNAL_SINCE
+from .kafka_versions import METADATA_RESPONSE_TOPICS_NAME_NULLABLE_SINCE as _TOPIC_NAME_NULLABLE_SINCE
+from .kafka_versions import METADATA_RESPONSE_TOPICS_PARTITIONS_LEADER_EPOCH_SINCE as _LEADER_EPOCH_SINCE
+from .kafka_versions import (
+    METADATA_RESPONSE_TOPICS_PARTITIONS_OFFLINE_REPLICAS_SINCE as _OFFLINE_REPLICAS_SINCE,
+)
+from .kafka_versions import (
+    METADATA_RESPONSE_TOPICS_TOPIC_AUTHORIZED_OPERATIONS_SINCE as _TOPIC_AUTHORIZED_OPERATIONS_SINCE,
+)
+from .kafka_versions import METADATA_RESPONSE_TOPICS_TOPIC_ID_SINCE as _TOPIC_ID_SINCE
 from .messages import AUTHORIZED_OPERATIONS_OMITTED, MIN_INSYNC_REPLICAS_TAG
 from .primitives import Buffer, Reader, read_uvarint_at
 
@@ -30,9 +53,6 @@ __all__ = [
     "ScannedTopic",
     "scan_metadata_response",
 ]
-
-#: Highest MetadataResponse version the scan (and the splice) understands.
-METADATA_MAX_VERSION = 13
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -154,7 +174,7 @@ class MetadataScan:
         if starts is None:
             starts = []
             try:
-                if self.api_version >= 9:
+                if self.api_version >= _FLEXIBLE_SINCE:
                     if self._frame_bytes is None:
                         self._frame_bytes = bytes(self.frame)  # one copy per answer, for native byte reads
                     _skip_partitions(self._frame_bytes, topic.partitions_start, topic.partition_count,
@@ -174,7 +194,7 @@ class MetadataScan:
         if topic.partitions_start not in self._partition_starts:
             starts = self._partition_starts[topic.partitions_start] = []
         try:
-            if self.api_version >= 9:
+            if self.api_version >= _FLEXIBLE_SINCE:
                 return _read_flexible_partitions(self.frame, topic.partitions_start, topic.partition_count, starts)
             return _read_partitions(self.frame, topic.partitions_start, topic.partition_count, self.api_version,
                                     starts)
@@ -236,8 +256,8 @@ def _read_flexible_partitions(buf: memoryview, p: int, count: int, starts: list[
 
 def _read_partitions(buf: memoryview, p: int, count: int, v: int, starts: list[int] | None) -> list[ScannedPartition]:
     """Partitions of v0-v8 (int32-counted arrays; epoch from v7, offline replicas from v5)."""
-    has_epoch = v >= 7
-    n_arrays = 3 if v >= 5 else 2
+    has_epoch = v >= _LEADER_EPOCH_SINCE
+    n_arrays = 3 if v >= _OFFLINE_REPLICAS_SINCE else 2
     unpack_head = (_PARTITION_HEAD_V7 if has_epoch else _PARTITION_HEAD).unpack_from
     unpack_i32 = _I32.unpack_from
     new = tuple.__new__
@@ -278,8 +298,8 @@ def _walk_partitions(buf: memoryview, p: int, count: int, v: int, starts: list[i
     """Skip ``count`` partitions of a v0-v8 answer (fixed-width arrays) from ``p`` with integer reads only;
     return the offset after them. v9+ answers are walked by `_skip_partitions` over ``bytes``."""
     n = len(buf)
-    fixed = 14 if v >= 7 else 10  # error_code, partition_index, leader_id[, leader_epoch]
-    n_arrays = 3 if v >= 5 else 2
+    fixed = 14 if v >= _LEADER_EPOCH_SINCE else 10  # error_code, partition_index, leader_id[, leader_epoch]
+    n_arrays = 3 if v >= _OFFLINE_REPLICAS_SINCE else 2
     unpack_i32 = _I32.unpack_from
     for _ in range(count):
         if starts is not None:
@@ -300,9 +320,9 @@ def _skip_partitions(data: bytes, p: int, count: int, v: int, starts: list[int] 
     over ``bytes``: compiled, ``bytes`` indexing is a native read where a memoryview's goes through the generic
     protocol (a 3,000-topic answer walks 6,000 partitions)."""
     n = len(data)
-    fixed = 14 if v >= 7 else 10
-    n_arrays = 3 if v >= 5 else 2
-    if v < 9:
+    fixed = 14 if v >= _LEADER_EPOCH_SINCE else 10
+    n_arrays = 3 if v >= _OFFLINE_REPLICAS_SINCE else 2
+    if v < _FLEXIBLE_SINCE:
         return _walk_partitions(memoryview(data), p, count, v, starts)
     for _ in range(count):
         if starts is not None:
@@ -358,7 +378,7 @@ def _scan_flexible_topic(data: bytes, r: Reader, v: int, offsets: dict[int, list
         c, p = read_uvarint_at(data, p)
     name: str | None = None
     if c == 0:
-        if v < 12:
+        if v < _TOPIC_NAME_NULLABLE_SINCE:
             raise MalformedFrame(f"null topic name in MetadataResponse v{v} at offset {p - 1}")
     else:
         end = p + c - 1
@@ -367,7 +387,7 @@ def _scan_flexible_topic(data: bytes, r: Reader, v: int, offsets: dict[int, list
         name = data[p:end].decode("utf-8")
         p = end
     topic_id: uuid.UUID | None = None
-    if v >= 10:
+    if v >= _TOPIC_ID_SINCE:
         topic_id = _topic_id(data, p)
         p += 16
     b = data[p]
@@ -390,7 +410,7 @@ def _scan_flexible_topic(data: bytes, r: Reader, v: int, offsets: dict[int, list
     p = _skip_partitions(data, partitions_start, n_parts, v, starts)
     partitions_end = p
     authorized = AUTHORIZED_OPERATIONS_OMITTED
-    if v >= 8:
+    if v >= _TOPIC_AUTHORIZED_OPERATIONS_SINCE:
         authorized = (data[p] << 24) | (data[p + 1] << 16) | (data[p + 2] << 8) | data[p + 3]
         if authorized >= 0x80000000:
             authorized -= 0x100000000
@@ -440,12 +460,12 @@ class MetadataScanner:
     def _read_head(self, frame: Buffer) -> None:
         v = self.api_version
         r = self._r = Reader(frame)
-        flexible = v >= 9
+        flexible = v >= _FLEXIBLE_SINCE
         self._correlation_id = r.int32()
         if response_header_version(ApiKey.METADATA, v) == 1:
             r.tagged_fields()
         self._body_start = r.pos
-        self._throttle_time_ms = r.int32() if v >= 3 else 0
+        self._throttle_time_ms = r.int32() if v >= _THROTTLE_TIME_MS_SINCE else 0
         brokers: list[ScannedBroker] = []
         spans: list[tuple[int, int]] = []
         for _ in range(max(r.array_length(flexible), 0)):
@@ -455,7 +475,7 @@ class MetadataScanner:
             port = r.int32()
             spans.append((host_start, r.pos))
             rack: str | None = None
-            if v >= 1:
+            if v >= _RACK_SINCE:
                 rack = r.compact_nullable_string() if flexible else r.nullable_string()
             if flexible:
                 r.tagged_fields()
@@ -463,12 +483,12 @@ class MetadataScanner:
         self._brokers = tuple(brokers)
         self._spans = tuple(spans)
         self._cluster_id: str | None = None
-        if v >= 2:
+        if v >= _CLUSTER_ID_SINCE:
             self._cluster_id = r.compact_nullable_string() if flexible else r.nullable_string()
         #: Offset of the controller id (v1+; -1 before): a KRaft broker names a random live broker there, so
         #: two answers of the same cluster differ in these 4 bytes.
-        self.controller_id_start = r.pos if v >= 1 else -1
-        self._controller_id = r.int32() if v >= 1 else -1
+        self.controller_id_start = r.pos if v >= _CONTROLLER_ID_SINCE else -1
+        self._controller_id = r.int32() if v >= _CONTROLLER_ID_SINCE else -1
         n_topics = r.array_length(flexible)
         if n_topics < 0:
             raise MalformedFrame("null topics array in MetadataResponse")
@@ -507,14 +527,14 @@ class MetadataScanner:
         frame_bytes = self._frame_bytes
         new_tuple = tuple.__new__
         for _ in range(min(max_topics, self.topic_count - len(topics))):
-            if v >= 9:
+            if v >= _FLEXIBLE_SINCE:
                 topics.append(_scan_flexible_topic(frame_bytes, r, v, offsets))
                 continue
             start = r.pos
             error_code = r.int16()
             name: str | None = r.string()
             topic_id: uuid.UUID | None = None
-            is_internal = r.boolean() if v >= 1 else False
+            is_internal = r.boolean() if v >= _IS_INTERNAL_SINCE else False
             n_parts = r.array_length(False)
             if n_parts < 0:
                 raise MalformedFrame("null partitions array in MetadataResponse")
@@ -524,16 +544,16 @@ class MetadataScanner:
                 starts = offsets[partitions_start] = []
             r.pos = _walk_partitions(buf, partitions_start, n_parts, v, starts)
             partitions_end = r.pos
-            authorized = r.int32() if v >= 8 else AUTHORIZED_OPERATIONS_OMITTED
+            authorized = r.int32() if v >= _TOPIC_AUTHORIZED_OPERATIONS_SINCE else AUTHORIZED_OPERATIONS_OMITTED
             topics.append(new_tuple(ScannedTopic, (error_code, name, topic_id, is_internal, n_parts, authorized, -1,
                                                    start, partitions_start, partitions_end, -1, r.pos)))
         if len(topics) < self.topic_count:
             return
         topics_end = r.pos
-        cluster_authorized = r.int32() if 8 <= v <= 10 else AUTHORIZED_OPERATIONS_OMITTED
-        top_error = r.int16() if v >= 13 else 0
+        cluster_authorized = r.int32() if _CLUSTER_AUTHORIZED_OPERATIONS_SINCE <= v <= _CLUSTER_AUTHORIZED_OPERATIONS_UNTIL else AUTHORIZED_OPERATIONS_OMITTED
+        top_error = r.int16() if v >= _TOP_ERROR_CODE_SINCE else 0
         tags_start = -1
-        if v >= 9:
+        if v >= _FLEXIBLE_SINCE:
             tags_start = r.pos
             r.tagged_fields()
         r.expect_end()

@@ -16,8 +16,10 @@ import uuid
 from collections.abc import Container, Mapping
 from typing import Literal
 
+from .addresses import rewrite_endpoints
 from .errors import MalformedFrame, ProtocolError, UnsupportedVersion
-from .messages import MIN_INSYNC_REPLICAS_TAG, rewrite_endpoints
+from .kafka_versions import METADATA_FLEXIBLE_SINCE
+from .messages import MIN_INSYNC_REPLICAS_TAG
 from .metadata_scan import MetadataScan, scan_metadata_response, truncated_response
 from .primitives import Buffer, Reader, Writer, encode_uvarint
 
@@ -139,7 +141,7 @@ class MetadataSplicer:
             self._copied = scan.body_start
         moved = rewrite_endpoints(scan.brokers, broker_addresses) if broker_addresses else None
         if moved is not None:
-            flexible = scan.api_version >= 9
+            flexible = scan.api_version >= METADATA_FLEXIBLE_SINCE
             for broker, new, (host_start, port_end) in zip(scan.brokers, moved, scan.broker_spans, strict=True):
                 if new is not broker:
                     out.append(buf[self._copied:host_start])
@@ -171,7 +173,7 @@ class MetadataSplicer:
     def _splice(self, max_topics: int) -> None:
         scan = self._scan
         buf = scan.frame
-        flexible = scan.api_version >= 9
+        flexible = scan.api_version >= METADATA_FLEXIBLE_SINCE
         min_isr = self._min_isr
         leaderless = self._leaderless
         kip637 = self._kip637

@@ -4,7 +4,9 @@ The proxy calls these on every Produce request, so nothing here decodes or copie
 the index keeps byte spans into the original frame, the forward request is a list of slices of it,
 and only the (small) responses are built with the generic codec.
 
-All frames here are frame payloads: request/response header + body, without the size prefix.
+All frames here are frame payloads: request/response header + body, without the size prefix. Which
+version has which field, and from which version the encoding is flexible, the walks read from
+protocol/kafka_versions.py (generated from Kafka's specs, like the message classes they are tested against).
 """
 
 from __future__ import annotations
@@ -15,17 +17,25 @@ from collections.abc import Container, Iterator, Mapping
 from dataclasses import replace
 from typing import ClassVar, Final
 
+from .addresses import rewrite_endpoints
 from .api_keys import ApiKey
 from .errors import ErrorCode, MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
 from .headers import encode_response_with_header, peek_request_header, split_response
-from .messages import (
-    PartitionProduceResponse,
-    ProduceResponse,
-    TopicProduceResponse,
-    decode_response,
-    encode_response,
-    rewrite_endpoints,
+from .kafka_messages import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
+from .kafka_versions import (
+    PRODUCE_FLEXIBLE_SINCE,
+    PRODUCE_MAX_VERSION,
+    PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE,
+    PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE,
+    PRODUCE_RESPONSE_NODE_ENDPOINTS_SINCE,
+    PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_ERROR_MESSAGE_SINCE,
+    PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_APPEND_TIME_MS_SINCE,
+    PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_SINCE,
+    PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE,
+    PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE,
+    PRODUCE_RESPONSE_THROTTLE_TIME_MS_SINCE,
 )
+from .messages import decode_response, encode_response
 from .primitives import (
     Buffer,
     Reader,
@@ -57,7 +67,6 @@ __all__ = [
 #: A partition as the request names it: (topic name, or topic_id for v13+, partition index).
 PartitionKey = tuple[str | uuid.UUID, int]
 
-_MAX_PRODUCE_VERSION: Final = 13
 _HEAD: Final = struct.Struct(">hhih")
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
@@ -74,12 +83,12 @@ def _request_head(frame: Buffer) -> tuple[int, int, int]:
         api_key, version, _, n = _HEAD.unpack_from(frame, 0)
         if api_key != 0:  # ApiKey.PRODUCE, as a literal: a native compare in the compiled build
             raise MalformedFrame(f"not a Produce request (api_key {api_key})")
-        if version < 0 or version > _MAX_PRODUCE_VERSION:
-            raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{_MAX_PRODUCE_VERSION})")
+        if version < 0 or version > PRODUCE_MAX_VERSION:
+            raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{PRODUCE_MAX_VERSION})")
         if n < -1:
             raise MalformedFrame(f"negative client_id length {n}")
         pos = 10 + n if n > 0 else 10
-        if version >= 9:
+        if version >= PRODUCE_FLEXIBLE_SINCE:
             pos = skip_tagged_fields_at(frame, pos)  # request header v2
             header_size = pos
             length, pos = read_uvarint_at(frame, pos)
@@ -87,7 +96,7 @@ def _request_head(frame: Buffer) -> tuple[int, int, int]:
                 pos += length - 1
         else:
             header_size = pos
-            if version >= 3:
+            if version >= PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE:
                 tl: int = _I16.unpack_from(frame, pos)[0]
                 if tl < -1:
                     raise MalformedFrame(f"negative transactional_id length {tl}")
@@ -209,15 +218,15 @@ class ProduceRequestIndex(SlottedRecord):
     @property
     def transactional_id(self) -> str | None:
         """The request's transactional_id (None before v3)."""
-        if self.api_version < 3:
+        if self.api_version < PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE:
             return None
         r = Reader(self.frame, self.header_size)
-        return r.compact_nullable_string() if self.api_version >= 9 else r.nullable_string()
+        return r.compact_nullable_string() if self.api_version >= PRODUCE_FLEXIBLE_SINCE else r.nullable_string()
 
     @property
     def flexible(self) -> bool:
         """Whether the request uses the flexible encoding (v9+)."""
-        return self.api_version >= 9
+        return self.api_version >= PRODUCE_FLEXIBLE_SINCE
 
     def partitions(self) -> Iterator[PartitionSpan]:
         """Every partition, in request order."""
@@ -260,7 +269,7 @@ def _walk_request(frame: Buffer, acks_offset: int, lean: list[tuple[str | uuid.U
         version, _, acks_offset = _request_head(mv)
     else:
         version = mv[3]  # the caller read the header: a version it accepted (0-13) fits the low byte
-    flexible = version >= 9
+    flexible = version >= PRODUCE_FLEXIBLE_SINCE
     n = len(mv)
     batch_length: int
     magic: int
@@ -420,11 +429,11 @@ def _topic_id(raw: bytes) -> uuid.UUID:
 
 def _topic_at(buf: Buffer, pos: int, version: int) -> tuple[str | uuid.UUID, int]:
     """A topic of a Produce request or response: its topic_id (v13+) or name (compact in v9+)."""
-    if version >= 13:
+    if version >= PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE:
         if pos + 16 > len(buf):
             raise TruncatedData("Produce topic_id runs past the frame end")
         return _topic_id(bytes(buf[pos:pos + 16])), pos + 16
-    if version >= 9:
+    if version >= PRODUCE_FLEXIBLE_SINCE:
         length, pos = read_uvarint_at(buf, pos)
         length -= 1
     else:
@@ -529,7 +538,7 @@ def build_produce_error_response(
         return merge_produce_responses(index, None, errors, error_message=error_message,
                                        throttle_time_ms=throttle_time_ms)
     version = index.api_version
-    flexible = version >= 9
+    flexible = version >= PRODUCE_FLEXIBLE_SINCE
     frame = index.frame
     tail = _ERROR_PARTITION_TAILS[version]
     out = bytearray(_I32.pack(index.correlation_id))
@@ -548,7 +557,7 @@ def build_produce_error_response(
             out += tail
         if flexible:
             out.append(0)
-    if version >= 1:
+    if version >= PRODUCE_RESPONSE_THROTTLE_TIME_MS_SINCE:
         out += _I32.pack(throttle_time_ms)
     if flexible:
         out.append(0)
@@ -561,13 +570,13 @@ _PARTITION_ERROR: Final = struct.Struct(">ih")
 def _error_partition_tail(version: int) -> bytes:
     """What follows index and error_code in a partition the proxy answers: offsets -1, nothing else."""
     tail = b"\xff" * 8  # base_offset
-    if version >= 2:
+    if version >= PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_APPEND_TIME_MS_SINCE:
         tail += b"\xff" * 8  # log_append_time_ms
-    if version >= 5:
+    if version >= PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_SINCE:
         tail += b"\xff" * 8  # log_start_offset
-    if version >= 8:
+    if version >= PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_ERROR_MESSAGE_SINCE:
         # record_errors empty, error_message null (then, flexible, no tagged fields)
-        tail += b"\x01\x00\x00" if version >= 9 else _I32.pack(0) + _I16.pack(-1)
+        tail += b"\x01\x00\x00" if version >= PRODUCE_FLEXIBLE_SINCE else _I32.pack(0) + _I16.pack(-1)
     return tail
 
 
@@ -597,7 +606,7 @@ def merge_produce_responses(
         assert isinstance(decoded, ProduceResponse)
         broker = decoded
         for bt in broker.responses:
-            tkey: str | uuid.UUID = bt.topic_id if version >= 13 else bt.name
+            tkey: str | uuid.UUID = bt.topic_id if version >= PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE else bt.name
             if bt.unknown_tagged_fields:
                 broker_topic_tags[tkey] = bt.unknown_tagged_fields
             for bp in bt.partition_responses:
@@ -637,9 +646,9 @@ def rewrite_produce_node_endpoints(
     Returns ``frame`` itself when the version has no node endpoints or none of them is mapped. ``scan``:
     the frame's `scan_produce_response`, when the caller has it already.
     """
-    if api_version < 10:
+    if api_version < PRODUCE_RESPONSE_NODE_ENDPOINTS_SINCE:
         return frame
-    if 10 <= api_version <= _MAX_PRODUCE_VERSION and not (
+    if api_version <= PRODUCE_MAX_VERSION and not (
         _has_response_tags(frame, api_version) if scan is None else scan.has_tags
     ):
         return frame  # the common case: no node_endpoints (only leadership errors bring them)
@@ -674,11 +683,15 @@ def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseSca
     is decoded, not even the topic names. Raises ProtocolError when the frame does not read cleanly."""
     answered, failed, end = _walk_response(frame, api_version)
     return ProduceResponseScan(answered, failed,
-                               api_version >= 9 and not (end + 5 == len(frame) and frame[end + 4] == 0))
+                               api_version >= PRODUCE_FLEXIBLE_SINCE and not (end + 5 == len(frame) and frame[end + 4] == 0))
 
 
 #: index, error_code and base_offset, then log_append_time_ms (v2+) and log_start_offset (v5+).
-_PARTITION_FIXED: Final = tuple(14 + (8 if v >= 2 else 0) + (8 if v >= 5 else 0) for v in range(_MAX_PRODUCE_VERSION + 1))
+_LOG_APPEND_TIME_SINCE: Final = PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_APPEND_TIME_MS_SINCE
+_LOG_START_OFFSET_SINCE: Final = PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_SINCE
+#: index int32, error_code int16, base_offset int64 (+ log_append_time_ms, log_start_offset int64), by version.
+_PARTITION_FIXED: Final = tuple(14 + (8 if v >= _LOG_APPEND_TIME_SINCE else 0) + (8 if v >= _LOG_START_OFFSET_SINCE else 0)
+                               for v in range(PRODUCE_MAX_VERSION + 1))
 
 
 def _walk_response(frame: Buffer, version: int) -> tuple[int, list[tuple[str | uuid.UUID, int, int]], int]:
@@ -689,9 +702,9 @@ def _walk_response(frame: Buffer, version: int) -> tuple[int, list[tuple[str | u
     A v9+ partition answered without record errors, message or tags (every acknowledged one) ends in
     three bytes 1, 0, 0: skipped in one step; anything else takes the general path.
     """
-    if not 0 <= version <= _MAX_PRODUCE_VERSION:
-        raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{_MAX_PRODUCE_VERSION})")
-    flexible = version >= 9
+    if not 0 <= version <= PRODUCE_MAX_VERSION:
+        raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{PRODUCE_MAX_VERSION})")
+    flexible = version >= PRODUCE_FLEXIBLE_SINCE
     fixed = _PARTITION_FIXED[version]
     out: list[tuple[str | uuid.UUID, int, int]] = []
     n = len(frame)
@@ -715,7 +728,7 @@ def _walk_response(frame: Buffer, version: int) -> tuple[int, list[tuple[str | u
                     partition, code = _PARTITION_ERROR.unpack_from(frame, pos)
                     out.append((topic, partition, code))
                 pos += fixed
-                if version < 8:
+                if version < PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE:
                     continue
                 if flexible and frame[pos] == 1 and frame[pos + 1] == 0 and frame[pos + 2] == 0:
                     pos += 3  # no record errors, null error message, no tags
@@ -750,9 +763,9 @@ def _has_response_tags(frame: Buffer, version: int) -> bool:
 
 def _skip_topic_at(buf: Buffer, pos: int, version: int) -> int:
     """Past a topic name or id without decoding it."""
-    if version >= 13:
+    if version >= PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE:
         return pos + 16
-    if version >= 9:
+    if version >= PRODUCE_FLEXIBLE_SINCE:
         length, pos = read_uvarint_at(buf, pos)
         length -= 1
     else:
@@ -767,4 +780,4 @@ def _skip_nullable_string_at(buf: Buffer, pos: int, flexible: bool) -> int:
     return pos + length if length > 0 else pos
 
 
-_ERROR_PARTITION_TAILS: Final = {v: _error_partition_tail(v) for v in range(_MAX_PRODUCE_VERSION + 1)}
+_ERROR_PARTITION_TAILS: Final = {v: _error_partition_tail(v) for v in range(PRODUCE_MAX_VERSION + 1)}

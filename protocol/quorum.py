@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from .addresses import rewrite_endpoints
 from .api_keys import ApiKey
 from .errors import UnsupportedVersion
 from .headers import split_response
-from .messages import DescribeQuorumResponse, decode_describe_quorum_response, rewrite_endpoints
+from .kafka_versions import DESCRIBE_QUORUM_RESPONSE_NODES_SINCE
+from .messages import DescribeQuorumResponse, decode_describe_quorum_response
 from .primitives import Buffer, Writer, bytes_view
 from .schema import encode_struct
 
 __all__ = ["rewrite_describe_quorum_endpoints"]
-
-_FIRST_NODES_VERSION = 2
 
 
 def rewrite_describe_quorum_endpoints(
@@ -32,7 +32,7 @@ def rewrite_describe_quorum_endpoints(
     v2 the frame is returned unparsed; when nothing changes, ``frame`` itself is returned. A port
     that does not fit the field's uint16 raises :class:`protocol.errors.InvalidValue`.
     """
-    if api_version < _FIRST_NODES_VERSION:
+    if api_version < DESCRIBE_QUORUM_RESPONSE_NODES_SINCE:
         return frame
     if api_version > DescribeQuorumResponse.VALID_VERSIONS[1]:
         raise UnsupportedVersion(f"DescribeQuorum v{api_version} is not supported (known: up to v2)")

@@ -14,9 +14,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 
+from .addresses import rewrite_endpoints
 from .api_keys import ApiKey
 from .errors import MalformedFrame, ProtocolError, UnsupportedVersion
-from .messages import SHARE_VERSIONS, NodeEndpoint, rewrite_endpoints
+from .kafka_messages import NodeEndpoint
+from .messages import SHARE_VERSIONS
 from .primitives import Buffer, Reader, Writer, bytes_view
 from .schema import decode_struct, encode_struct
 

@@ -112,7 +112,7 @@ def random_value(t: KType, version: int, flexible: bool, nullable: bool, rng: ra
     if isinstance(t, Prim):
         if t in INT_RANGES:
             lo, hi = INT_RANGES[t]
-            return rng.choice([0, -1, 1, lo, hi, rng.randint(lo, hi)])
+            return rng.choice([v for v in (0, -1, 1, lo, hi, rng.randint(lo, hi)) if lo <= v <= hi])
         if t is BOOL:
             return rng.random() < 0.5
         if t is FLOAT64:

@@ -13,6 +13,7 @@ from insync_proxy.protocol.api_keys import ApiKey
 from insync_proxy.protocol.endpoints import (
     ENDPOINT_REWRITERS,
     rewrite_describe_cluster_endpoints,
+    rewrite_endpoints,
     rewrite_find_coordinator_endpoints,
 )
 from insync_proxy.protocol.headers import encode_response_with_header, split_response
@@ -26,7 +27,6 @@ from insync_proxy.protocol.messages import (
     NodeEndpoint,
     decode_response,
     encode_response,
-    rewrite_endpoints,
 )
 from insync_proxy.protocol.schema import Message
 

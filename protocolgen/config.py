@@ -1,0 +1,99 @@
+"""What the generator makes, and the few facts the specs do not say: the hand-kept input of protocolgen.
+
+Everything else comes from Kafka's JSON specs (protocolgen/specs/). A Kafka bump is: take the new specs
+(``scripts/generate-protocol --specs kafka-clients-X.jar``), raise the caps below, run the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: The APIs protocol/ decodes, encodes or rewrites, and the versions it supports (the caps). A cap may
+#: reach below the spec's oldest version (Kafka 4.0 removed Produce v0-v2; 3.9 brokers still speak them):
+#: the specs keep the fields of removed versions ("0+"), except where FIELDS_OF_REMOVED_VERSIONS says.
+DECODED_APIS: Final[dict[str, tuple[int, int]]] = {
+    "Produce": (0, 13),
+    "Metadata": (0, 13),
+    "FindCoordinator": (0, 6),
+    "ApiVersions": (0, 4),
+    "DescribeConfigs": (0, 4),
+    "DescribeCluster": (0, 2),
+    "CreateTopics": (0, 7),
+    "SaslHandshake": (0, 1),
+    "SaslAuthenticate": (0, 2),
+    "DescribeQuorum": (0, 2),
+    "ShareFetch": (1, 2),
+    "ShareAcknowledge": (1, 2),
+}
+
+#: The APIs whose version facts the fast walkers read (protocol/kafka_versions.py), beyond DECODED_APIS:
+#: Fetch's walk reads only its top-level tagged node_endpoints (protocol/fetch.py).
+WALKED_ONLY_APIS: Final[dict[str, tuple[int, int]]] = {
+    "Fetch": (12, 18),
+}
+
+#: Kafka's struct names that collide across specs (or read badly alone), per message: the Python name.
+STRUCT_NAMES: Final[dict[tuple[str, str], str]] = {
+    ("DescribeQuorumRequest", "TopicData"): "DescribeQuorumRequestTopic",
+    ("DescribeQuorumRequest", "PartitionData"): "DescribeQuorumRequestPartition",
+    ("DescribeQuorumResponse", "TopicData"): "DescribeQuorumTopicData",
+    ("DescribeQuorumResponse", "PartitionData"): "DescribeQuorumPartitionData",
+    ("DescribeQuorumResponse", "ReplicaState"): "DescribeQuorumReplicaState",
+    ("DescribeQuorumResponse", "Node"): "DescribeQuorumNode",
+    ("DescribeQuorumResponse", "Listener"): "DescribeQuorumListener",
+    ("ShareFetchRequest", "FetchTopic"): "ShareFetchTopic",
+    ("ShareFetchRequest", "FetchPartition"): "ShareFetchPartition",
+    ("ShareFetchRequest", "AcknowledgementBatch"): "ShareFetchAcknowledgementBatch",
+    ("ShareFetchRequest", "ForgottenTopic"): "ShareFetchForgottenTopic",
+    ("ShareFetchResponse", "ShareFetchableTopicResponse"): "ShareFetchTopicResponse",
+    ("ShareFetchResponse", "PartitionData"): "ShareFetchPartitionData",
+    ("ShareFetchResponse", "AcquiredRecords"): "ShareAcquiredRecords",
+    ("ShareAcknowledgeRequest", "AcknowledgeTopic"): "ShareAcknowledgeTopic",
+    ("ShareAcknowledgeRequest", "AcknowledgePartition"): "ShareAcknowledgePartition",
+    ("ShareAcknowledgeRequest", "AcknowledgementBatch"): "ShareAcknowledgeAcknowledgementBatch",
+    ("ShareAcknowledgeResponse", "PartitionData"): "ShareAcknowledgePartitionData",
+}
+
+#: Fields Kafka dropped from a spec together with the versions they lived in, which the caps still
+#: decode: (message, struct) -> [(insert after this field, the field as it stood in the older spec)].
+FIELDS_OF_REMOVED_VERSIONS: Final[dict[tuple[str, str], list[tuple[str, dict[str, object]]]]] = {
+    # Kafka 4.0 removed DescribeConfigs v0 and with it IsDefault (Kafka 3.9.2's spec).
+    ("DescribeConfigsResponse", "DescribeConfigsResourceResult"): [
+        ("ReadOnly", {"name": "IsDefault", "type": "bool", "versions": "0",
+                      "about": "True if the configuration is not set."}),
+    ],
+}
+
+#: The project's own fields, not Kafka's: (message, struct) -> fields appended to the struct.
+PROJECT_FIELDS: Final[dict[tuple[str, str], list[dict[str, object]]]] = {
+    # min.insync.replicas per topic (KIP-637, never shipped upstream) as a tagged field: clients that
+    # do not know tag 637 skip it (docs/protocol.md).
+    ("MetadataResponse", "MetadataResponseTopic"): [
+        {"name": "MinInsyncReplicas", "type": "int16", "versions": "9+", "taggedVersions": "9+", "tag": 637,
+         "default": "-1", "about": "This project's extension: the topic's min.insync.replicas, -1 = absent."},
+    ],
+}
+
+#: Defaults the codec keeps where Kafka's spec has none (the value a message built without the field gets,
+#: and what a version without the field decodes to): (message, struct, field) -> default. Besides these, a
+#: string nullable in every version it exists in defaults to None (generate.py: _default), not "".
+DEFAULTS: Final[dict[tuple[str, str, str], str]] = {
+    ("ProduceRequest", "ProduceRequest", "Acks"): "-1",
+    ("ProduceResponse", "PartitionProduceResponse", "BaseOffset"): "-1",
+    ("CreateTopicsRequest", "CreatableTopic", "NumPartitions"): "-1",
+    ("CreateTopicsRequest", "CreatableTopic", "ReplicationFactor"): "-1",
+    ("DescribeConfigsRequest", "DescribeConfigsResource", "ConfigurationKeys"): "null",
+    ("DescribeQuorumResponse", "PartitionData", "LeaderId"): "-1",
+    # one LeaderIdAndEpoch class for Produce and the share answers: Produce's defaults
+    ("ShareFetchResponse", "LeaderIdAndEpoch", "LeaderId"): "-1",
+    ("ShareFetchResponse", "LeaderIdAndEpoch", "LeaderEpoch"): "-1",
+    ("ShareAcknowledgeResponse", "LeaderIdAndEpoch", "LeaderId"): "-1",
+    ("ShareAcknowledgeResponse", "LeaderIdAndEpoch", "LeaderEpoch"): "-1",
+}
+
+#: Keys whose specs Kafka 4.0 removed (validVersions "none"): their last flexible version (Kafka 3.9's
+#: specs), so a proxy can still peek the headers of a 3.x cluster's inter-broker requests.
+REMOVED_API_FIRST_FLEXIBLE: Final[dict[int, int]] = {4: 4, 5: 2, 6: 6, 7: 3}
+
+#: The spec files the generator reads besides the decoded APIs' requests and responses.
+HEADER_SPECS: Final = ("RequestHeader", "ResponseHeader")
