@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.compiled import compiled_modules, describe
-from insync_proxy.proxy.config import DOCS, ENV_PREFIX, ConfigError, ProxyConfig
-from insync_proxy.proxy.config_files import check_files
-from insync_proxy.proxy.config_loader import explain_empty_secrets, load_config
-from insync_proxy.proxy.config_places import check_places
-from insync_proxy.proxy.config_reference import effective_toml
-from insync_proxy.proxy.config_schema import Entry, default_text, schema
+from insync_proxy.proxy.config.files import check_files
+from insync_proxy.proxy.config.loader import explain_empty_secrets, load_config
+from insync_proxy.proxy.config.places import check_places
+from insync_proxy.proxy.config.reference import effective_toml
+from insync_proxy.proxy.config.schema import Entry, default_text, schema
+from insync_proxy.proxy.config.settings import DOCS, ENV_PREFIX, ConfigError, ProxyConfig
 from insync_proxy.proxy.logsetup import JsonLogFormatter, setup_logging
 
 if TYPE_CHECKING:  # the pipeline is loaded by `report` and `stream` only, never by `run`
@@ -295,7 +295,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     (log.warning if any(m.stale for m in build) else log.info)("data path: %s", describe(build))
     import asyncio
 
-    from insync_proxy.proxy.tls import TlsReloadError
+    from insync_proxy.proxy.config.tls import TlsReloadError
 
     try:
         asyncio.run(serve(config, load=_reload_source(args), config_file=getattr(args, "config", None)))

@@ -51,9 +51,9 @@ from insync_proxy.protocol.headers import decode_response_header
 from insync_proxy.protocol.messages import DescribeConfigsResource, MetadataRequestTopic
 from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
+from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, closed_during_handshake
 from insync_proxy.proxy.logs import RateLimitedLog
 from insync_proxy.proxy.sasl import SaslError, authenticate
-from insync_proxy.proxy.tls import PLAINTEXT_LISTENER_HINT, closed_during_handshake
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.metrics import ProxyMetrics

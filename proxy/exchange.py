@@ -16,7 +16,7 @@ from typing import ClassVar, Final, Protocol, TypeVar
 from mypy_extensions import mypyc_attr
 
 from insync_proxy.protocol import ApiKey
-from insync_proxy.proxy.broker_ports import NO_PORT, BrokerPorts
+from insync_proxy.proxy.config.broker_ports import NO_PORT, BrokerPorts
 
 Frame = bytes | bytearray | memoryview
 ResponseResult = Frame | Awaitable[Frame]

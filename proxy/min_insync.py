@@ -55,15 +55,15 @@ CONFIG_KEY: Final = "min.insync.replicas"
 MAX_TOPICS_PER_REQUEST: Final = 500
 #: The first back-off after a failed DescribeConfigs of a topic (doubled per failure, up to the TTL).
 FIRST_BACKOFF_SECONDS: Final = 1.0
-#: The default of `max_topics_in_use` (proxy/config.py says why this number).
+#: The default of `max_topics_in_use` (proxy/config/settings.py says why this number).
 DEFAULT_MAX_TOPICS_IN_USE: Final = 1000
 #: The rate-limit cause of the "not followed" line, named after the setting that lifts it.
 NOT_FOLLOWED_CAUSE: Final = "max_topics_in_use"
-#: The default of `min_insync_max_stale_seconds` (proxy/config.py says why this number).
+#: The default of `min_insync_max_stale_seconds` (proxy/config/settings.py says why this number).
 DEFAULT_MAX_STALE_SECONDS: Final = 3600.0
-#: The default of `min_insync_max_entries` (proxy/config.py says why this number).
+#: The default of `min_insync_max_entries` (proxy/config/settings.py says why this number).
 DEFAULT_MAX_ENTRIES: Final = 50_000
-#: The default of `min_insync_miss_wait_ms`, in seconds (proxy/config.py says why this number).
+#: The default of `min_insync_miss_wait_ms`, in seconds (proxy/config/settings.py says why this number).
 DEFAULT_MISS_WAIT_SECONDS: Final = 1.0
 #: The rate-limit cause of the "answered without waiting longer" line, named after the setting it hit.
 MISS_WAIT_CAUSE: Final = "min_insync_miss_wait_ms"

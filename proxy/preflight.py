@@ -28,11 +28,11 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.messages import DescribeConfigsResource
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient, ConnectionClosed, KafkaClientError
-from insync_proxy.proxy.config import ProxyConfig, SaslConfig
+from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
+from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, client_ssl_context, closed_during_handshake
 from insync_proxy.proxy.control import DESCRIBE_CONFIGS_VERSION, HTTP_ANSWER, METADATA_VERSION, TOPIC_RESOURCE
 from insync_proxy.proxy.min_insync import CONFIG_KEY
 from insync_proxy.proxy.sasl import SaslError, authenticate
-from insync_proxy.proxy.tls import PLAINTEXT_LISTENER_HINT, client_ssl_context, closed_during_handshake
 
 __all__ = ["check_connection", "sasl_login"]
 

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
-from insync_proxy.proxy.config import ConfigError, ProxyConfig, SaslConfig
-from insync_proxy.proxy.config_schema import (
+from insync_proxy.proxy.config.schema import (
     array_item,
     dataclass_type,
     hints,
@@ -33,9 +32,10 @@ from insync_proxy.proxy.config_schema import (
     setting_meta,
     toml_name,
 )
+from insync_proxy.proxy.config.settings import ConfigError, ProxyConfig, SaslConfig
+from insync_proxy.proxy.config.tls import TlsMaterial
 from insync_proxy.proxy.control import ControlConnection
 from insync_proxy.proxy.logsetup import apply_logging
-from insync_proxy.proxy.tls import TlsMaterial
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.audit import AuditLog

@@ -25,7 +25,8 @@ from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.budget import MemoryBudget
 from insync_proxy.proxy.capture import FrameCapture
 from insync_proxy.proxy.cluster_view import ClusterView
-from insync_proxy.proxy.config import ProxyConfig
+from insync_proxy.proxy.config.settings import ProxyConfig
+from insync_proxy.proxy.config.tls import TlsMaterial
 from insync_proxy.proxy.connection import ClientConnection, ConnectionSettings
 from insync_proxy.proxy.context import BehaviourContext, call_soon_on_the_loop
 from insync_proxy.proxy.control import ControlConnection, ControlError
@@ -37,7 +38,6 @@ from insync_proxy.proxy.min_insync import MinInsyncCache, TopicDemand
 from insync_proxy.proxy.observer import ExchangeObserver
 from insync_proxy.proxy.readiness import PartitionReadiness
 from insync_proxy.proxy.reload import Reloads
-from insync_proxy.proxy.tls import TlsMaterial
 
 log = logging.getLogger("insync_proxy")
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Producer
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster, free_port
-from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.connection import ClientConnection
 from insync_proxy.proxy.server import InsyncProxy
 from tests.helpers import wait_until

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from insync_proxy.audit.events import envelope
-from insync_proxy.proxy.config import AuditConfig
+from insync_proxy.proxy.config.settings import AuditConfig
 from insync_proxy.proxy.logs import RateLimitedLog
 from insync_proxy.proxy.metrics import ProxyMetrics
 

@@ -39,7 +39,7 @@ from insync_proxy.proxy.behaviours.produce_exchange import (
     produce_exchange,
 )
 from insync_proxy.proxy.cluster_view import Readiness
-from insync_proxy.proxy.config import AcksPolicyConfig
+from insync_proxy.proxy.config.settings import AcksPolicyConfig
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
 

@@ -10,8 +10,8 @@ import tomllib
 import pytest
 
 from insync_proxy.cli import build_parser, config_from_args
-from insync_proxy.proxy.config import ENV_PREFIX, ConfigError
-from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config.loader import load_config
+from insync_proxy.proxy.config.settings import ENV_PREFIX, ConfigError
 from tests.deploy.tools import REPO, find_tool
 
 DOCKERFILE = REPO / "Dockerfile"

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from kafka.errors import KafkaConnectionError
 
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
-from insync_proxy.proxy.broker_ports import NO_PORT
+from insync_proxy.proxy.config.broker_ports import NO_PORT
 from tests.helpers import consume_values, wait_until
 from tests.proxy_harness import ProxyProcess
 

@@ -37,8 +37,8 @@ from insync_proxy.devcluster.distribution import selected_version
 from insync_proxy.protocol import MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient
-from insync_proxy.proxy.config import ProxyConfig, SaslConfig
-from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config.loader import load_config
+from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
 from insync_proxy.proxy.preflight import check_connection, sasl_login
 from tests.helpers import consume_values, wait_until
 from tests.java_client import JavaClient

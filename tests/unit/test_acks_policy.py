@@ -29,7 +29,7 @@ from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.cluster_view import ClusterView
-from insync_proxy.proxy.config import AcksPolicyConfig
+from insync_proxy.proxy.config.settings import AcksPolicyConfig
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.core import ConnectionCore
 from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from insync_proxy.proxy.audit import AuditLog
-from insync_proxy.proxy.config import AuditConfig
+from insync_proxy.proxy.config.settings import AuditConfig
 from insync_proxy.proxy.metrics import ProxyMetrics
 from tests.helpers import wait_until
 

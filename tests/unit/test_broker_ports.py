@@ -1,6 +1,6 @@
 """Node ids to broker ports: node_id_ranges, the start-up checks, and a broker no range covers.
 
-The mapping (proxy/broker_ports.py) is the one object listeners and every address rewrite use; the last
+The mapping (proxy/config/broker_ports.py) is the one object listeners and every address rewrite use; the last
 tests run the real proxy in front of a scripted broker that names node ids 1001, 65001 and 2**31-1.
 """
 
@@ -39,7 +39,7 @@ from insync_proxy.protocol import (
     split_response,
 )
 from insync_proxy.protocol.messages import ApiVersion, MetadataResponseBroker
-from insync_proxy.proxy.broker_ports import (
+from insync_proxy.proxy.config.broker_ports import (
     MAX_NODE_ID,
     NO_PORT,
     BrokerPorts,
@@ -48,9 +48,9 @@ from insync_proxy.proxy.broker_ports import (
     check_listener_ports,
     parse_node_id_ranges,
 )
-from insync_proxy.proxy.config import AuditConfig, ConfigError, ListenerConfig, ProxyConfig
-from insync_proxy.proxy.config_loader import load_config
-from insync_proxy.proxy.config_schema import validate
+from insync_proxy.proxy.config.loader import load_config
+from insync_proxy.proxy.config.schema import validate
+from insync_proxy.proxy.config.settings import AuditConfig, ConfigError, ListenerConfig, ProxyConfig
 from insync_proxy.proxy.exchange import ListenerAddresses
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base

@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 
 from insync_proxy.cli import JsonLogFormatter, build_parser, config_from_args, main
-from insync_proxy.proxy import config_schema
 from insync_proxy.proxy.behaviours.acks import policy_for
-from insync_proxy.proxy.config import (
+from insync_proxy.proxy.config import schema as config_schema
+from insync_proxy.proxy.config.loader import load_config
+from insync_proxy.proxy.config.reference import effective_toml, reference_markdown, reference_path
+from insync_proxy.proxy.config.schema import schema, validate
+from insync_proxy.proxy.config.settings import (
     OTHER_ENV_VARS,
     ConfigError,
     ListenerConfig,
@@ -28,10 +31,7 @@ from insync_proxy.proxy.config import (
     SaslConfig,
     setting,
 )
-from insync_proxy.proxy.config_loader import load_config
-from insync_proxy.proxy.config_reference import effective_toml, reference_markdown, reference_path
-from insync_proxy.proxy.config_schema import schema, validate
-from insync_proxy.proxy.tls import client_ssl_context
+from insync_proxy.proxy.config.tls import client_ssl_context
 from tests.pki import Ca
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,10 +247,10 @@ def test_every_dataclass_field_is_a_setting_with_a_flag_and_a_variable_by_the_ge
 
 
 def test_the_configuration_reference_is_up_to_date() -> None:
-    # docs/configuration.md is generated: python -m insync_proxy.proxy.config_reference --write
+    # docs/configuration.md is generated: python -m insync_proxy.proxy.config.reference --write
     assert reference_path() == ROOT / "docs" / "configuration.md"
     assert reference_path().read_text() == reference_markdown(), \
-        "docs/configuration.md is stale: run `python -m insync_proxy.proxy.config_reference --write`"
+        "docs/configuration.md is stale: run `python -m insync_proxy.proxy.config.reference --write`"
 
 
 def test_the_reference_lists_every_setting_variable_and_flag() -> None:

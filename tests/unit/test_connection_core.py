@@ -11,7 +11,7 @@ from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
 from insync_proxy.protocol.fetch import find_fetch_node_endpoints
 from insync_proxy.protocol.messages import NodeEndpoint
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
-from insync_proxy.proxy.broker_ports import BrokerPorts
+from insync_proxy.proxy.config.broker_ports import BrokerPorts
 from insync_proxy.proxy.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.exchange import (
     BehaviourBase,

@@ -35,7 +35,7 @@ from insync_proxy.protocol.messages import (
     MetadataResponseTopic,
 )
 from insync_proxy.proxy.budget import MIN_READ_BYTES, MemoryBudget
-from insync_proxy.proxy.config import AuditConfig, ListenerConfig, ProxyConfig
+from insync_proxy.proxy.config.settings import AuditConfig, ListenerConfig, ProxyConfig
 from insync_proxy.proxy.connection import ReadBuffer
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base

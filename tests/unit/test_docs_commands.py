@@ -60,7 +60,7 @@ def test_the_docs_show_commands_and_the_scan_sees_them() -> None:
     commands = [command for _, command in documented_commands()]
     # the scan would pass vacuously if it saw nothing: these two are on docs/ pages this change wrote
     assert ("insync_proxy.proxy.metrics_reference",) in commands
-    assert ("insync_proxy.proxy.config_reference",) in commands
+    assert ("insync_proxy.proxy.config.reference",) in commands
     assert "insync_proxy.proxy.core" in _compiled_modules()
 
 

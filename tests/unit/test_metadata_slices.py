@@ -26,8 +26,8 @@ from insync_proxy.protocol.messages import (
 )
 from insync_proxy.protocol.metadata_splice import splice_metadata_response
 from insync_proxy.proxy.behaviours.metadata import SLICE_TOPICS, MetadataEnricher
-from insync_proxy.proxy.broker_ports import BrokerPorts
 from insync_proxy.proxy.cluster_view import ClusterView
+from insync_proxy.proxy.config.broker_ports import BrokerPorts
 from insync_proxy.proxy.context import BehaviourContext, next_turn
 from insync_proxy.proxy.core import ConnectionCore
 from insync_proxy.proxy.exchange import BehaviourRegistry, Frame, ListenerAddresses, ListenerSettings

@@ -98,7 +98,7 @@ def test_a_lowered_bound_lets_the_least_recently_named_topics_go_at_once() -> No
 
 
 def test_the_default_bound_is_the_settings_default() -> None:
-    from insync_proxy.proxy.config import ProxyConfig
+    from insync_proxy.proxy.config.settings import ProxyConfig
 
     assert TopicDemand().max_topics == DEFAULT_MAX_TOPICS_IN_USE == ProxyConfig(
         bootstrap_servers=("k:9092",)).max_topics_in_use

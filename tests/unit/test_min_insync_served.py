@@ -29,7 +29,7 @@ from insync_proxy.protocol import (
     encode_response_with_header,
 )
 from insync_proxy.protocol.messages import MetadataResponseBroker, MetadataResponseTopic
-from insync_proxy.proxy.config import ProxyConfig
+from insync_proxy.proxy.config.settings import ProxyConfig
 from insync_proxy.proxy.exchange import Exchange, Frame
 from insync_proxy.proxy.min_insync import (
     DEFAULT_MAX_ENTRIES,

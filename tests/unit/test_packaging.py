@@ -74,7 +74,7 @@ def test_the_installed_wheel_imports_from_anywhere(wheel: Path, tmp_path: Path) 
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target),
                     str(wheel)], check=True)
-    code = ("import json, insync_proxy.proxy.config as c, insync_proxy.audit.events as e, insync_proxy.protocol as p; "
+    code = ("import json, insync_proxy.proxy.config.settings as c, insync_proxy.audit.events as e, insync_proxy.protocol as p; "
             "print(json.dumps([c.__file__, e.__file__, p.__file__, e.SCHEMA_FILES[2].is_file()]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)},
                          capture_output=True, text=True, check=True)

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from insync_proxy.proxy.config import ProxyConfig, SaslConfig, UpstreamTlsConfig
-from insync_proxy.proxy.config_schema import validate
+from insync_proxy.proxy.config.schema import validate
+from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig, UpstreamTlsConfig
 from insync_proxy.proxy.preflight import check_connection
 from tests.unit.test_control_login import PlainBroker
 

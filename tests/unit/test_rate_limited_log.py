@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
-from insync_proxy.proxy.config_loader import load_config
+from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.connection import ClientConnection, ConnectionSettings
 from insync_proxy.proxy.core import NoObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry

@@ -11,10 +11,16 @@ from typing import Any
 import pytest
 
 from insync_proxy.devcluster.cluster import free_port
-from insync_proxy.proxy.config import AuditConfig, ListenerConfig, ProxyConfig, SaslConfig, UpstreamTlsConfig
+from insync_proxy.proxy.config.settings import (
+    AuditConfig,
+    ListenerConfig,
+    ProxyConfig,
+    SaslConfig,
+    UpstreamTlsConfig,
+)
+from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT
 from insync_proxy.proxy.control import HTTP_ANSWER
 from insync_proxy.proxy.server import InsyncProxy
-from insync_proxy.proxy.tls import PLAINTEXT_LISTENER_HINT
 from tests.proxy_harness import free_port_base
 from tests.unit.test_connection_pipeline import FakeBroker
 from tests.unit.test_control_login import PlainBroker

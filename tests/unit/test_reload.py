@@ -23,7 +23,10 @@ import pytest
 from insync_proxy.devcluster.cluster import _die_with_parent
 from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
-from insync_proxy.proxy.config import (
+from insync_proxy.proxy.config.loader import load_config
+from insync_proxy.proxy.config.reference import reference_markdown
+from insync_proxy.proxy.config.schema import schema
+from insync_proxy.proxy.config.settings import (
     AcksPolicyConfig,
     AuditConfig,
     ConfigError,
@@ -33,14 +36,11 @@ from insync_proxy.proxy.config import (
     TlsConfig,
     UpstreamTlsConfig,
 )
-from insync_proxy.proxy.config_loader import load_config
-from insync_proxy.proxy.config_reference import reference_markdown
-from insync_proxy.proxy.config_schema import schema
+from insync_proxy.proxy.config.tls import TlsMaterial, TlsReloadError
 from insync_proxy.proxy.logs import summary_interval
 from insync_proxy.proxy.logsetup import log_format_in_use, setup_logging
 from insync_proxy.proxy.reload import merge
 from insync_proxy.proxy.server import InsyncProxy
-from insync_proxy.proxy.tls import TlsMaterial, TlsReloadError
 from tests.helpers import wait_until
 from tests.pki import Ca, Issued, replace_file
 

@@ -25,7 +25,7 @@ from insync_proxy.protocol.schema import decode_struct, encode_struct
 from insync_proxy.protocol.share import find_share_node_endpoints
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
-from insync_proxy.proxy.broker_ports import BrokerPorts
+from insync_proxy.proxy.config.broker_ports import BrokerPorts
 from insync_proxy.proxy.exchange import Exchange, ListenerAddresses, ListenerSettings
 
 LISTENER = ListenerSettings(

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from insync_proxy.proxy.config import TlsConfig, UpstreamTlsConfig
+from insync_proxy.proxy.config.settings import TlsConfig, UpstreamTlsConfig
 
 log = logging.getLogger("insync_proxy")
 

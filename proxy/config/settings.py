@@ -5,7 +5,7 @@ default, bounds, choices, secrecy, whether it reloads without a restart and its 
 field's metadata. From that one definition come the TOML keys, the environment variable names
 (INSYNC_PROXY_ + [table_] + field), the flags of `insync-proxy run`, the validation of every source
 (config_schema.py), the loading (config_loader.py) and docs/configuration.md (config_reference.py:
-`python -m insync_proxy.proxy.config_reference --write`). A new field declared with `setting(...)` is all a
+`python -m insync_proxy.proxy.config.reference --write`). A new field declared with `setting(...)` is all a
 new setting needs. Priority, lowest first: defaults, the TOML file, the environment, the flags.
 """
 
@@ -16,8 +16,8 @@ import socket
 from dataclasses import MISSING, dataclass, field
 from typing import Any
 
-from insync_proxy.proxy.broker_ports import DEFAULT_NODE_ID_RANGES
 from insync_proxy.proxy.budget import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_PER_CONNECTION_BYTES
+from insync_proxy.proxy.config.broker_ports import DEFAULT_NODE_ID_RANGES
 from insync_proxy.proxy.logs import SUMMARY_INTERVAL_SECONDS
 
 ENV_PREFIX = "INSYNC_PROXY_"

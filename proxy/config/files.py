@@ -22,8 +22,8 @@ import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from insync_proxy.proxy.config import ENV_PREFIX, ConfigError, ProxyConfig, TlsConfig
-from insync_proxy.proxy.tls import client_ssl_context, server_ssl_context
+from insync_proxy.proxy.config.settings import ENV_PREFIX, ConfigError, ProxyConfig, TlsConfig
+from insync_proxy.proxy.config.tls import client_ssl_context, server_ssl_context
 
 #: A certificate that expires within this many days is a warning (time to renew before it is an outage).
 EXPIRY_WARNING_DAYS = 7

@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from insync_proxy.proxy.broker_ports import BrokerPortsError, ListenerPorts, check_listener_ports
-from insync_proxy.proxy.config import (
+from insync_proxy.proxy.config.broker_ports import BrokerPortsError, ListenerPorts, check_listener_ports
+from insync_proxy.proxy.config.settings import (
     ENV_PREFIX,
     SASL_MECHANISMS,
     ConfigError,

@@ -17,7 +17,7 @@ import os
 import socket
 from pathlib import Path
 
-from insync_proxy.proxy.config import ConfigError, ProxyConfig
+from insync_proxy.proxy.config.settings import ConfigError, ProxyConfig
 
 #: Ports below this need root or CAP_NET_BIND_SERVICE (Linux's default net.ipv4.ip_unprivileged_port_start).
 PRIVILEGED_PORTS_BELOW = 1024

@@ -1,6 +1,6 @@
 """Configuration, the reference: docs/configuration.md and `check-config`'s TOML, made from the schema.
 
-`python -m insync_proxy.proxy.config_reference` prints the reference; `--write` writes docs/configuration.md.
+`python -m insync_proxy.proxy.config.reference` prints the reference; `--write` writes docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from insync_proxy.proxy.config import DOCS, OTHER_ENV_VARS, Meta, ProxyConfig
-from insync_proxy.proxy.config_schema import (
+from insync_proxy.proxy.config.schema import (
     Entry,
     allowed,
     array_item,
@@ -28,6 +27,7 @@ from insync_proxy.proxy.config_schema import (
     toml_value,
     type_name,
 )
+from insync_proxy.proxy.config.settings import DOCS, OTHER_ENV_VARS, Meta, ProxyConfig
 
 
 def effective_toml(config: ProxyConfig) -> str:
@@ -75,7 +75,7 @@ def reference_markdown() -> str:
     out = [
         "# Configuration reference",
         "",
-        "<!-- Generated from proxy/config.py (the settings) by `python -m insync_proxy.proxy.config_reference --write`; do not edit. -->",
+        "<!-- Generated from proxy/config/settings.py (the settings) by `python -m insync_proxy.proxy.config.reference --write`; do not edit. -->",
         "",
         "Settings come from, in rising priority: defaults, the TOML file (`insync-proxy run --config FILE`),",
         "`INSYNC_PROXY_*` environment variables, then flags. Every value is checked at start: a wrong type, a",
@@ -163,12 +163,12 @@ def _holder_meta(table: str) -> Meta | None:
 
 def reference_path() -> Path:
     """docs/configuration.md of the source tree this module is in."""
-    return Path(__file__).resolve().parents[1] / DOCS
+    return Path(__file__).resolve().parents[2] / DOCS
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m insync_proxy.proxy.config_reference [--write]`: print docs/configuration.md, or write it."""
-    parser = argparse.ArgumentParser(prog="python -m insync_proxy.proxy.config_reference", allow_abbrev=False,
+    """`python -m insync_proxy.proxy.config.reference [--write]`: print docs/configuration.md, or write it."""
+    parser = argparse.ArgumentParser(prog="python -m insync_proxy.proxy.config.reference", allow_abbrev=False,
                                      description=f"Print the configuration reference made from the settings; "
                                                  f"--write writes it to {DOCS}.")
     parser.add_argument("--write", action="store_true", help=f"write {DOCS}")

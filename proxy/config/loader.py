@@ -15,8 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from insync_proxy.proxy.config import DOCS, ENV_PREFIX, OTHER_ENV_VARS, ConfigError, Meta, ProxyConfig
-from insync_proxy.proxy.config_schema import (
+from insync_proxy.proxy.config.schema import (
     Entry,
     allowed,
     array_item,
@@ -35,6 +34,14 @@ from insync_proxy.proxy.config_schema import (
     toml_name,
     toml_value,
     validate,
+)
+from insync_proxy.proxy.config.settings import (
+    DOCS,
+    ENV_PREFIX,
+    OTHER_ENV_VARS,
+    ConfigError,
+    Meta,
+    ProxyConfig,
 )
 
 
