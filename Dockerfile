@@ -74,7 +74,7 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     sha256sum --check --quiet /usr/local/share/insync-proxy/wheels.sha256 \
     && pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl \
     && python -c "import uvloop, prometheus_client, insync_proxy.proxy as p; print('insync-proxy', p.__version__)" \
-    && python -m insync_proxy.proxy.compiled
+    && python -m insync_proxy.proxy.observability.compiled
 
 # Default configuration: binds 0.0.0.0, advertises 127.0.0.1 (sidecar), audit under /var/lib.
 # Mount your own at /etc/insync-proxy/config.toml (Kubernetes: a ConfigMap), or override with

@@ -44,7 +44,7 @@ COMPILED_MODULES = [
     "proxy/exchange.py",
     "proxy/core.py",
     "proxy/observer.py",
-    "proxy/metrics.py",
+    "proxy/observability/metrics.py",
     "proxy/connection.py",
     "proxy/cluster_view.py",
     "proxy/min_insync.py",

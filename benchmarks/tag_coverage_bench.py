@@ -56,8 +56,8 @@ from insync_proxy.proxy.config.broker_ports import BrokerPorts  # noqa: E402
 from insync_proxy.proxy.config.settings import ProxyConfig  # noqa: E402
 from insync_proxy.proxy.context import BehaviourContext  # noqa: E402
 from insync_proxy.proxy.exchange import Exchange, Frame, ListenerAddresses, ListenerSettings  # noqa: E402
-from insync_proxy.proxy.metrics import ProxyMetrics  # noqa: E402
 from insync_proxy.proxy.min_insync import MinInsyncCache, TopicDemand  # noqa: E402
+from insync_proxy.proxy.observability.metrics import ProxyMetrics  # noqa: E402
 
 LISTENER = ListenerSettings(
     name="default", label="bootstrap", metadata_schema="tagged", hide_unready_partitions=False,

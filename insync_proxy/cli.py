@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from insync_proxy.proxy import __version__
-from insync_proxy.proxy.compiled import compiled_modules, describe
 from insync_proxy.proxy.config.files import check_files
 from insync_proxy.proxy.config.loader import explain_empty_secrets, load_config
 from insync_proxy.proxy.config.places import check_places
 from insync_proxy.proxy.config.reference import effective_toml
 from insync_proxy.proxy.config.schema import Entry, default_text, schema
 from insync_proxy.proxy.config.settings import DOCS, ENV_PREFIX, ConfigError, ProxyConfig
-from insync_proxy.proxy.logsetup import JsonLogFormatter, setup_logging
+from insync_proxy.proxy.observability.compiled import compiled_modules, describe
+from insync_proxy.proxy.observability.logsetup import JsonLogFormatter, setup_logging
 
 if TYPE_CHECKING:  # the pipeline is loaded by `report` and `stream` only, never by `run`
     from insync_proxy.pipeline.report import ReportOptions
@@ -227,7 +227,7 @@ async def serve(config: ProxyConfig, ready_message: str | None = None,
     """
     import asyncio
 
-    from insync_proxy.proxy.logs import flush_all
+    from insync_proxy.proxy.observability.logs import flush_all
     from insync_proxy.proxy.server import InsyncProxy
 
     proxy = InsyncProxy(config, load=load, config_file=config_file)

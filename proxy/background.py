@@ -3,7 +3,7 @@
 A failed background task is one `insync_proxy_background_task_failures_total{task}` increment and one
 WARNING line with what it was doing and why it failed, never an unretrieved-exception traceback. Clients
 can make a task fail again and again (a Metadata request per cache miss while the brokers are away), so
-a task's repeats within the summary interval are one summary line (proxy/logs.py).
+a task's repeats within the summary interval are one summary line (proxy/observability/logs.py).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from insync_proxy.proxy.logs import RateLimitedLog
+from insync_proxy.proxy.observability.logs import RateLimitedLog
 
 if TYPE_CHECKING:
-    from insync_proxy.proxy.metrics import ProxyMetrics
+    from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.background")
 _repeated = RateLimitedLog(log)

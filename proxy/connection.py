@@ -20,14 +20,14 @@ from typing import Any, Final
 from insync_proxy.proxy.budget import BudgetAccount, MemoryBudget
 from insync_proxy.proxy.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry, Exchange, Frame, ListenerSettings
-from insync_proxy.proxy.logs import (
+from insync_proxy.proxy.observability.logs import (
     BAD_FRAME,
     BROKER_CLOSED,
     OVERSIZED_FRAME,
     RateLimitedLog,
     report_bad_input,
 )
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 log: Final = logging.getLogger("insync_proxy.connection")
 #: Every connection can say these lines again (the cluster in trouble, a bug hit by a client): rate-limited.

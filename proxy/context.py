@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from insync_proxy.protocol import MetadataResponse
 from insync_proxy.proxy.cluster_view import ClusterView
-from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import MinInsyncCache
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 
 class AuditSink(Protocol):

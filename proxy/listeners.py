@@ -28,8 +28,8 @@ from insync_proxy.proxy.config.broker_ports import NO_PORT, BrokerPorts
 from insync_proxy.proxy.config.settings import ListenerConfig
 from insync_proxy.proxy.connection import OpenConnections
 from insync_proxy.proxy.exchange import ListenerAddresses, ListenerSettings
-from insync_proxy.proxy.logs import REFUSED_CONNECTION, report_bad_input
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.logs import REFUSED_CONNECTION, report_bad_input
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy")
 

@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Final
 
 from insync_proxy.protocol import ErrorCode
 from insync_proxy.proxy.background import report_failure
-from insync_proxy.proxy.logs import RateLimitedLog
+from insync_proxy.proxy.observability.logs import RateLimitedLog
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.control import ControlConnection
-    from insync_proxy.proxy.metrics import ProxyMetrics
+    from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 log: Final = logging.getLogger("insync_proxy.min_insync")
 _repeated: Final = RateLimitedLog(log)

@@ -8,7 +8,7 @@ from typing import Final
 
 from insync_proxy.proxy.capture import FrameCapture
 from insync_proxy.proxy.exchange import Exchange, Frame, api_name
-from insync_proxy.proxy.metrics import (
+from insync_proxy.proxy.observability.metrics import (
     LockFreeCounterChild,
     LockFreeHistogram,
     LockFreeHistogramChild,

@@ -35,7 +35,7 @@ from insync_proxy.proxy.config.schema import (
 from insync_proxy.proxy.config.settings import ConfigError, ProxyConfig, SaslConfig
 from insync_proxy.proxy.config.tls import TlsMaterial
 from insync_proxy.proxy.control import ControlConnection
-from insync_proxy.proxy.logsetup import apply_logging
+from insync_proxy.proxy.observability.logsetup import apply_logging
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.audit import AuditLog
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from insync_proxy.proxy.connection import ConnectionSettings
     from insync_proxy.proxy.exchange import BehaviourRegistry
     from insync_proxy.proxy.metadata_refresh import MetadataRefresh
-    from insync_proxy.proxy.metrics import ProxyMetrics
     from insync_proxy.proxy.min_insync import MinInsyncCache
+    from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 
 class InsyncProxy(Protocol):

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from insync_proxy.proxy.admin import AdminServer
 from insync_proxy.proxy.audit import AuditLog
 from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
 from insync_proxy.proxy.audit.summary import ProduceSummaries
@@ -33,8 +32,9 @@ from insync_proxy.proxy.control import ControlConnection, ControlError
 from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry
 from insync_proxy.proxy.listeners import Listeners
 from insync_proxy.proxy.metadata_refresh import MetadataRefresh
-from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import MinInsyncCache, TopicDemand
+from insync_proxy.proxy.observability.admin import AdminServer
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from insync_proxy.proxy.observer import ExchangeObserver
 from insync_proxy.proxy.readiness import PartitionReadiness
 from insync_proxy.proxy.reload import Reloads

@@ -41,8 +41,8 @@ from insync_proxy.devcluster.distribution import (
     KAFKA_39_VERSION,
     selected_version,
 )
-from insync_proxy.proxy.compiled import compiled_modules, describe
-from insync_proxy.proxy.logs import SUMMARY_INTERVAL_SECONDS, forget_all, set_summary_interval
+from insync_proxy.proxy.observability.compiled import compiled_modules, describe
+from insync_proxy.proxy.observability.logs import SUMMARY_INTERVAL_SECONDS, forget_all, set_summary_interval
 from tests import jvm_census
 from tests.helpers import remove_scratch_directories
 from tests.java_client import JavaClient
@@ -388,7 +388,7 @@ def topic_name() -> str:
 @pytest.fixture(autouse=True)
 def _quiet_log_windows() -> None:
     """Every test starts from a quiet log: a line an earlier test said is not held back as its repeat
-    (proxy/logs.py keeps its windows per process), at the default interval (a reload test may change it)."""
+    (proxy/observability/logs.py keeps its windows per process), at the default interval (a reload test may change it)."""
     forget_all()
     set_summary_interval(SUMMARY_INTERVAL_SECONDS)
 

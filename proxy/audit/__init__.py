@@ -22,8 +22,8 @@ from typing import Any
 
 from insync_proxy.audit.events import envelope
 from insync_proxy.proxy.config.settings import AuditConfig
-from insync_proxy.proxy.logs import RateLimitedLog
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.logs import RateLimitedLog
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.audit")
 #: A full disk fails every write again: one line, then a summary per interval (drops are counted).

@@ -27,7 +27,7 @@ from insync_proxy.proxy.behaviours.produce_exchange import FORWARDED, UNKNOWN_TO
 from insync_proxy.proxy.cluster_view import Readiness
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange
-from insync_proxy.proxy.metrics import ProxyMetrics, TopicCounterChild
+from insync_proxy.proxy.observability.metrics import ProxyMetrics, TopicCounterChild
 
 log: Final = logging.getLogger("insync_proxy.accounting")
 

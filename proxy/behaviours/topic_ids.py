@@ -19,7 +19,7 @@ from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.proxy.behaviours.produce_exchange import produce_exchange
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import BehaviourBase, Exchange
-from insync_proxy.proxy.logs import RateLimitedLog
+from insync_proxy.proxy.observability.logs import RateLimitedLog
 
 log = logging.getLogger("insync_proxy")
 #: A client can name unknown ids in every request: the lines are rate-limited (the counters count each).

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 APIS = ("Produce", "Metadata", "Fetch", "ApiVersions")
 TOPICS = ("orders", "payments")

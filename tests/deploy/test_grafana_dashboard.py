@@ -61,13 +61,13 @@ def test_dashboard_structure_is_importable() -> None:
 
 
 def test_dashboard_uses_only_exported_metrics_and_shows_every_metric() -> None:
-    """Every insync_proxy_* name is exported by proxy/metrics.py, and every exported metric has a panel."""
+    """Every insync_proxy_* name is exported by proxy/observability/metrics.py, and every exported metric has a panel."""
     exported = exported_metric_names()
     used: set[str] = set()
     for target in dashboard_targets():
         names = metric_names_in(target.expr)
         unknown = names - exported
-        assert not unknown, f"{target}: {sorted(unknown)} not exported by proxy/metrics.py"
+        assert not unknown, f"{target}: {sorted(unknown)} not exported by proxy/observability/metrics.py"
         used |= names
     families = exported_metric_families()
     missing = {family for family in families if not any(name.startswith(family) for name in used)}

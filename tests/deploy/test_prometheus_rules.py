@@ -204,7 +204,7 @@ def test_alerts_use_only_metrics_the_proxy_exports() -> None:
     exported = exported_metric_names()
     for rule in _alert_rules():
         unknown = metric_names_in(rule["expr"]) - exported
-        assert not unknown, f"{rule['alert']}: {sorted(unknown)} not in proxy/metrics.py"
+        assert not unknown, f"{rule['alert']}: {sorted(unknown)} not in proxy/observability/metrics.py"
 
 
 def test_every_alert_has_a_firing_unit_test() -> None:

@@ -149,7 +149,7 @@ def metric_names_in(expr: str) -> set[str]:
 
 def exported_metric_names() -> set[str]:
     """Every sample name ProxyMetrics exports (with _total, _bucket, _sum, _count, _info suffixes)."""
-    from insync_proxy.proxy.metrics import ProxyMetrics
+    from insync_proxy.proxy.observability.metrics import ProxyMetrics
     from tests.deploy.sample_metrics import add_sample_traffic
 
     metrics = ProxyMetrics()
@@ -159,7 +159,7 @@ def exported_metric_names() -> set[str]:
 
 def exported_metric_families() -> set[str]:
     """Metric family names of ProxyMetrics, as Prometheus shows them (counters with _total)."""
-    from insync_proxy.proxy.metrics import ProxyMetrics
+    from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
     names = set()
     for family in ProxyMetrics().registry.collect():

@@ -33,8 +33,8 @@ from insync_proxy.proxy.config.settings import AcksPolicyConfig
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.core import ConnectionCore
 from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry
-from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.unit.produce_frames import (
     ProduceAnswer,
     SentProduce,

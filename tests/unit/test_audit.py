@@ -7,7 +7,7 @@ from pathlib import Path
 
 from insync_proxy.proxy.audit import AuditLog
 from insync_proxy.proxy.config.settings import AuditConfig
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.helpers import wait_until
 
 

@@ -1,4 +1,4 @@
-"""proxy/compiled.py: which modules run compiled, and a stale in-place build is caught."""
+"""proxy/observability/compiled.py: which modules run compiled, and a stale in-place build is caught."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.machinery
 import os
 from pathlib import Path
 
-from insync_proxy.proxy.compiled import compiled_modules, describe
+from insync_proxy.proxy.observability.compiled import compiled_modules, describe
 
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 

@@ -395,7 +395,7 @@ def _subcommand(name: str) -> argparse.ArgumentParser:
 
 
 def test_the_help_says_what_the_code_does(capsys: pytest.CaptureFixture[str]) -> None:
-    from insync_proxy.proxy.metrics import OVERFLOW_TOPIC
+    from insync_proxy.proxy.observability.metrics import OVERFLOW_TOPIC
 
     # topic_label_limit names the label the code uses
     assert f'topic="{OVERFLOW_TOPIC}"' in config_schema.entry("topic_label_limit").meta.meaning

@@ -19,8 +19,8 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.messages import ApiVersion, MetadataResponseBroker
 from insync_proxy.proxy.control import ControlConnection, ControlError
-from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import MinInsyncCache
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 #: What a Kafka 2.8 broker advertises for the APIs the control connection uses.
 KAFKA_28_VERSIONS = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 11), ApiKey.DESCRIBE_CONFIGS: (0, 4)}

@@ -59,7 +59,7 @@ def _compiled_modules() -> set[str]:
 def test_the_docs_show_commands_and_the_scan_sees_them() -> None:
     commands = [command for _, command in documented_commands()]
     # the scan would pass vacuously if it saw nothing: these two are on docs/ pages this change wrote
-    assert ("insync_proxy.proxy.metrics_reference",) in commands
+    assert ("insync_proxy.proxy.observability.metrics_reference",) in commands
     assert ("insync_proxy.proxy.config.reference",) in commands
     assert "insync_proxy.proxy.core" in _compiled_modules()
 

@@ -6,7 +6,12 @@ import random
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from insync_proxy.proxy.metrics import LATENCY_BUCKETS, LockFreeCounter, LockFreeHistogram, ProxyMetrics
+from insync_proxy.proxy.observability.metrics import (
+    LATENCY_BUCKETS,
+    LockFreeCounter,
+    LockFreeHistogram,
+    ProxyMetrics,
+)
 
 
 def test_lock_free_counter_and_histogram_render_like_prometheus_client() -> None:

@@ -9,7 +9,7 @@ from insync_proxy.proxy.budget import MIN_READ_BYTES, READ_BYTES, MemoryBudget
 from insync_proxy.proxy.connection import ConnectionSettings, ReadBuffer, WriteBuffer
 from insync_proxy.proxy.core import NoObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 KIB = 1024
 

@@ -39,8 +39,8 @@ from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.config.broker_ports import BrokerPorts
 from insync_proxy.proxy.context import BehaviourContext
 from insync_proxy.proxy.exchange import Exchange, Frame, ListenerAddresses, ListenerSettings
-from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 #: Node 1's listener is open already: the answer goes back without waiting for a listener to open.
 LISTENER = ListenerSettings(

@@ -31,8 +31,8 @@ from insync_proxy.proxy.config.broker_ports import BrokerPorts
 from insync_proxy.proxy.context import BehaviourContext, next_turn
 from insync_proxy.proxy.core import ConnectionCore
 from insync_proxy.proxy.exchange import BehaviourRegistry, Frame, ListenerAddresses, ListenerSettings
-from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.unit.test_acks_policy import ControlNeverUsed
 from tests.unit.test_connection_core import RecordingIO, request
 from tests.unit.test_metadata_made_up_topics import RecordingControl

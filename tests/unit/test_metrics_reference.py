@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from insync_proxy.proxy.metrics_reference import (
+from insync_proxy.proxy.observability.metrics_reference import (
     END,
     START,
     reference_path,
@@ -20,7 +20,7 @@ def test_the_metrics_page_matches_the_code() -> None:
     assert reference_path() == PAGE
     assert table_on_page(PAGE.read_text()) == reference_table().strip(), (
         "docs/metrics.md's metrics table is stale: regenerate it with "
-        "`python -m insync_proxy.proxy.metrics_reference --write`"
+        "`python -m insync_proxy.proxy.observability.metrics_reference --write`"
     )
 
 

@@ -21,8 +21,8 @@ from insync_proxy.protocol.messages import (
 )
 from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.metadata_refresh import MetadataRefresh
-from insync_proxy.proxy.metrics import ProxyMetrics
 from insync_proxy.proxy.min_insync import DEFAULT_MAX_TOPICS_IN_USE, MinInsyncCache, TopicDemand
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from insync_proxy.proxy.readiness import PartitionReadiness
 from tests.unit.produce_frames import broker_response, read_produce_request
 from tests.unit.test_acks_policy import HEALTHY, ORDERS, PAYMENTS, TOPIC_IDS, Sidecar

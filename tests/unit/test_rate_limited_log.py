@@ -1,4 +1,4 @@
-"""Repeatable log lines are bounded per cause, and bad input is counted every time (proxy/logs.py).
+"""Repeatable log lines are bounded per cause, and bad input is counted every time (proxy/observability/logs.py).
 
 The connection tests drive the real adapter's core with plain bytes: no sockets, no event loop, no Kafka.
 """
@@ -16,7 +16,7 @@ from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.connection import ClientConnection, ConnectionSettings
 from insync_proxy.proxy.core import NoObserver
 from insync_proxy.proxy.exchange import BehaviourRegistry
-from insync_proxy.proxy.logs import (
+from insync_proxy.proxy.observability.logs import (
     BAD_FRAME,
     BAD_INPUT_CAUSES,
     BROKER_CLOSED,
@@ -30,8 +30,8 @@ from insync_proxy.proxy.logs import (
     set_summary_interval,
     summary_interval,
 )
-from insync_proxy.proxy.logsetup import setup_logging
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.logsetup import setup_logging
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.unit.test_connection_core import LISTENER
 
 logger = logging.getLogger("tests.rate_limited")

@@ -37,8 +37,8 @@ from insync_proxy.proxy.config.settings import (
     UpstreamTlsConfig,
 )
 from insync_proxy.proxy.config.tls import TlsMaterial, TlsReloadError
-from insync_proxy.proxy.logs import summary_interval
-from insync_proxy.proxy.logsetup import log_format_in_use, setup_logging
+from insync_proxy.proxy.observability.logs import summary_interval
+from insync_proxy.proxy.observability.logsetup import log_format_in_use, setup_logging
 from insync_proxy.proxy.reload import merge
 from insync_proxy.proxy.server import InsyncProxy
 from tests.helpers import wait_until

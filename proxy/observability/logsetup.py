@@ -1,5 +1,5 @@
 """The proxy's logging: text or JSON lines on stderr, and the interval of the summaries of repeated lines
-(proxy/logs.py), set up by `run` and changed live by a reload."""
+(proxy/observability/logs.py), set up by `run` and changed live by a reload."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 
-from insync_proxy.proxy.logs import SUMMARY_INTERVAL_SECONDS, set_summary_interval
+from insync_proxy.proxy.observability.logs import SUMMARY_INTERVAL_SECONDS, set_summary_interval
 
 #: Marks the handler `setup_logging` installed: a reload changes its format, and no one else's.
 _OURS = "_insync_proxy_handler"

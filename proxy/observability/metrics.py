@@ -3,7 +3,7 @@
 Names follow Prometheus conventions: `insync_proxy_` prefix, base units, `_total` counters,
 `_seconds` histograms. Per-topic labels are bounded (`topic_label_limit`); topics beyond the limit
 share the label value OVERFLOW_TOPIC. docs/metrics.md's table is made from this module
-(proxy/metrics_reference.py).
+(proxy/observability/metrics_reference.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.utils import floatToGoString
 
 from insync_proxy.proxy import __version__
-from insync_proxy.proxy.compiled import compiled_modules
+from insync_proxy.proxy.observability.compiled import compiled_modules
 
 OVERFLOW_TOPIC: Final = "__overflow__"
 
@@ -254,7 +254,7 @@ class ProxyMetrics:
         self.bad_input_total = Counter(
             p + "bad_input", "Bad input from clients, by cause (bad_frame, oversized_frame, broker_closed: the "
             "broker closed a connection with requests in flight, refused_connection); every one counted, "
-            "logged rate-limited (proxy/logs.py)", ["listener", "cause"], registry=r,
+            "logged rate-limited (proxy/observability/logs.py)", ["listener", "cause"], registry=r,
         )
         self.buffered_bytes = Gauge(
             p + "buffered_bytes", "Bytes the proxy holds in write buffers for clients and brokers slower than "

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from insync_proxy.proxy.metrics import ProxyMetrics
+    from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 #: Seconds a cause's repeats are gathered into one summary line, until `set_summary_interval` says otherwise:
 #: the default of the setting `log_summary_interval_seconds`.

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.admin")
 

@@ -1,7 +1,7 @@
-"""The metrics reference: docs/metrics.md's table, made from the metrics proxy/metrics.py defines.
+"""The metrics reference: docs/metrics.md's table, made from the metrics proxy/observability/metrics.py defines.
 
-`python -m insync_proxy.proxy.metrics_reference` prints the table; `--write` puts it into docs/metrics.md
-between its markers. A module of its own because proxy/metrics.py runs compiled (setup.py:
+`python -m insync_proxy.proxy.observability.metrics_reference` prints the table; `--write` puts it into docs/metrics.md
+between its markers. A module of its own because proxy/observability/metrics.py runs compiled (setup.py:
 COMPILED_MODULES), and `python -m` cannot run a compiled module ("No code object available").
 """
 
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 #: The page the table lives on, from the source tree's root; the table stands between the two markers.
 PAGE = "docs/metrics.md"
@@ -44,7 +44,7 @@ def reference_table() -> str:
 
 def reference_path() -> Path:
     """docs/metrics.md of the source tree this module is in."""
-    return Path(__file__).resolve().parents[1] / PAGE
+    return Path(__file__).resolve().parents[2] / PAGE
 
 
 def table_on_page(page: str) -> str:
@@ -59,7 +59,7 @@ def with_table(page: str, table: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the table, or write it into docs/metrics.md (`--write`)."""
-    parser = argparse.ArgumentParser(prog="python -m insync_proxy.proxy.metrics_reference", allow_abbrev=False,
+    parser = argparse.ArgumentParser(prog="python -m insync_proxy.proxy.observability.metrics_reference", allow_abbrev=False,
                                      description=f"Print the metrics reference table made from the code; --write "
                                                  f"puts it into {PAGE} between its markers.")
     parser.add_argument("--write", action="store_true", help=f"write the table into {PAGE}")
