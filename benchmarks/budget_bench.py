@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.fetch_bench import cpu_seconds, say  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
-from insync_proxy.proxy.budget import DEFAULT_MAX_BUFFERED_BYTES  # noqa: E402
+from insync_proxy.proxy.datapath.budget import DEFAULT_MAX_BUFFERED_BYTES  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
 from tests.slow_consumers import (  # noqa: E402
     MIB,

@@ -30,9 +30,9 @@ from insync_proxy.proxy.behaviours.addresses import AddressRewrite  # noqa: E402
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation  # noqa: E402
 from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher  # noqa: E402
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher  # noqa: E402
-from insync_proxy.proxy.core import CloseReason, ConnectionCore  # noqa: E402
-from insync_proxy.proxy.exchange import Behaviour, BehaviourRegistry, Exchange  # noqa: E402
-from insync_proxy.proxy.observer import ExchangeObserver  # noqa: E402
+from insync_proxy.proxy.datapath.core import CloseReason, ConnectionCore  # noqa: E402
+from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry, Exchange  # noqa: E402
+from insync_proxy.proxy.datapath.observer import ExchangeObserver  # noqa: E402
 from tests.unit.produce_frames import SentProduce, broker_response  # noqa: E402
 from tests.unit.test_acks_policy import BELOW_MIN, HEALTHY, ORDERS, TOPIC_IDS, Sidecar  # noqa: E402
 from tests.unit.test_connection_core import LISTENER  # noqa: E402

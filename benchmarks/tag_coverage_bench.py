@@ -51,11 +51,11 @@ from insync_proxy.protocol.messages import (  # noqa: E402
     MetadataResponseTopic,
 )
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher  # noqa: E402
-from insync_proxy.proxy.cluster_view import ClusterView  # noqa: E402
 from insync_proxy.proxy.config.broker_ports import BrokerPorts  # noqa: E402
 from insync_proxy.proxy.config.settings import ProxyConfig  # noqa: E402
 from insync_proxy.proxy.context import BehaviourContext  # noqa: E402
-from insync_proxy.proxy.exchange import Exchange, Frame, ListenerAddresses, ListenerSettings  # noqa: E402
+from insync_proxy.proxy.datapath.cluster_view import ClusterView  # noqa: E402
+from insync_proxy.proxy.datapath.exchange import Exchange, Frame, ListenerAddresses, ListenerSettings  # noqa: E402
 from insync_proxy.proxy.min_insync import MinInsyncCache, TopicDemand  # noqa: E402
 from insync_proxy.proxy.observability.metrics import ProxyMetrics  # noqa: E402
 

@@ -23,9 +23,9 @@ from typing import Any
 
 from insync_proxy.protocol import MetadataResponse
 from insync_proxy.proxy.background import report_failure
-from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.control import ControlConnection, ControlError
-from insync_proxy.proxy.listeners import Listeners
+from insync_proxy.proxy.datapath.cluster_view import ClusterView
+from insync_proxy.proxy.datapath.listeners import Listeners
 from insync_proxy.proxy.min_insync import MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from insync_proxy.proxy.readiness import PartitionReadiness

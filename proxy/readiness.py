@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from insync_proxy.audit.events import isr_change_event, partition_readiness_event
-from insync_proxy.proxy.cluster_view import ClusterView, PartitionState, Readiness, effective_min_isr
 from insync_proxy.proxy.context import AuditSink
+from insync_proxy.proxy.datapath.cluster_view import ClusterView, PartitionState, Readiness, effective_min_isr
 from insync_proxy.proxy.min_insync import MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 

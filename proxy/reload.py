@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from insync_proxy.proxy.audit import AuditLog
     from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
     from insync_proxy.proxy.audit.summary import ProduceSummaries
-    from insync_proxy.proxy.connection import ConnectionSettings
-    from insync_proxy.proxy.exchange import BehaviourRegistry
+    from insync_proxy.proxy.datapath.connection import ConnectionSettings
+    from insync_proxy.proxy.datapath.exchange import BehaviourRegistry
     from insync_proxy.proxy.metadata_refresh import MetadataRefresh
     from insync_proxy.proxy.min_insync import MinInsyncCache
     from insync_proxy.proxy.observability.metrics import ProxyMetrics

@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster, free_port
 from insync_proxy.proxy.config.loader import load_config
-from insync_proxy.proxy.connection import ClientConnection
+from insync_proxy.proxy.datapath.connection import ClientConnection
 from insync_proxy.proxy.server import InsyncProxy
 from tests.helpers import wait_until
 from tests.java_client import JavaClient

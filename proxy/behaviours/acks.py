@@ -38,10 +38,10 @@ from insync_proxy.proxy.behaviours.produce_exchange import (
     ProduceExchange,
     produce_exchange,
 )
-from insync_proxy.proxy.cluster_view import Readiness
 from insync_proxy.proxy.config.settings import AcksPolicyConfig
 from insync_proxy.proxy.context import BehaviourContext
-from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.datapath.cluster_view import Readiness
+from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame
 
 ACKS_MIN_INSYNC: Final = -2
 _NOT_ENOUGH_REPLICAS: Final = int(ErrorCode.NOT_ENOUGH_REPLICAS)

@@ -22,7 +22,7 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.endpoints import ENDPOINT_REWRITERS
 from insync_proxy.protocol.fetch import FetchEndpointsTap
-from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame, StreamVerdict
+from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame, StreamVerdict
 
 log: Final = logging.getLogger("insync_proxy.addresses")
 

@@ -21,7 +21,7 @@ from insync_proxy.protocol import (
     split_response,
 )
 from insync_proxy.protocol.messages import ApiVersion
-from insync_proxy.proxy.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame
 
 #: Highest version of each API whose requests or responses the proxy reads or rewrites.
 VERSION_CAPS: Final[dict[int, int]] = {

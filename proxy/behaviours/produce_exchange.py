@@ -36,8 +36,8 @@ from insync_proxy.protocol import (
     scan_produce_response,
 )
 from insync_proxy.protocol.produce import PartitionKey, ProduceRequestIndex, produce_partition_records
-from insync_proxy.proxy.cluster_view import Readiness
-from insync_proxy.proxy.exchange import Exchange
+from insync_proxy.proxy.datapath.cluster_view import Readiness
+from insync_proxy.proxy.datapath.exchange import Exchange
 
 #: The name metrics and audit use for a topic id the proxy could not name (never the id itself).
 UNKNOWN_TOPIC_ID: Final = "__unknown_topic_id__"

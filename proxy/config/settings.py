@@ -16,8 +16,8 @@ import socket
 from dataclasses import MISSING, dataclass, field
 from typing import Any
 
-from insync_proxy.proxy.budget import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_PER_CONNECTION_BYTES
 from insync_proxy.proxy.config.broker_ports import DEFAULT_NODE_ID_RANGES
+from insync_proxy.proxy.datapath.budget import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_PER_CONNECTION_BYTES
 from insync_proxy.proxy.observability.logs import SUMMARY_INTERVAL_SECONDS
 
 ENV_PREFIX = "INSYNC_PROXY_"

@@ -258,7 +258,7 @@ class ProxyMetrics:
         )
         self.buffered_bytes = Gauge(
             p + "buffered_bytes", "Bytes the proxy holds in write buffers for clients and brokers slower than "
-            "their peer (bounded by max_buffered_bytes, proxy/budget.py)", registry=r,
+            "their peer (bounded by max_buffered_bytes, proxy/datapath/budget.py)", registry=r,
         )
         self.budget_paused_connections = Gauge(
             p + "budget_paused_connections", "Write buffers (a connection's responses or requests) whose source "

@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from insync_proxy.proxy.behaviours.acks import policy_for
-from insync_proxy.proxy.budget import memory_limit_bytes
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.schema import entries_by
 from insync_proxy.proxy.config.settings import ProxyConfig
+from insync_proxy.proxy.datapath.budget import memory_limit_bytes
 from insync_proxy.proxy.observability.admin import AdminServer
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.deploy.tools import DEPLOY

@@ -51,7 +51,7 @@ from insync_proxy.proxy.config.broker_ports import (
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.schema import validate
 from insync_proxy.proxy.config.settings import AuditConfig, ConfigError, ListenerConfig, ProxyConfig
-from insync_proxy.proxy.exchange import ListenerAddresses
+from insync_proxy.proxy.datapath.exchange import ListenerAddresses
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base
 

@@ -12,8 +12,8 @@ from insync_proxy.protocol.fetch import find_fetch_node_endpoints
 from insync_proxy.protocol.messages import NodeEndpoint
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.config.broker_ports import BrokerPorts
-from insync_proxy.proxy.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
-from insync_proxy.proxy.exchange import (
+from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
+from insync_proxy.proxy.datapath.exchange import (
     BehaviourBase,
     BehaviourRegistry,
     Exchange,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from insync_proxy.proxy.listeners import FD_HEADROOM, FDS_PER_CONNECTION, FileDescriptors
+from insync_proxy.proxy.datapath.listeners import FD_HEADROOM, FDS_PER_CONNECTION, FileDescriptors
 
 
 def test_far_from_the_limit_nothing_is_counted() -> None:

@@ -34,9 +34,9 @@ from insync_proxy.protocol.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from insync_proxy.proxy.budget import MIN_READ_BYTES, MemoryBudget
 from insync_proxy.proxy.config.settings import AuditConfig, ListenerConfig, ProxyConfig
-from insync_proxy.proxy.connection import ReadBuffer
+from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES, MemoryBudget
+from insync_proxy.proxy.datapath.connection import ReadBuffer
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base
 

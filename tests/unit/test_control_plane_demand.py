@@ -31,8 +31,8 @@ from insync_proxy.protocol.messages import (
     MetadataResponseTopic,
 )
 from insync_proxy.proxy.behaviours.metadata import names_topics
-from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.control import ControlConnection
+from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.metadata_refresh import MetadataRefresh
 from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache, TopicDemand
 from insync_proxy.proxy.observability.metrics import ProxyMetrics

@@ -48,7 +48,7 @@ def documented_commands() -> list[tuple[str, tuple[str, ...]]]:
 
 
 def _compiled_modules() -> set[str]:
-    """setup.py's COMPILED_MODULES as module names (insync_proxy.proxy.core), read without running setup.py."""
+    """setup.py's COMPILED_MODULES as module names (insync_proxy.proxy.datapath.core), read without running setup.py."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     value = next(node.value for node in tree.body if isinstance(node, ast.Assign)
                  and any(isinstance(t, ast.Name) and t.id == "COMPILED_MODULES" for t in node.targets))
@@ -61,7 +61,7 @@ def test_the_docs_show_commands_and_the_scan_sees_them() -> None:
     # the scan would pass vacuously if it saw nothing: these two are on docs/ pages this change wrote
     assert ("insync_proxy.proxy.observability.metrics_reference",) in commands
     assert ("insync_proxy.proxy.config.reference",) in commands
-    assert "insync_proxy.proxy.core" in _compiled_modules()
+    assert "insync_proxy.proxy.datapath.core" in _compiled_modules()
 
 
 @pytest.mark.parametrize(("page", "command"), documented_commands(), ids=lambda v: " ".join(v) if isinstance(v, tuple) else v)

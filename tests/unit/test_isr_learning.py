@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from insync_proxy.proxy import cluster_view as cluster_view_module
+from insync_proxy.proxy.datapath import cluster_view as cluster_view_module
 from tests.unit.test_acks_policy import (
     HEALTHY,
     NOT_ENOUGH_REPLICAS,

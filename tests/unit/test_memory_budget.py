@@ -1,14 +1,14 @@
-"""The memory budget (proxy/budget.py) with plain numbers, and its adapter over fake transports."""
+"""The memory budget (proxy/datapath/budget.py) with plain numbers, and its adapter over fake transports."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
-from insync_proxy.proxy.budget import MIN_READ_BYTES, READ_BYTES, MemoryBudget
-from insync_proxy.proxy.connection import ConnectionSettings, ReadBuffer, WriteBuffer
-from insync_proxy.proxy.core import NoObserver
-from insync_proxy.proxy.exchange import BehaviourRegistry
+from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES, READ_BYTES, MemoryBudget
+from insync_proxy.proxy.datapath.connection import ConnectionSettings, ReadBuffer, WriteBuffer
+from insync_proxy.proxy.datapath.core import NoObserver
+from insync_proxy.proxy.datapath.exchange import BehaviourRegistry
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 KIB = 1024

@@ -19,7 +19,7 @@ from insync_proxy.protocol.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from insync_proxy.proxy.cluster_view import ClusterView
+from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.metadata_refresh import MetadataRefresh
 from insync_proxy.proxy.min_insync import DEFAULT_MAX_TOPICS_IN_USE, MinInsyncCache, TopicDemand
 from insync_proxy.proxy.observability.metrics import ProxyMetrics

@@ -30,7 +30,7 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.messages import MetadataResponseBroker, MetadataResponseTopic
 from insync_proxy.proxy.config.settings import ProxyConfig
-from insync_proxy.proxy.exchange import Exchange, Frame
+from insync_proxy.proxy.datapath.exchange import Exchange, Frame
 from insync_proxy.proxy.min_insync import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_STALE_SECONDS,

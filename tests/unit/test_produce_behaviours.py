@@ -16,8 +16,8 @@ from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
 from insync_proxy.proxy.behaviours.produce_exchange import ProduceExchange, produce_exchange
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
-from insync_proxy.proxy.core import ConnectionCore
-from insync_proxy.proxy.exchange import Behaviour, BehaviourBase, BehaviourRegistry, Exchange
+from insync_proxy.proxy.datapath.core import ConnectionCore
+from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourBase, BehaviourRegistry, Exchange
 from tests.unit.produce_frames import broker_response, produce_request, read_produce_request
 from tests.unit.test_acks_policy import (
     BELOW_MIN,

@@ -13,9 +13,9 @@ import pytest
 
 from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
 from insync_proxy.proxy.config.loader import load_config
-from insync_proxy.proxy.connection import ClientConnection, ConnectionSettings
-from insync_proxy.proxy.core import NoObserver
-from insync_proxy.proxy.exchange import BehaviourRegistry
+from insync_proxy.proxy.datapath.connection import ClientConnection, ConnectionSettings
+from insync_proxy.proxy.datapath.core import NoObserver
+from insync_proxy.proxy.datapath.exchange import BehaviourRegistry
 from insync_proxy.proxy.observability.logs import (
     BAD_FRAME,
     BAD_INPUT_CAUSES,

@@ -26,7 +26,7 @@ from insync_proxy.protocol.share import find_share_node_endpoints
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
 from insync_proxy.proxy.config.broker_ports import BrokerPorts
-from insync_proxy.proxy.exchange import Exchange, ListenerAddresses, ListenerSettings
+from insync_proxy.proxy.datapath.exchange import Exchange, ListenerAddresses, ListenerSettings
 
 LISTENER = ListenerSettings(
     name="default", label="bootstrap", metadata_schema="tagged", hide_unready_partitions=False,

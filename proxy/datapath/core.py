@@ -5,7 +5,7 @@ requests that are owed a response and their order, which were forwarded and awai
 correlation checks, answers given locally, partially or merged, and acks=0 requests that get no
 answer. Bytes go in with `receive_client_data` / `receive_upstream_data`; what to do comes out as
 calls on a `ConnectionIO` (write to the client, write upstream, run this awaitable, close with a
-reason). The asyncio protocols in proxy/connection.py are thin adapters around it; unit tests drive
+reason). The asyncio protocols in proxy/datapath/connection.py are thin adapters around it; unit tests drive
 it with plain bytes.
 
 Writes are gathered while one chunk of bytes is handled and go out as one write per side when it is
@@ -32,7 +32,7 @@ from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.protocol.errors import FrameTooLarge
 from insync_proxy.protocol.framing import FRAME, PART, FrameStream
 from insync_proxy.protocol.headers import RequestHeaderPeeker
-from insync_proxy.proxy.exchange import (
+from insync_proxy.proxy.datapath.exchange import (
     Behaviour,
     BehaviourRegistry,
     Exchange,

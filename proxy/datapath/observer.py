@@ -6,8 +6,8 @@ import logging
 from collections.abc import Mapping
 from typing import Final
 
-from insync_proxy.proxy.capture import FrameCapture
-from insync_proxy.proxy.exchange import Exchange, Frame, api_name
+from insync_proxy.proxy.datapath.capture import FrameCapture
+from insync_proxy.proxy.datapath.exchange import Exchange, Frame, api_name
 from insync_proxy.proxy.observability.metrics import (
     LockFreeCounterChild,
     LockFreeHistogram,

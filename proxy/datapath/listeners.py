@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Container, Iterable
 from typing import Any, Final
 
-from insync_proxy.proxy.cluster_view import ClusterView
 from insync_proxy.proxy.config.broker_ports import NO_PORT, BrokerPorts
 from insync_proxy.proxy.config.settings import ListenerConfig
-from insync_proxy.proxy.connection import OpenConnections
-from insync_proxy.proxy.exchange import ListenerAddresses, ListenerSettings
+from insync_proxy.proxy.datapath.cluster_view import ClusterView
+from insync_proxy.proxy.datapath.connection import OpenConnections
+from insync_proxy.proxy.datapath.exchange import ListenerAddresses, ListenerSettings
 from insync_proxy.proxy.observability.logs import REFUSED_CONNECTION, report_bad_input
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 

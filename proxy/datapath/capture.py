@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from insync_proxy.protocol import SUPPORTED_VERSIONS, ApiKey
-from insync_proxy.proxy.exchange import Exchange, Frame, api_name
+from insync_proxy.proxy.datapath.exchange import Exchange, Frame, api_name
 
 CAPTURED_APIS = frozenset({*(int(k) for k in SUPPORTED_VERSIONS), int(ApiKey.FETCH)})
 PER_VERSION = 3
