@@ -47,7 +47,7 @@ COMPILED_MODULES = [
     "proxy/observability/metrics.py",
     "proxy/datapath/connection.py",
     "proxy/datapath/cluster_view.py",
-    "proxy/min_insync.py",
+    "proxy/controlplane/min_insync.py",
     "proxy/behaviours/produce_exchange.py",
     "proxy/behaviours/topic_ids.py",
     "proxy/behaviours/acks.py",

@@ -53,10 +53,10 @@ from insync_proxy.protocol.messages import (  # noqa: E402
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher  # noqa: E402
 from insync_proxy.proxy.config.broker_ports import BrokerPorts  # noqa: E402
 from insync_proxy.proxy.config.settings import ProxyConfig  # noqa: E402
-from insync_proxy.proxy.context import BehaviourContext  # noqa: E402
+from insync_proxy.proxy.controlplane.context import BehaviourContext  # noqa: E402
+from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache, TopicDemand  # noqa: E402
 from insync_proxy.proxy.datapath.cluster_view import ClusterView  # noqa: E402
 from insync_proxy.proxy.datapath.exchange import Exchange, Frame, ListenerAddresses, ListenerSettings  # noqa: E402
-from insync_proxy.proxy.min_insync import MinInsyncCache, TopicDemand  # noqa: E402
 from insync_proxy.proxy.observability.metrics import ProxyMetrics  # noqa: E402
 
 LISTENER = ListenerSettings(
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkout", type=Path, default=ROOT, help="the checkout whose code is measured (default this one)")
     args = parser.parse_args(argv)
     config = ProxyConfig(bootstrap_servers=("k:9092",))
-    print(f"checkout: {Path(sys.modules['insync_proxy.proxy.min_insync'].__file__ or '').parents[1]}, "
+    print(f"checkout: {Path(sys.modules['insync_proxy.proxy.controlplane.min_insync'].__file__ or '').parents[1]}, "
           f"min_insync_miss_wait_ms = {config.min_insync_miss_wait_ms:g}, "
           f"min_insync_max_stale_seconds = {getattr(config, 'min_insync_max_stale_seconds', '(none)')}, "
           f"TTL {args.ttl:g} s")

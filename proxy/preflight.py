@@ -30,9 +30,14 @@ from insync_proxy.protocol.messages import DescribeConfigsResource
 from insync_proxy.proxy.blocking_client import BlockingKafkaClient, ConnectionClosed, KafkaClientError
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, client_ssl_context, closed_during_handshake
-from insync_proxy.proxy.control import DESCRIBE_CONFIGS_VERSION, HTTP_ANSWER, METADATA_VERSION, TOPIC_RESOURCE
-from insync_proxy.proxy.min_insync import CONFIG_KEY
-from insync_proxy.proxy.sasl import SaslError, authenticate
+from insync_proxy.proxy.controlplane.control import (
+    DESCRIBE_CONFIGS_VERSION,
+    HTTP_ANSWER,
+    METADATA_VERSION,
+    TOPIC_RESOURCE,
+)
+from insync_proxy.proxy.controlplane.min_insync import CONFIG_KEY
+from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate
 
 __all__ = ["check_connection", "sasl_login"]
 
@@ -41,7 +46,7 @@ CLIENT_ID = "insync-proxy-check"
 
 
 def sasl_login(client: BlockingKafkaClient, sasl: SaslConfig) -> None:
-    """Log `client`'s connection in with the proxy's own SASL exchange (proxy/sasl.py); SaslError if refused."""
+    """Log `client`'s connection in with the proxy's own SASL exchange (proxy/controlplane/sasl.py); SaslError if refused."""
 
     async def request(api_key: int, version: int, body: bytes) -> bytes:
         return client.request_raw(api_key, version, body)

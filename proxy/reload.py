@@ -34,17 +34,17 @@ from insync_proxy.proxy.config.schema import (
 )
 from insync_proxy.proxy.config.settings import ConfigError, ProxyConfig, SaslConfig
 from insync_proxy.proxy.config.tls import TlsMaterial
-from insync_proxy.proxy.control import ControlConnection
+from insync_proxy.proxy.controlplane.control import ControlConnection
 from insync_proxy.proxy.observability.logsetup import apply_logging
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.audit import AuditLog
     from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
     from insync_proxy.proxy.audit.summary import ProduceSummaries
+    from insync_proxy.proxy.controlplane.metadata_refresh import MetadataRefresh
+    from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
     from insync_proxy.proxy.datapath.connection import ConnectionSettings
     from insync_proxy.proxy.datapath.exchange import BehaviourRegistry
-    from insync_proxy.proxy.metadata_refresh import MetadataRefresh
-    from insync_proxy.proxy.min_insync import MinInsyncCache
     from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 

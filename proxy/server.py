@@ -23,8 +23,11 @@ from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.config.settings import ProxyConfig
 from insync_proxy.proxy.config.tls import TlsMaterial
-from insync_proxy.proxy.context import BehaviourContext, call_soon_on_the_loop
-from insync_proxy.proxy.control import ControlConnection, ControlError
+from insync_proxy.proxy.controlplane.context import BehaviourContext, call_soon_on_the_loop
+from insync_proxy.proxy.controlplane.control import ControlConnection, ControlError
+from insync_proxy.proxy.controlplane.metadata_refresh import MetadataRefresh
+from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache, TopicDemand
+from insync_proxy.proxy.controlplane.readiness import PartitionReadiness
 from insync_proxy.proxy.datapath.budget import MemoryBudget
 from insync_proxy.proxy.datapath.capture import FrameCapture
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
@@ -32,11 +35,8 @@ from insync_proxy.proxy.datapath.connection import ClientConnection, ConnectionS
 from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry
 from insync_proxy.proxy.datapath.listeners import Listeners
 from insync_proxy.proxy.datapath.observer import ExchangeObserver
-from insync_proxy.proxy.metadata_refresh import MetadataRefresh
-from insync_proxy.proxy.min_insync import MinInsyncCache, TopicDemand
 from insync_proxy.proxy.observability.admin import AdminServer
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-from insync_proxy.proxy.readiness import PartitionReadiness
 from insync_proxy.proxy.reload import Reloads
 
 log = logging.getLogger("insync_proxy")

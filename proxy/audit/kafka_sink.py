@@ -18,8 +18,8 @@ from typing import Any
 from insync_proxy.protocol import ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import PartitionProduceData, TopicProduceData
 from insync_proxy.protocol.records import encode_record_batch
-from insync_proxy.proxy.background import report_failure
-from insync_proxy.proxy.control import ControlConnection, ControlError
+from insync_proxy.proxy.controlplane.background import report_failure
+from insync_proxy.proxy.controlplane.control import ControlConnection, ControlError
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 

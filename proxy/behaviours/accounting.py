@@ -24,7 +24,7 @@ from insync_proxy.protocol import NO_SUCH_TOPIC_ERRORS, ApiKey, ProtocolError
 from insync_proxy.protocol.produce import PartitionKey
 from insync_proxy.proxy.audit.summary import ProduceSummaries, latency_bucket
 from insync_proxy.proxy.behaviours.produce_exchange import FORWARDED, UNKNOWN_TOPIC_ID, produce_exchange
-from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.datapath.cluster_view import Readiness
 from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange
 from insync_proxy.proxy.observability.metrics import ProxyMetrics, TopicCounterChild

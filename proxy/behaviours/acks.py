@@ -39,7 +39,7 @@ from insync_proxy.proxy.behaviours.produce_exchange import (
     produce_exchange,
 )
 from insync_proxy.proxy.config.settings import AcksPolicyConfig
-from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.datapath.cluster_view import Readiness
 from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame
 

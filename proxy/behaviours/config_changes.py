@@ -14,7 +14,7 @@ import time
 from typing import Final
 
 from insync_proxy.protocol import ApiKey, ProtocolError, topic_names
-from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame
 
 log: Final = logging.getLogger("insync_proxy.config_changes")

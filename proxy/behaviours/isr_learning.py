@@ -15,7 +15,7 @@ from typing import Final
 
 from insync_proxy.protocol import ApiKey, ErrorCode
 from insync_proxy.proxy.behaviours.produce_exchange import produce_exchange
-from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange
 
 _BELOW_MIN_ISR_ERRORS: Final = frozenset(

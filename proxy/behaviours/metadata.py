@@ -40,7 +40,7 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.primitives import read_uvarint_at
 from insync_proxy.proxy.behaviours.api_versions import KIP637_METADATA_VERSION
-from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame
 
 log: Final = logging.getLogger("insync_proxy.metadata")

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Iterable
 
 from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.proxy.behaviours.produce_exchange import produce_exchange
-from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange
 from insync_proxy.proxy.observability.logs import RateLimitedLog
 

@@ -2,7 +2,7 @@
 
 A behaviour is one small object with one job (address rewrite, metadata enrichment, acks policy),
 registered for the API keys whose requests, responses or completions it touches. It sees the
-exchange and the narrow `BehaviourContext` it was built with (proxy/context.py), never the process.
+exchange and the narrow `BehaviourContext` it was built with (proxy/controlplane/context.py), never the process.
 Frames no behaviour registered for pass through as opaque bytes.
 """
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
-from insync_proxy.proxy.control import ControlConnection
+from insync_proxy.proxy.controlplane.control import ControlConnection
 
 
 @pytest.mark.every_kafka_version  # the control connection negotiates Metadata v11 with Kafka 2.8

@@ -29,11 +29,11 @@ from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.config.settings import AcksPolicyConfig
-from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.controlplane.context import BehaviourContext
+from insync_proxy.proxy.controlplane.min_insync import CachedValue, MinInsyncCache
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.core import ConnectionCore
 from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry
-from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.unit.produce_frames import (
     ProduceAnswer,

@@ -18,8 +18,8 @@ from insync_proxy.protocol import (
     encode_response,
 )
 from insync_proxy.protocol.messages import ApiVersion, MetadataResponseBroker
-from insync_proxy.proxy.control import ControlConnection, ControlError
-from insync_proxy.proxy.min_insync import MinInsyncCache
+from insync_proxy.proxy.controlplane.control import ControlConnection, ControlError
+from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 #: What a Kafka 2.8 broker advertises for the APIs the control connection uses.

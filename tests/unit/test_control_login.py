@@ -20,9 +20,9 @@ from insync_proxy.protocol import (
     encode_response,
 )
 from insync_proxy.protocol.messages import ApiVersion, DescribeConfigsResult, MetadataResponseBroker
-from insync_proxy.proxy.background import report_failure
-from insync_proxy.proxy.control import AuthenticationFailed, ControlConnection
-from insync_proxy.proxy.min_insync import MinInsyncCache
+from insync_proxy.proxy.controlplane.background import report_failure
+from insync_proxy.proxy.controlplane.control import AuthenticationFailed, ControlConnection
+from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 VERSIONS = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 11), ApiKey.SASL_HANDSHAKE: (0, 1),

@@ -31,12 +31,12 @@ from insync_proxy.protocol.messages import (
     MetadataResponseTopic,
 )
 from insync_proxy.proxy.behaviours.metadata import names_topics
-from insync_proxy.proxy.control import ControlConnection
+from insync_proxy.proxy.controlplane.control import ControlConnection
+from insync_proxy.proxy.controlplane.metadata_refresh import MetadataRefresh
+from insync_proxy.proxy.controlplane.min_insync import CachedValue, MinInsyncCache, TopicDemand
+from insync_proxy.proxy.controlplane.readiness import PartitionReadiness
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
-from insync_proxy.proxy.metadata_refresh import MetadataRefresh
-from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache, TopicDemand
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-from insync_proxy.proxy.readiness import PartitionReadiness
 from tests.unit.test_control_faults import FakeBroker
 
 

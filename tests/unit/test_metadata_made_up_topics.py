@@ -36,10 +36,10 @@ from insync_proxy.protocol.messages import (
 )
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
 from insync_proxy.proxy.config.broker_ports import BrokerPorts
-from insync_proxy.proxy.context import BehaviourContext
+from insync_proxy.proxy.controlplane.context import BehaviourContext
+from insync_proxy.proxy.controlplane.min_insync import CachedValue, MinInsyncCache
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.exchange import Exchange, Frame, ListenerAddresses, ListenerSettings
-from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 #: Node 1's listener is open already: the answer goes back without waiting for a listener to open.

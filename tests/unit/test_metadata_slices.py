@@ -27,11 +27,11 @@ from insync_proxy.protocol.messages import (
 from insync_proxy.protocol.metadata_splice import splice_metadata_response
 from insync_proxy.proxy.behaviours.metadata import SLICE_TOPICS, MetadataEnricher
 from insync_proxy.proxy.config.broker_ports import BrokerPorts
-from insync_proxy.proxy.context import BehaviourContext, next_turn
+from insync_proxy.proxy.controlplane.context import BehaviourContext, next_turn
+from insync_proxy.proxy.controlplane.min_insync import CachedValue, MinInsyncCache
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.core import ConnectionCore
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry, Frame, ListenerAddresses, ListenerSettings
-from insync_proxy.proxy.min_insync import CachedValue, MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.unit.test_acks_policy import ControlNeverUsed
 from tests.unit.test_connection_core import RecordingIO, request

@@ -19,11 +19,11 @@ from insync_proxy.protocol.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
+from insync_proxy.proxy.controlplane.metadata_refresh import MetadataRefresh
+from insync_proxy.proxy.controlplane.min_insync import DEFAULT_MAX_TOPICS_IN_USE, MinInsyncCache, TopicDemand
+from insync_proxy.proxy.controlplane.readiness import PartitionReadiness
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
-from insync_proxy.proxy.metadata_refresh import MetadataRefresh
-from insync_proxy.proxy.min_insync import DEFAULT_MAX_TOPICS_IN_USE, MinInsyncCache, TopicDemand
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-from insync_proxy.proxy.readiness import PartitionReadiness
 from tests.unit.produce_frames import broker_response, read_produce_request
 from tests.unit.test_acks_policy import HEALTHY, ORDERS, PAYMENTS, TOPIC_IDS, Sidecar
 from tests.unit.test_control_plane_demand import NoListeners, RecordingControl

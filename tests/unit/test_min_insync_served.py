@@ -30,8 +30,7 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.messages import MetadataResponseBroker, MetadataResponseTopic
 from insync_proxy.proxy.config.settings import ProxyConfig
-from insync_proxy.proxy.datapath.exchange import Exchange, Frame
-from insync_proxy.proxy.min_insync import (
+from insync_proxy.proxy.controlplane.min_insync import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_STALE_SECONDS,
     DEFAULT_MISS_WAIT_SECONDS,
@@ -39,6 +38,7 @@ from insync_proxy.proxy.min_insync import (
     MinInsyncCache,
     TopicDemand,
 )
+from insync_proxy.proxy.datapath.exchange import Exchange, Frame
 from tests.unit.test_metadata_made_up_topics import (
     LISTENER,
     Proxy,

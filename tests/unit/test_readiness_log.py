@@ -19,7 +19,7 @@ from insync_proxy.proxy.config.settings import (
     UpstreamTlsConfig,
 )
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT
-from insync_proxy.proxy.control import HTTP_ANSWER
+from insync_proxy.proxy.controlplane.control import HTTP_ANSWER
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base
 from tests.unit.test_connection_pipeline import FakeBroker

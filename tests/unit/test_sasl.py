@@ -19,7 +19,7 @@ from insync_proxy.protocol import (
     decode_request,
     encode_response,
 )
-from insync_proxy.proxy.sasl import SaslError, authenticate
+from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate
 
 SALT = b"pepper"
 ITERATIONS = 4096

@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from insync_proxy.protocol import ErrorCode
-from insync_proxy.proxy.background import report_failure
+from insync_proxy.proxy.controlplane.background import report_failure
 from insync_proxy.proxy.observability.logs import RateLimitedLog
 
 if TYPE_CHECKING:
-    from insync_proxy.proxy.control import ControlConnection
+    from insync_proxy.proxy.controlplane.control import ControlConnection
     from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 log: Final = logging.getLogger("insync_proxy.min_insync")

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from insync_proxy.protocol import MetadataResponse
+from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
-from insync_proxy.proxy.min_insync import MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 

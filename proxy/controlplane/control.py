@@ -52,8 +52,8 @@ from insync_proxy.protocol.messages import DescribeConfigsResource, MetadataRequ
 from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, closed_during_handshake
+from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate
 from insync_proxy.proxy.observability.logs import RateLimitedLog
-from insync_proxy.proxy.sasl import SaslError, authenticate
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.observability.metrics import ProxyMetrics

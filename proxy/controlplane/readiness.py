@@ -3,7 +3,7 @@
 Audit events: `isr_change` whenever the view of a partition's ISR or leader changes, `partition_readiness`
 when a partition turns unready (ISR below min) or ready again. The `partitions_below_min_isr` gauge is
 counted at each sweep (after the proxy's own periodic Metadata). All three cover the topics in use (those
-the proxy's clients name, proxy/min_insync.py `TopicDemand`, at most `max_topics_in_use`), not every
+the proxy's clients name, proxy/controlplane/min_insync.py `TopicDemand`, at most `max_topics_in_use`), not every
 partition of the cluster: the proxy follows only those. A partition of another topic that reaches the view
 (a hide_unready_partitions listener learns every topic of an answer; a leader's error re-reads its topic)
 is no event and is not kept here.
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from insync_proxy.audit.events import isr_change_event, partition_readiness_event
-from insync_proxy.proxy.context import AuditSink
+from insync_proxy.proxy.controlplane.context import AuditSink
+from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
 from insync_proxy.proxy.datapath.cluster_view import ClusterView, PartitionState, Readiness, effective_min_isr
-from insync_proxy.proxy.min_insync import MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 

@@ -22,13 +22,13 @@ from dataclasses import replace
 from typing import Any
 
 from insync_proxy.protocol import MetadataResponse
-from insync_proxy.proxy.background import report_failure
-from insync_proxy.proxy.control import ControlConnection, ControlError
+from insync_proxy.proxy.controlplane.background import report_failure
+from insync_proxy.proxy.controlplane.control import ControlConnection, ControlError
+from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
+from insync_proxy.proxy.controlplane.readiness import PartitionReadiness
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.listeners import Listeners
-from insync_proxy.proxy.min_insync import MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-from insync_proxy.proxy.readiness import PartitionReadiness
 
 log = logging.getLogger("insync_proxy")
 
