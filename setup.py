@@ -22,7 +22,7 @@ from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
 #: The source folders mapped into insync_proxy (pyproject.toml: package-dir).
-SOURCE_FOLDERS = ("protocol", "audit", "proxy", "pipeline", "devcluster")
+SOURCE_FOLDERS = ("protocol", "audit", "proxy", "client", "pipeline", "devcluster")
 #: Where the build sees the package as it is installed (insync_proxy/<folder>/...).
 STAGED = Path("build") / "src"
 

@@ -51,6 +51,7 @@ from benchmarks.proxy_bench import (  # noqa: E402
     say,
     table,
 )
+from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, broker_heap_for  # noqa: E402
 from insync_proxy.protocol import (  # noqa: E402
     ApiKey,
@@ -63,7 +64,6 @@ from insync_proxy.protocol import (  # noqa: E402
     peek_request_header,
 )
 from insync_proxy.protocol.messages import CreatableTopic, MetadataRequestTopic  # noqa: E402
-from insync_proxy.proxy.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
 from tests.raw_client import batch, produce_request  # noqa: E402
 

@@ -147,7 +147,7 @@ def run_load(port: int, seconds: float, connections: int, in_flight: int, versio
     """Prints the number of requests answered (correlation ids checked) in `seconds`."""
     import proxy_bench as pb
 
-    from insync_proxy.proxy.blocking_client import CORRELATION_ID_OFFSET
+    from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET
 
     pb.PRODUCE_VERSION = version
     from tests.raw_client import batch

@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import proxy_bench as pb  # noqa: E402
 
+from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
     LocalKafkaCluster,
@@ -76,7 +77,6 @@ from insync_proxy.protocol import (  # noqa: E402
     MetadataResponse,
     split_response,
 )
-from insync_proxy.proxy.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from tests.proxy_harness import ProxyProcess, free_port_base  # noqa: E402
 from tests.raw_client import batch  # noqa: E402
 

@@ -43,6 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
+from insync_proxy.client.blocking_client import request_frame as encode_request_frame  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
 from insync_proxy.devcluster.distribution import java_executable  # noqa: E402
 from insync_proxy.protocol import (  # noqa: E402
@@ -57,8 +59,6 @@ from insync_proxy.protocol import (  # noqa: E402
     split_response,
 )
 from insync_proxy.protocol.messages import CreatableTopic, MetadataRequestTopic  # noqa: E402
-from insync_proxy.proxy.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
-from insync_proxy.proxy.blocking_client import request_frame as encode_request_frame  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
 from tests.raw_client import RawKafkaClient, batch, produce_request  # noqa: E402
 

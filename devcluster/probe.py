@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.protocol import (
     ApiKey,
     CreateTopicsRequest,
@@ -27,7 +28,6 @@ from insync_proxy.protocol.messages import (
     PartitionProduceData,
     TopicProduceData,
 )
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient
 
 __all__ = ["ClusterInfo", "PartitionInfo", "ProbeConnection", "ProbeError", "TopicInfo", "metadata_from_any"]
 

@@ -2,10 +2,12 @@
 
 One distinctive top-level name for everything the distribution installs:
 ``insync_proxy.protocol`` (the sans-IO codec), ``insync_proxy.audit`` (the audit stream's contract),
-``insync_proxy.proxy`` (the proxy process), ``insync_proxy.pipeline`` (the PySpark jobs) and
+``insync_proxy.proxy`` (the proxy process), ``insync_proxy.client`` (client-side helpers: a blocking
+client, a producer-side partitioner, check-config's preflight; the proxy's runtime imports none of it),
+``insync_proxy.pipeline`` (the PySpark jobs) and
 ``insync_proxy.devcluster`` (the local Kafka, chaos, certificates and probes of development and tests;
 the proxy's runtime imports none of it). In the source tree they are the top-level folders
-``protocol/``, ``audit/``, ``proxy/``, ``pipeline/`` and ``devcluster/``, mapped into this package by
+``protocol/``, ``audit/``, ``proxy/``, ``client/``, ``pipeline/`` and ``devcluster/``, mapped into this package by
 pyproject.toml's ``package-dir`` (a wheel holds them under ``insync_proxy/``).
 """
 
@@ -19,7 +21,7 @@ from pathlib import Path as _Path
 from types import ModuleType as _ModuleType
 
 #: The subpackages and their folders in a source checkout (pyproject.toml's package-dir says the same).
-SOURCE_FOLDERS = ("protocol", "audit", "proxy", "pipeline", "devcluster")
+SOURCE_FOLDERS = ("protocol", "audit", "proxy", "client", "pipeline", "devcluster")
 
 
 class _SourceFolders:

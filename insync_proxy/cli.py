@@ -382,7 +382,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(f"# configuration valid ({DOCS} describes every setting)", flush=True)
     if not args.connect:
         return 0
-    from insync_proxy.proxy.preflight import check_connection  # loaded only here: `run` never needs it
+    from insync_proxy.client.preflight import check_connection  # loaded only here: `run` never needs it
 
     _setup_logging(config.log_level, config.log_format, config.log_summary_interval_seconds)
     return 0 if check_connection(config, lambda line: print(line, flush=True)) else 1

@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from insync_proxy.client.blocking_client import request_frame
 from insync_proxy.protocol import ApiKey
-from insync_proxy.proxy.blocking_client import request_frame
 from insync_proxy.proxy.observability.logs import BAD_FRAME, BROKER_CLOSED, OVERSIZED_FRAME
 
 #: The causes a hostile client can provoke (a refused connection needs a connection limit).

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient, parse_address
 from insync_proxy.protocol import ApiKey, ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import PartitionProduceData, TopicProduceData
 from insync_proxy.protocol.records import encode_record_batch
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient, parse_address
 
 
 @dataclass

@@ -8,6 +8,7 @@ import struct
 import time
 import uuid
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient, request_frame
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import (
     NO_SUCH_TOPIC_ERRORS,
@@ -18,7 +19,6 @@ from insync_proxy.protocol import (
     MetadataResponse,
 )
 from insync_proxy.protocol.messages import CreatableTopic, MetadataRequestTopic
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient, request_frame
 from tests.proxy_harness import ProxyProcess
 
 TOPICS = 300

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.devcluster.distribution import selected_version
 from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse
@@ -15,7 +16,6 @@ from insync_proxy.protocol.fetch import find_fetch_node_endpoints
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.protocol.primitives import Reader, Writer
 from insync_proxy.protocol.records import encode_record_batch
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient
 

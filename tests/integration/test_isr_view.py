@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch
 

@@ -8,6 +8,8 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient
+from insync_proxy.client.partitioner import MinInsyncMetadata
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import (
     ApiKey,
@@ -17,8 +19,6 @@ from insync_proxy.protocol import (
     encode_request,
 )
 from insync_proxy.protocol.messages import MetadataRequestTopic
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient
-from insync_proxy.proxy.partitioner import MinInsyncMetadata
 from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 

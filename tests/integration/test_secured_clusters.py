@@ -31,15 +31,15 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient
+from insync_proxy.client.preflight import check_connection, sasl_login
 from insync_proxy.devcluster.certificates import DevCertificates, make_test_certificates
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.devcluster.distribution import selected_version
 from insync_proxy.protocol import MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
-from insync_proxy.proxy.preflight import check_connection, sasl_login
 from tests.helpers import consume_values, wait_until
 from tests.java_client import JavaClient
 from tests.proxy_harness import TEST_POLICIES, ProxyProcess

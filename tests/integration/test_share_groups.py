@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient, parse_address
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.devcluster.distribution import selected_version
 from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse
@@ -24,7 +25,6 @@ from insync_proxy.protocol.messages import (
 )
 from insync_proxy.protocol.primitives import Writer
 from insync_proxy.protocol.schema import decode_struct
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient, parse_address
 from tests.java_client import JavaClient
 from tests.proxy_harness import ProxyProcess
 

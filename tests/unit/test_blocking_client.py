@@ -11,6 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from insync_proxy.client.blocking_client import (
+    CORRELATION_ID_OFFSET,
+    BlockingKafkaClient,
+    ConnectionClosed,
+    KafkaClientError,
+    RequestTimedOut,
+    UnexpectedResponse,
+    parse_address,
+    request_frame,
+)
 from insync_proxy.protocol import (
     ApiKey,
     ApiVersionsResponse,
@@ -24,16 +34,6 @@ from insync_proxy.protocol import (
     encode_response_with_header,
 )
 from insync_proxy.protocol.messages import ApiVersion, MetadataRequestTopic, MetadataResponseBroker
-from insync_proxy.proxy.blocking_client import (
-    CORRELATION_ID_OFFSET,
-    BlockingKafkaClient,
-    ConnectionClosed,
-    KafkaClientError,
-    RequestTimedOut,
-    UnexpectedResponse,
-    parse_address,
-    request_frame,
-)
 from tests.scripted_broker import CLOSE, Received, ScriptedBroker
 
 ROOT = Path(__file__).resolve().parents[2]

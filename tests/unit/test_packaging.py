@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_FOLDERS = ("proxy", "protocol", "pipeline", "devcluster")
+SOURCE_FOLDERS = ("proxy", "client", "protocol", "pipeline", "devcluster")
 
 
 def _python_files() -> list[Path]:

@@ -6,7 +6,7 @@ import os
 
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from insync_proxy.proxy.partitioner import (
+from insync_proxy.client.partitioner import (
     MinInsyncMetadata,
     PartitionInfo,
     ReadyPartitioner,

@@ -15,6 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient, request_frame
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.protocol import (
     ApiKey,
@@ -24,7 +25,6 @@ from insync_proxy.protocol import (
     encode_request,
 )
 from insync_proxy.protocol.messages import MetadataRequestTopic
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient, request_frame
 
 HERE = Path(__file__).parent
 

@@ -20,9 +20,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient, parse_address
 from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient, parse_address
 
 #: Metadata versions that can carry the tagged min.insync.replicas (v9+), up to what protocol/ knows.
 METADATA_VERSIONS = (9, 13)

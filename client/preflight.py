@@ -18,6 +18,7 @@ import socket
 import ssl
 from collections.abc import Callable
 
+from insync_proxy.client.blocking_client import BlockingKafkaClient, ConnectionClosed, KafkaClientError
 from insync_proxy.protocol import (
     ApiKey,
     DescribeConfigsRequest,
@@ -27,7 +28,6 @@ from insync_proxy.protocol import (
     MetadataResponse,
 )
 from insync_proxy.protocol.messages import DescribeConfigsResource
-from insync_proxy.proxy.blocking_client import BlockingKafkaClient, ConnectionClosed, KafkaClientError
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, client_ssl_context, closed_during_handshake
 from insync_proxy.proxy.controlplane.control import (
