@@ -17,11 +17,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from insync_proxy.proxy.config.defaults import DEFAULT_NODE_ID_RANGES
+
 #: Kafka node ids are int32; negative ones mean "no node".
 MAX_NODE_ID: Final = 2**31 - 1
 MAX_PORT: Final = 65535
-#: node ids 0-89 at broker_port_base + node id: with the default base 9100, ports 9100-9189, below admin 9190.
-DEFAULT_NODE_ID_RANGES: Final = ("0-89",)
 #: The port every response gives a broker that has no port on a listener: nothing can listen on port 0.
 NO_PORT: Final = 0
 

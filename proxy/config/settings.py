@@ -16,9 +16,12 @@ import socket
 from dataclasses import MISSING, dataclass, field
 from typing import Any
 
-from insync_proxy.proxy.config.broker_ports import DEFAULT_NODE_ID_RANGES
-from insync_proxy.proxy.datapath.budget import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_PER_CONNECTION_BYTES
-from insync_proxy.proxy.observability.logs import SUMMARY_INTERVAL_SECONDS
+from insync_proxy.proxy.config.defaults import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_NODE_ID_RANGES,
+    DEFAULT_PER_CONNECTION_BYTES,
+    SUMMARY_INTERVAL_SECONDS,
+)
 
 ENV_PREFIX = "INSYNC_PROXY_"
 #: Where every setting is described (generated from this module).

@@ -26,11 +26,8 @@ from __future__ import annotations
 
 from typing import Final, Protocol
 
-#: The budget of a sidecar: `max_buffered_bytes`'s default.
-DEFAULT_MAX_BUFFERED_BYTES: Final = 64 * 1024 * 1024
-#: One write buffer's ceiling: `max_buffered_bytes_per_connection`'s default (the high-water mark of
-#: both write buffers of a connection).
-DEFAULT_PER_CONNECTION_BYTES: Final = 4 * 1024 * 1024
+from insync_proxy.proxy.config.defaults import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_PER_CONNECTION_BYTES
+
 #: A whole read, while the budget has room for it (the event loops' own read size: uvloop and asyncio read up
 #: to 256 KiB): fewer, larger reads cost less CPU per byte.
 READ_BYTES: Final = 256 * 1024

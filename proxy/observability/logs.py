@@ -27,12 +27,11 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+from insync_proxy.proxy.config.defaults import SUMMARY_INTERVAL_SECONDS
+
 if TYPE_CHECKING:
     from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
-#: Seconds a cause's repeats are gathered into one summary line, until `set_summary_interval` says otherwise:
-#: the default of the setting `log_summary_interval_seconds`.
-SUMMARY_INTERVAL_SECONDS: Final = 60.0
 
 # Bad-input causes: the `cause` label of insync_proxy_bad_input_total and the rate-limit key of their lines.
 #: A request frame the proxy cannot read (unknown API key, a header or body that does not parse).
