@@ -29,6 +29,7 @@ from insync_proxy.protocol import (
     encode_frame,
     encode_request,
     encode_request_header,
+    negotiation,
     split_response,
 )
 from insync_proxy.protocol.api_keys import api_name
@@ -273,7 +274,7 @@ class BlockingKafkaClient:
         if layout != version:
             offered = {k.api_key: k.max_version for k in response.api_keys}.get(ApiKey.API_VERSIONS, 0)
             return self.api_versions(min(offered, version - 1)) if version > 0 else {}
-        return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        return negotiation.version_ranges(response)
 
     def highest_common_version(self, api_key: int, supported: tuple[int, int],
                                peer: dict[int, tuple[int, int]] | None = None) -> int:
@@ -281,9 +282,9 @@ class BlockingKafkaClient:
         ranges = peer if peer is not None else self.api_versions()
         if api_key not in ranges:
             raise UnexpectedResponse(f"{self.address} does not offer {api_name(api_key)}")
-        low, high = max(ranges[api_key][0], supported[0]), min(ranges[api_key][1], supported[1])
-        if low > high:
+        version = negotiation.highest_common_version(supported, ranges[api_key])
+        if version is None:
             raise UnexpectedResponse(f"no common {api_name(api_key)} version with {self.address}: "
                                      f"it speaks v{ranges[api_key][0]}-v{ranges[api_key][1]}, "
                                      f"we v{supported[0]}-v{supported[1]}")
-        return high
+        return version

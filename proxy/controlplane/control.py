@@ -49,6 +49,7 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.headers import decode_response_header
 from insync_proxy.protocol.messages import DescribeConfigsResource, MetadataRequestTopic
+from insync_proxy.protocol.negotiation import highest_common_version, version_ranges
 from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, closed_during_handshake
@@ -292,7 +293,7 @@ class ControlConnection:
             assert isinstance(response, ApiVersionsResponse)
             if response.error_code != 0:
                 raise ControlError(f"ApiVersions failed at {_name(link.address)} with error {response.error_code}")
-            return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            return version_ranges(response)
         raise ControlError(f"{_name(link.address)} refused ApiVersions v0")
 
     async def _read_loop(self, link: _Link) -> None:
@@ -354,8 +355,8 @@ class ControlConnection:
         broker = link.versions.get(api_key)
         if broker is None:
             raise ControlError(f"broker {_name(link.address)} does not support {ApiKey(api_key).name}")
-        version = min(newest, broker[1])
-        if version < broker[0]:
+        version = highest_common_version((0, newest), broker)
+        if version is None:
             raise ControlError(
                 f"broker {_name(link.address)} supports {ApiKey(api_key).name} v{broker[0]}-v{broker[1]}, "
                 f"the control connection at most v{newest}"
