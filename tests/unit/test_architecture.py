@@ -15,6 +15,16 @@ import insync_proxy
 ROOT = Path(__file__).resolve().parents[2]
 PROXY = ROOT / "proxy"
 PACKAGE = "insync_proxy.proxy"
+#: The wings of the runtime, lowest first: a wing imports only itself and the wings below it. Configuration
+#: is the floor (it imports no runtime module, not even for its defaults); observability counts and logs for
+#: everyone above; the data path is below the control plane, which drives it (new brokers to the listeners)
+#: and writes what it learns into the data path's own ClusterView; the audit sinks use the control
+#: connection; behaviours use all of them; proxy/'s top (the process object and its reloads) wires them.
+WINGS = ("config", "observability", "datapath", "controlplane", "audit", "behaviours")
+#: The modules at proxy/'s top, above every wing (__init__.py only holds the version).
+TOP = {"__init__.py", "server.py", "reload.py"}
+#: Client-side helpers (client/): not the proxy, and not imported by it.
+CLIENT = "insync_proxy.client"
 #: The dev tooling: the local Kafka, chaos, certificates, probes (devcluster/).
 DEV_TOOLING = "insync_proxy.devcluster"
 #: The folders mapped into insync_proxy (pyproject.toml: package-dir), by subpackage name.
@@ -289,11 +299,11 @@ def test_no_string_keyed_exchange_context() -> None:
 
 
 def test_the_connection_core_is_sans_io() -> None:
-    imports = _imports(PROXY / "core.py", PACKAGE)
+    imports = _imports(PROXY / "datapath" / "core.py", f"{PACKAGE}.datapath")
     assert not {m for m in imports if m.split(".")[0] in {"asyncio", "socket", "ssl", "selectors", "uvloop"}}
     # and of the project, only the codec and the exchange model
     project = {m for m in imports if m.startswith("insync_proxy.")}
-    assert all(m.startswith(("insync_proxy.protocol", f"{PACKAGE}.exchange")) for m in project), project
+    assert all(m.startswith(("insync_proxy.protocol", f"{PACKAGE}.datapath.exchange")) for m in project), project
 
 
 def test_the_process_object_wires_and_starts_and_hosts_no_service() -> None:
@@ -315,7 +325,75 @@ def test_the_process_object_wires_and_starts_and_hosts_no_service() -> None:
 
 
 def test_no_module_of_the_runtime_is_over_600_lines() -> None:
-    # Settings are three rooms (config.py what each is, config_schema.py their checks, config_loader.py where
-    # values come from, config_reference.py the page); no module of proxy/ is a house of its own
+    # Settings are rooms of the config/ wing (settings.py what each is, schema.py their checks, loader.py where
+    # values come from, reference.py the page); no module of proxy/ is a house of its own
     sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines()) for path in PROXY.rglob("*.py")}
     assert {name: n for name, n in sizes.items() if n > 600} == {}
+
+
+def _layer(module: str) -> int | None:
+    """A runtime module's layer: its wing's place in WINGS, the top above them; None for the package itself."""
+    parts = module.split(".")
+    if module == PACKAGE:
+        return None
+    if parts[2] in WINGS:
+        return WINGS.index(parts[2])
+    return len(WINGS)
+
+
+def test_each_wing_of_the_runtime_is_a_folder() -> None:
+    # Given proxy/; Then it holds the wings, each a folder (a package of several modules), and at its top
+    # only the process object, its reloads and the version: the tree says what the building is
+    folders = {p.name for p in PROXY.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(WINGS)
+    for wing in WINGS:
+        assert (PROXY / wing / "__init__.py").is_file(), wing
+        assert len([p for p in (PROXY / wing).glob("*.py") if p.name != "__init__.py"]) >= 2, wing
+    assert {p.name for p in PROXY.glob("*.py")} == TOP
+
+
+def test_no_wing_imports_a_wing_above_it() -> None:
+    # Given every import of the runtime, function-level and TYPE_CHECKING ones included
+    graph = _graph(_runtime_modules())
+    assert len(graph) > 40
+    # Then each arrow goes to the same wing or a lower one
+    upward = sorted(f"{name} -> {target}" for name, targets in graph.items() for target in targets
+                    if None not in (_layer(name), _layer(target)) and _layer(target) > _layer(name))
+    assert upward == []
+
+
+def test_the_layer_check_sees_an_upward_arrow() -> None:
+    assert _layer(f"{PACKAGE}.config.settings") < _layer(f"{PACKAGE}.datapath.budget")
+    assert _layer(f"{PACKAGE}.behaviours.acks") < _layer(f"{PACKAGE}.server") == len(WINGS)
+    assert _layer(PACKAGE) is None
+
+
+def test_the_runtime_imports_nothing_of_the_client_helpers() -> None:
+    # client/ (a blocking client, a producer-side partitioner, check-config's preflight) is not the proxy:
+    # the runtime, the codec and the audit contract import none of it, function-level imports included.
+    # (insync_proxy/cli.py may: `check-config --connect` runs the preflight.)
+    assert "client" in FOLDERS
+    offenders = {name: sorted(t for t in targets if t.startswith(CLIENT))
+                 for folder in ("proxy", "protocol", "audit") for name, targets in _project_imports(folder).items()}
+    assert len(offenders) > 60
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def _loaded_after(imports: str) -> list[str]:
+    """sys.modules of a fresh interpreter in the checkout after `imports`."""
+    code = f"import json, sys\n{imports}\nprint(json.dumps(sorted(sys.modules)))\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return list(__import__("json").loads(out.stdout))
+
+
+def test_what_a_producer_imports_from_the_client_loads_no_proxy_runtime() -> None:
+    # Given a fresh interpreter; When a producer imports the blocking client and the partitioner; Then none
+    # of the proxy's modules is loaded, nor its runtime dependencies
+    client = _loaded_after("import insync_proxy.client.blocking_client, insync_proxy.client.partitioner")
+    assert "insync_proxy.client.partitioner" in client
+    assert [m for m in client if m.startswith(PACKAGE) or m.split(".")[0] in {"prometheus_client", "uvloop"}] == []
+    # And the process (`run`: the server and the command line) loads no client module
+    runtime = _loaded_after("import insync_proxy.proxy.server, insync_proxy.cli")
+    assert "insync_proxy.proxy.server" in runtime
+    assert [m for m in runtime if m.startswith(CLIENT)] == []
