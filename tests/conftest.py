@@ -41,8 +41,9 @@ from insync_proxy.devcluster.distribution import (
     KAFKA_39_VERSION,
     selected_version,
 )
+from insync_proxy.proxy.config.defaults import SUMMARY_INTERVAL_SECONDS
 from insync_proxy.proxy.observability.compiled import compiled_modules, describe
-from insync_proxy.proxy.observability.logs import SUMMARY_INTERVAL_SECONDS, forget_all, set_summary_interval
+from insync_proxy.proxy.observability.logs import forget_all, set_summary_interval
 from tests import jvm_census
 from tests.helpers import remove_scratch_directories
 from tests.java_client import JavaClient

@@ -22,7 +22,8 @@ import urllib.request
 from pathlib import Path
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
-from insync_proxy.proxy.config.broker_ports import DEFAULT_NODE_ID_RANGES, BrokerPorts
+from insync_proxy.proxy.config.broker_ports import BrokerPorts
+from insync_proxy.proxy.config.defaults import DEFAULT_NODE_ID_RANGES
 from tests.helpers import scratch_directory
 
 GROUPS = ("default", "kip637", "producers")

@@ -8,7 +8,8 @@ import json
 import logging
 import sys
 
-from insync_proxy.proxy.observability.logs import SUMMARY_INTERVAL_SECONDS, set_summary_interval
+from insync_proxy.proxy.config.defaults import SUMMARY_INTERVAL_SECONDS
+from insync_proxy.proxy.observability.logs import set_summary_interval
 
 #: Marks the handler `setup_logging` installed: a reload changes its format, and no one else's.
 _OURS = "_insync_proxy_handler"

@@ -12,6 +12,7 @@ import struct
 import pytest
 
 from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
+from insync_proxy.proxy.config.defaults import SUMMARY_INTERVAL_SECONDS
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.datapath.connection import ClientConnection, ConnectionSettings
 from insync_proxy.proxy.datapath.core import NoObserver
@@ -22,7 +23,6 @@ from insync_proxy.proxy.observability.logs import (
     BROKER_CLOSED,
     OVERSIZED_FRAME,
     REFUSED_CONNECTION,
-    SUMMARY_INTERVAL_SECONDS,
     RateLimitedLog,
     _bad_input_log,
     flush_all,
