@@ -171,8 +171,8 @@ def config_from_args(args: argparse.Namespace, env: dict[str, str] | None = None
 def checked_configuration(args: argparse.Namespace, extra: dict[str, Any] | None = None
                           ) -> tuple[ProxyConfig, list[str]]:
     """What `run` and `check-config` both refuse (ConfigError) or warn about: the values (config_from_args),
-    the files they name, loaded as `run` loads them (config_files.check_files), then the hosts and directories
-    they name on this machine (config_places.check_places: what `run` would otherwise meet only at start)."""
+    the files they name, loaded as `run` loads them (files.check_files), then the hosts and directories
+    they name on this machine (places.check_places: what `run` would otherwise meet only at start)."""
     warnings: list[str] = []
     config = config_from_args(args, extra=extra, warnings=warnings)
     try:
@@ -315,7 +315,7 @@ _BIND_ADDRESS = re.compile(r"address \('([^']*)', (\d+)")
 def start_failure(config: ProxyConfig, exc: OSError) -> tuple[int, str]:
     """Exit code and one line for an OSError that stopped the start: 2 naming the setting when the
     configuration is at fault, 1 when the machine is (a port another process holds)."""
-    if isinstance(exc, ssl.SSLError):  # config_files.check_files loaded them: the files changed since
+    if isinstance(exc, ssl.SSLError):  # files.check_files loaded them: the files changed since
         return 2, f"upstream_tls/downstream_tls: cannot load the TLS files ({exc.reason or exc})"
     if isinstance(exc, socket.gaierror):
         for setting in ("bind_host", "admin_host"):

@@ -1,6 +1,6 @@
 """Configuration, the files it names: TLS certificates, keys and CA bundles loaded the way `run` loads them.
 
-`validate` (config_schema.py) checks values; `check_files` checks what the values point at, with the very
+`validate` (schema.py) checks values; `check_files` checks what the values point at, with the very
 functions `run` uses (tls.py), so `check-config` refuses what `run` would refuse, with one line naming the
 setting instead of OpenSSL's words. It also reads each certificate's validity dates: a certificate that
 expired or is not yet valid is refused, one that expires within `EXPIRY_WARNING_DAYS` is a warning.

@@ -1,5 +1,5 @@
 """Configuration, the loader: where values come from. Defaults < the TOML file < INSYNC_PROXY_* variables <
-flags, and files holding secrets; every value checked against the schema (config_schema.py) on the way in.
+flags, and files holding secrets; every value checked against the schema (schema.py) on the way in.
 
 A ConfigError is one line naming the setting as the user spelled it.
 """

@@ -1,6 +1,6 @@
 """Configuration, the schema's second room: the settings as entries (TOML key, variable, flag), what each
-accepts in words, and the checks of values and of the rules across settings. Every source (config_loader.py)
-and the reference (config_reference.py) read the settings through here."""
+accepts in words, and the checks of values and of the rules across settings. Every source (loader.py)
+and the reference (reference.py) read the settings through here."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each setting is a dataclass field declared with `setting(...)`: its type comes f
 default, bounds, choices, secrecy, whether it reloads without a restart and its one-line meaning from the
 field's metadata. From that one definition come the TOML keys, the environment variable names
 (INSYNC_PROXY_ + [table_] + field), the flags of `insync-proxy run`, the validation of every source
-(config_schema.py), the loading (config_loader.py) and docs/configuration.md (config_reference.py:
+(schema.py), the loading (loader.py) and docs/configuration.md (reference.py:
 `python -m insync_proxy.proxy.config.reference --write`). A new field declared with `setting(...)` is all a
 new setting needs. Priority, lowest first: defaults, the TOML file, the environment, the flags.
 """

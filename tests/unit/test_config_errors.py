@@ -3,7 +3,7 @@ user spelled it (TOML key path, environment variable or flag) and what is allowe
 
 One table of refused cases, each run as `check-config` and as `run`: both exit 2 with the same line, so `run`
 refuses exactly what `check-config` refuses (TLS files included: both load them with tls.py's functions,
-config_files.check_files; the hosts to bind and the directories to write too, config_places.check_places)."""
+files.check_files; the hosts to bind and the directories to write too, places.check_places)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ CASES = [
      'key_file = "{pki}/future.key"\n', [], {}, ["upstream_tls.cert_file", "not valid before 2090-01-01"]),
     ("expired_ca", SERVERS + '[upstream_tls]\nenabled = true\nca_file = "{pki}/expired.crt"\n', [], {},
      ["upstream_tls.ca_file", "expired on 2020-02-01"]),
-    # What `run` would otherwise meet only at start (config_places.py): hosts to bind, directories to write
+    # What `run` would otherwise meet only at start (places.py): hosts to bind, directories to write
     ("bind_host_not_of_this_machine", SERVERS + 'bind_host = "10.99.99.99"\n{free_ports}', [], {},
      ["bind_host = '10.99.99.99'", "not an address of this machine"]),
     ("admin_host_not_of_this_machine", SERVERS + 'admin_host = "192.0.2.1"\n{free_ports}', [], {},
