@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkout", type=Path, default=ROOT, help="the checkout whose code is measured (default this one)")
     args = parser.parse_args(argv)
     config = ProxyConfig(bootstrap_servers=("k:9092",))
-    print(f"checkout: {Path(sys.modules['insync_proxy.proxy.controlplane.min_insync'].__file__ or '').parents[1]}, "
+    print(f"checkout: {Path(sys.modules['insync_proxy.proxy.controlplane.min_insync'].__file__ or '').parents[2]}, "
           f"min_insync_miss_wait_ms = {config.min_insync_miss_wait_ms:g}, "
           f"min_insync_max_stale_seconds = {getattr(config, 'min_insync_max_stale_seconds', '(none)')}, "
           f"TTL {args.ttl:g} s")
