@@ -1,6 +1,6 @@
 """The memory budget: a process-wide bound on the bytes the proxy holds for peers that do not read.
 
-Sans-IO: it sees numbers and asks its adapter (proxy/datapath/connection.py) to act. Each write buffer of a
+Sans-IO: it sees numbers and asks its adapter (proxy/connection.py) to act. Each write buffer of a
 connection (towards the client: responses; towards the broker: requests) is an account. A write buffer
 grows when its reader is slower than its source; the per-connection ceiling already stops a source when
 its buffer passes `per_connection_bytes` (the transport's high-water mark). The budget bounds the sum:

@@ -3,7 +3,7 @@
 Low-level asyncio protocols (not streams): fewer copies and task switches per frame. Each client
 connection gets its own upstream connection to the broker its listener stands for, so per-connection
 broker state (SASL, throttling, sessions) stays as the client set it up. Ordering, correlation,
-local and merged answers live in proxy/datapath/core.py; this module moves bytes, flow control and lifecycle.
+local and merged answers live in proxy/core.py; this module moves bytes, flow control and lifecycle.
 Both sides are buffered protocols: the memory budget sizes every read (`ReadBuffer`).
 """
 
@@ -55,11 +55,11 @@ class ConnectionSettings:
     bootstrap_candidates: Callable[[], list[tuple[str, int]]]
     connections: set[ClientConnection] = field(default_factory=set)
     on_closed: Callable[[], None] = lambda: None
-    #: The smallest frame the core may cut through (None: never); see proxy/datapath/core.py.
+    #: The smallest frame the core may cut through (None: never); see proxy/core.py.
     cut_through_from: int | None = CUT_THROUGH_FROM
     #: The observer reads whole responses (debug capture, address-leak check): cut-through keeps a copy.
     observe_whole_frames: bool = False
-    #: The process's memory budget over every write buffer (proxy/datapath/budget.py), and its ceiling per buffer.
+    #: The process's memory budget over every write buffer (proxy/budget.py), and its ceiling per buffer.
     budget: MemoryBudget = field(default_factory=MemoryBudget)
     #: Runs a callback later (the running loop's call_later; a unit test without a loop records it instead).
     call_later: Callable[[float, Callable[[], None]], None] = _call_later
@@ -121,7 +121,7 @@ class OpenConnections:
 
 
 class WriteBuffer:
-    """One transport's write buffer as an account of the memory budget (proxy/datapath/budget.py's `BufferIO`)."""
+    """One transport's write buffer as an account of the memory budget (proxy/budget.py's `BufferIO`)."""
 
     __slots__ = ("account", "ceiling", "settings", "transport")
 
