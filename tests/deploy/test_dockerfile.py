@@ -89,9 +89,11 @@ def test_docker_run_examples_publish_the_bootstrap_admin_and_broker_ports() -> N
 
 
 def _build_inputs() -> set[str]:
-    """What `pip wheel .` needs from the context: the build files, the readme, and every top-level package."""
-    readme = tomllib.loads((REPO / "pyproject.toml").read_text())["project"].get("readme", "README.md")
-    packages = {d.name for d in REPO.iterdir() if (d / "__init__.py").is_file() and d.name not in ("tests", "benchmarks")}
+    """What `pip wheel .` needs from the context: the build files, the readme, and every folder package-dir maps
+    into the wheel (not dev tooling beside them, such as protocolgen/)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    readme = pyproject["project"].get("readme", "README.md")
+    packages = set(pyproject["tool"]["setuptools"]["package-dir"].values())
     return {"pyproject.toml", "setup.py", "LICENSE", readme, *packages}
 
 
