@@ -20,7 +20,8 @@ that shares no code with the proxy.
    Metadata answers (a hand-written Metadata v12 client: tag 637, broker addresses).
 6. At the end: every record VerifiableProducer had acknowledged is read back at its offset straight from the
    brokers (kafka-python); the invariants print as a table and go to a summary JSON; a timeline SVG (made by
-   hand) and its PNG (ImageMagick's `convert`, when installed) go beside them.
+   hand) and a PNG of it (drawn by this
+   module: matplotlib is no dependency and ImageMagick may be absent) go beside them.
 
 Exit 0 when every invariant held.
 """
@@ -34,9 +35,9 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -1074,7 +1076,7 @@ def timeline_svg(run: YearRun, summary: dict[str, Any]) -> str:
         y0 = top + i * (panel_h + 20)
         values = [v for _, v in points] + ([v for _, v in latency["direct"]] if i == 2 else [])
         hi = max(values, default=1.0) or 1.0
-        out.append(f'<rect x="{left}" y="{y0}" width="{w - left - 20}" height="{panel_h}" fill="none" stroke="#ccc"/>')
+        out.append(f'<rect x="{left}" y="{y0}" width="{w - left - 20}" height="{panel_h}" fill="none" stroke="#cccccc"/>')
         out.append(f'<text x="4" y="{y0 + 12}">{label}</text><text x="4" y="{y0 + 26}">max {hi:.1f}</text>')
 
         def poly(pts: list[tuple[float, float]], col: str, top_value: float = hi, base: int = y0) -> str:
@@ -1083,7 +1085,7 @@ def timeline_svg(run: YearRun, summary: dict[str, Any]) -> str:
 
         out.append(poly(points, colour))
         if i == 2:
-            out.append(poly(latency["direct"], "#888"))
+            out.append(poly(latency["direct"], "#888888"))
     y_events = top + 3 * (panel_h + 20)
     names = sorted({wdw.name for wdw in run.found.windows})
     for wdw in run.found.windows:
@@ -1101,16 +1103,67 @@ def timeline_svg(run: YearRun, summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _colour(text: str) -> tuple[int, int, int] | None:
+    if text in ("white",):
+        return (255, 255, 255)
+    if text.startswith("#") and len(text) == 7:
+        return (int(text[1:3], 16), int(text[3:5], 16), int(text[5:7], 16))
+    return None
+
+
+def svg_to_png(svg: str, path: Path) -> None:
+    """A PNG of the timeline SVG, drawn by hand (no ImageMagick, no matplotlib): its rectangles and polylines,
+    not its text (the SVG has the labels)."""
+    size = re.search(r'<svg[^>]* width="(\d+)" height="(\d+)"', svg)
+    assert size is not None
+    w, h = int(size.group(1)), int(size.group(2))
+    pixels = bytearray(b"\xff" * (w * h * 3))
+
+    def put(x: int, y: int, rgb: tuple[int, int, int]) -> None:
+        if 0 <= x < w and 0 <= y < h:
+            i = (y * w + x) * 3
+            pixels[i:i + 3] = bytes(rgb)
+
+    def line(x0: float, y0: float, x1: float, y1: float, rgb: tuple[int, int, int]) -> None:
+        steps = int(max(abs(x1 - x0), abs(y1 - y0), 1))
+        for k in range(steps + 1):
+            put(round(x0 + (x1 - x0) * k / steps), round(y0 + (y1 - y0) * k / steps), rgb)
+
+    for element in re.finditer(r"<(rect|polyline)([^>]*)/>", svg):
+        attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', element.group(2)))
+        if element.group(1) == "rect":
+            x, y = float(attrs.get("x", 0)), float(attrs.get("y", 0))
+            rw, rh = float(attrs["width"]), float(attrs["height"])
+            fill, stroke = _colour(attrs.get("fill", "")), _colour(attrs.get("stroke", ""))
+            if fill is not None:
+                for yy in range(int(y), int(y + rh)):
+                    for xx in range(int(x), int(x + rw)):
+                        put(xx, yy, fill)
+            if stroke is not None:
+                for a, b, c, d in ((x, y, x + rw, y), (x, y + rh, x + rw, y + rh), (x, y, x, y + rh),
+                                   (x + rw, y, x + rw, y + rh)):
+                    line(a, b, c, d, stroke)
+        else:
+            rgb = _colour(attrs.get("stroke", "")) or (0, 0, 0)
+            points = [tuple(map(float, p.split(","))) for p in attrs.get("points", "").split()]
+            for (a, b), (c, d) in zip(points, points[1:], strict=False):
+                line(a, b, c, d, rgb)
+    raw = b"".join(b"\x00" + bytes(pixels[y * w * 3:(y + 1) * w * 3]) for y in range(h))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+
+
 def write_outputs(run: YearRun, summary: dict[str, Any], out: Path, json_file: Path | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    svg = out / "timeline.svg"
-    svg.write_text(timeline_svg(run, summary))
-    convert = shutil.which("convert")
-    if convert:
-        png = out / "timeline.png"
-        result = subprocess.run([convert, str(svg), str(png)], capture_output=True, timeout=120)
-        summary["timeline_png"] = str(png) if result.returncode == 0 else ""
-    summary["timeline_svg"] = str(svg)
+    svg, png = out / "timeline.svg", out / "timeline.png"
+    text = timeline_svg(run, summary)
+    svg.write_text(text)
+    svg_to_png(text, png)
+    summary["timeline_svg"], summary["timeline_png"] = str(svg), str(png)
     text = json.dumps(summary, indent=2, default=str)
     (out / "summary.json").write_text(text)
     if json_file is not None:
@@ -1131,7 +1184,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = run.run()
     write_outputs(run, summary, work, args.json)
     print(table(summary))
-    print(f"summary: {work / 'summary.json'}; timeline: {summary.get('timeline_png') or summary['timeline_svg']}")
+    print(f"summary: {work / 'summary.json'}; timeline: {summary['timeline_png']} (labels in {summary['timeline_svg']})")
     return 0 if summary["ok"] else 1
 
 
