@@ -237,6 +237,8 @@ class Findings:
     tag_wrong: list[str] = field(default_factory=list)
     tag_absent: int = 0
     tag_stale_in_outage: int = 0
+    #: (t, records) the consumer group read
+    consumed: list[tuple[float, int]] = field(default_factory=list)
     address_leaks: list[str] = field(default_factory=list)
     metadata_failures: int = 0
     latency: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {"direct": [], "proxy": []})
@@ -748,7 +750,9 @@ class YearRun:
 
                     admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, previous,
                                                         configs={"min.insync.replicas": str(value)})])
-                    self.min_insync[previous].append((self.now(), value))
+                    # Recorded when the brokers say so: an AlterConfigs sent to a paused broker takes effect
+                    # when it resumes, long after the call.
+                    self.min_insync[previous].append((self.effective_min_insync(admin, previous, value), value))
                 if oldest is not None:
                     admin.delete_topics([oldest])
             except Exception as exc:  # noqa: BLE001 - counted; the next round goes on
@@ -759,6 +763,57 @@ class YearRun:
                     except Exception:  # noqa: BLE001
                         pass
                 admin = None
+
+    def effective_min_insync(self, admin: Any, topic: str, value: int, timeout: float = 90) -> float:
+        """When the brokers' DescribeConfigs first shows `value` for the topic (polled; the time given up at)."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.stop_event.is_set():
+            try:
+                found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                               configs={"min.insync.replicas": None})])
+                entry = found.get("topic", {}).get(topic, {}).get("min.insync.replicas", {})
+                if str(entry.get("value")) == str(value):
+                    return self.now()
+            except Exception:  # noqa: BLE001 - a broker down: ask again
+                pass
+            time.sleep(0.3)
+        self.found.errors.append(f"{self.now():.0f}s: min.insync.replicas={value} of {topic} not seen in {timeout:.0f}s")
+        return self.now()
+
+    def group_member(self, name: str, until: threading.Event) -> None:
+        """A member of the consumer group year-group (kafka-python through the proxy) on the idempotent topic,
+        until `until` is set: what it reads is counted by time."""
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(
+            IDEMPOTENT_TOPIC, bootstrap_servers=self.proxy_bootstrap, group_id="year-group", client_id=name,
+            security_protocol="SASL_PLAINTEXT", sasl_mechanism=MECHANISM, sasl_plain_username=CLIENT_USER,
+            sasl_plain_password=self.passwords[CLIENT_USER], auto_offset_reset="earliest",
+            session_timeout_ms=10000, heartbeat_interval_ms=3000, request_timeout_ms=30000,
+        )
+        try:
+            while not until.is_set() and not self.stop_event.is_set():
+                try:
+                    records = sum(len(r) for r in consumer.poll(timeout_ms=500).values())
+                except Exception:  # noqa: BLE001 - a rebalance or a broker away: the next poll goes on
+                    records = 0
+                if records:
+                    with self.found.lock:
+                        self.found.consumed.append((self.now(), records))
+        finally:
+            consumer.close()
+
+    def rebalance(self, window: Window) -> None:
+        """A third member joins the group for 20 s, then leaves: two rebalances."""
+        leave = threading.Event()
+        member = threading.Thread(target=self.group_member, args=("year-member-3", leave), daemon=True)
+        member.start()
+        time.sleep(20)
+        leave.set()
+        member.join(60)
+        window.detail = "a third member joined for 20 s and left"
 
     # ------------------------------------------------------------------ the schedule
     def schedule(self) -> list[tuple[float, str, Callable[[Window], None]]]:
@@ -774,6 +829,7 @@ class YearRun:
             (0.28, 900, "silent network 60s", self.silent_network),
             (0.33, 1200, "rolling restart", self.rolling_restart),
             (0.60, 10 * T, "rolling upgrade", self.rolling_upgrade),
+            (0.50, 420, "group rebalance", self.rebalance),
         ]
         out = []
         for first, period, name, action in kinds:
@@ -806,6 +862,8 @@ class YearRun:
                 threading.Thread(target=self.latency_producer, args=("proxy",), daemon=True),
                 threading.Thread(target=self.latency_producer, args=("direct",), daemon=True),
                 threading.Thread(target=self.topic_churn, args=(max(6.0, self.seconds / 60),), daemon=True),
+                threading.Thread(target=self.group_member, args=("year-member-1", self.stop_event), daemon=True),
+                threading.Thread(target=self.group_member, args=("year-member-2", self.stop_event), daemon=True),
             ]
             for thread in threads:
                 thread.start()
@@ -820,6 +878,12 @@ class YearRun:
             self.stop_event.wait(max(0.0, self.seconds - self.now()))
             for thread in events:
                 thread.join(600)
+            last_end = max((w.end or 0.0 for w in self.found.windows), default=0.0)
+            try:  # the clients settle: the group reads again after the last event (its invariant says if not)
+                self.wait(lambda: any(t > last_end for t, _ in list(self.found.consumed)), 120,
+                          "the consumer group to read after the last event")
+            except RuntimeError:
+                pass
             self.stop_event.set()
             say("schedule done; stopping the producers")
             self.verifiable.send_signal(signal.SIGTERM)
@@ -970,6 +1034,8 @@ class YearRun:
         acks2 = self.acks2_violations()
         latency = self.latency_figures()
         acks2_ok = sum(1 for s in f.acks2 if s.ok)
+        last_event_end = max((w.end or 0.0 for w in f.windows), default=0.0)
+        consumed_after = sum(n for t, n in f.consumed if t > last_event_end)
         rows: list[tuple[str, bool, str]] = [
             ("acknowledged records readable at their offsets", oracle["missing_or_moved"] == 0 and oracle["acknowledged"] > 0,
              f"{oracle['acknowledged']} acknowledged, {oracle['missing_or_moved']} missing or moved, {oracle['in_log']} in the log"),
@@ -1000,6 +1066,9 @@ class YearRun:
              "proxy p99 {proxy_p99_ms:.1f}; {proxy_count} records)".format(**latency["outside"])),
             ("added latency inside event windows (reported)", True,
              "p50 {added_p50_ms:+.2f} ms, p99 {added_p99_ms:+.2f} ms ({proxy_count} records)".format(**latency["inside"])),
+            ("the consumer group reads on after the last event", consumed_after > 0,
+             f"{sum(n for _, n in f.consumed)} records read by the group, {consumed_after} after the last event "
+             f"ended ({last_event_end:.0f}s)"),
             ("every scheduled event completed", not any(w.failed for w in f.windows),
              f"{len(f.windows)} events, {sum(bool(w.failed) for w in f.windows)} failed"),
         ]
