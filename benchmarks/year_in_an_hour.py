@@ -170,6 +170,18 @@ class SilentRelay:
         self.thread.join(10)
 
 
+def allowed_values(history: list[tuple[float, int]], asked: float, lag: float) -> set[int]:
+    """The values a tag 637 may carry at `asked`, from the topic's (time it took effect, value) history: the value
+    in effect, each earlier one until `lag` after the change that replaced it, and any that took effect after
+    `asked` (the time a change took effect is when the runner saw it, possibly after the proxy did)."""
+    allowed = set()
+    for i, (at, value) in enumerate(history):
+        replaced = history[i + 1][0] if i + 1 < len(history) else None
+        if at > asked or replaced is None or replaced > asked - lag:
+            allowed.add(value)
+    return allowed
+
+
 class RelayedCluster(LocalKafkaCluster):
     """A cluster whose broker RELAYED_BROKER advertises its SASL listener at the relay's port, and whose JVMs are
     all started by one long-lived thread: the kernel's parent-death signal (PR_SET_PDEATHSIG) follows the thread
@@ -560,11 +572,7 @@ class YearRun:
             if topic.min_insync is None:
                 self.found.tag_absent += 1
                 continue
-            # Any value the runner set within the allowed lag before the question is a right answer.
-            allowed = {v for t, v in history if t >= asked - (2 * MIN_INSYNC_TTL + 5)}
-            current = [v for t, v in history if t <= asked]
-            if current:
-                allowed.add(current[-1])
+            allowed = allowed_values(history, asked, 2 * MIN_INSYNC_TTL + 5)
             if topic.min_insync not in allowed and self.brokers_out(asked - (2 * MIN_INSYNC_TTL + 5), asked) >= 2:
                 # Two brokers out of the proxy's reach: the value it serves may be stale while it cannot re-read
                 # (min_insync_max_stale_seconds); counted apart, not a violation.
