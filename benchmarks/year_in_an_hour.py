@@ -509,9 +509,10 @@ class YearRun:
                                              control if control is not None else float("nan")))
 
     def serves(self) -> bool:
-        """An ApiVersions through the proxy's bootstrap port is answered within 5 s."""
+        """An ApiVersions through the proxy's bootstrap port is answered within its connect_timeout_seconds (10 s)
+        and 5 s: a bootstrap connection may meet a frozen broker first and move on after that timeout."""
         try:
-            with WireConnection("127.0.0.1", self.bootstrap_port, timeout=5) as conn:
+            with WireConnection("127.0.0.1", self.bootstrap_port, timeout=15) as conn:
                 return conn.api_versions() == 0
         except (OSError, WireError):
             return False
