@@ -1,0 +1,42 @@
+"""A year in five minutes: benchmarks/year_in_an_hour.py with its short schedule (every event type once, small
+rates) against a cluster of its own, and every invariant of its table held."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import scratch_directory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.own_cluster("year")
+@pytest.mark.timeout(1500)
+def test_a_year_in_five_minutes_keeps_every_invariant(exclusive_cluster_slot: None) -> None:
+    # Given the scenario runner's cluster (Kafka 3.9.2, SASL_SSL with SCRAM) and the proxy in front of it
+    work = scratch_directory("insync-year-")
+    # When five minutes of overlapping events run under the producers (kill, pause, rolling restart, reloads,
+    # hostile clients, a silent network, a consumer group's rebalances, the rolling upgrade to 4.3.1 and its metadata.version bump)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "year_in_an_hour.py"), "--minutes", "5", "--rate", "40",
+         "--out", str(work)],
+        capture_output=True, text=True, timeout=1400, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.DEVNULL,
+    )
+    print(result.stdout[-6000:])
+    summary = json.loads((work / "summary.json").read_text())
+    # Then every invariant of the table held (the added latency is reported, not asserted: 2 shared cores)
+    failed = [row for row in summary["invariants"] if not row["ok"] and not row["invariant"].startswith("added latency")]
+    assert not failed, f"{failed}\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}"
+    assert summary["ok"] and result.returncode == 0
+    assert summary["kafka"] == "3.9.2 -> 4.3.1" and summary["metadata_version_bump"].startswith("metadata.version 4.3")
+    assert {e["name"] for e in summary["events"]} >= {
+        "kill+restart", "pause 30s", "rolling restart", "SIGHUP reload", "POST /reload", "hostile+storm",
+        "silent network 60s", "rolling upgrade", "group rebalance"}
