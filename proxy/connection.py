@@ -28,7 +28,7 @@ from insync_proxy.proxy.logs import (
     RateLimitedLog,
     report_bad_input,
 )
-from insync_proxy.proxy.metrics import ProxyMetrics
+from insync_proxy.proxy.metrics import LockFreeCounterChild, ProxyMetrics
 
 log: Final = logging.getLogger("insync_proxy.connection")
 #: Every connection can say these lines again (the cluster in trouble, a bug hit by a client): rate-limited.
@@ -221,7 +221,8 @@ class WriteBuffer:
         self.account.update(self.buffered())
 
 
-def _write(transport: Any, data: tuple[Frame, ...], counter: Any, buffer: WriteBuffer | None) -> None:
+def _write(transport: Any, data: tuple[Frame, ...], counter: LockFreeCounterChild, buffer: WriteBuffer | None
+           ) -> None:
     """One write of one or more buffers: uvloop sends a list in one writev, without joining it."""
     if len(data) == 1:
         transport.write(data[0])
@@ -275,8 +276,8 @@ class ClientConnection(asyncio.Protocol):
 
     def write_upstream(self, *data: Frame) -> None:
         upstream = self.upstream
-        if upstream is not None:
-            upstream.write(*data)
+        if upstream is not None and upstream.transport is not None and not upstream.closed:
+            _write(upstream.transport, data, upstream._bytes_out, upstream.write_buffer)  # its write(), one call less
 
     def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         task = asyncio.ensure_future(result)
