@@ -16,7 +16,7 @@ Starts its own 3-broker KRaft Kafka (devcluster/) and, in front of it, every tar
                  (the floor of a Python proxy; it cannot rewrite Metadata: raw sections only)
   socat          one `socat TCP-LISTEN:...,fork` per broker (Debian package; installed when missing)
 
-and, when asked: `--baseline DIR` another checkout's insync-proxy (e.g. `git worktree add /tmp/old <rev>`,
+and, when asked: `--baseline DIR` (repeatable) another checkout's insync-proxy (e.g. `git worktree add /tmp/old <rev>`,
 built there with ./scripts/compile) as `insync-proxy@<rev>`, old and new in the same rounds; `--audit-off`
 this checkout's insync-proxy with the audit off as `insync-proxy-no-audit`.
 
@@ -580,8 +580,8 @@ def prepare_targets(args: argparse.Namespace, names: Sequence[str], skipped: dic
                     quiet = InsyncProxy(AUDIT_OFF, description="this checkout, audit off, debug checks off")
                     quiet.audit = False
                     targets.append(quiet)
-                if args.baseline:
-                    checkout = args.baseline.resolve()
+                for baseline in args.baseline:
+                    checkout = baseline.resolve()
                     rev = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
                                          capture_output=True, text=True).stdout.strip() or checkout.name
                     old = InsyncProxy(f"insync-proxy@{rev}", description=f"{checkout}, audit on, debug checks off")
@@ -1394,8 +1394,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, help="client connections of the memory section (default 1000)")
     parser.add_argument("--produce-rate", type=int, help="requests/s of the produce section's fixed-rate load "
                                                          "(default 2000; 0: the saturating load only)")
-    parser.add_argument("--baseline", type=Path, help="another checkout of insync-proxy (built as it should be "
-                                                      "measured: ./scripts/compile there) as a target of its own")
+    parser.add_argument("--baseline", type=Path, action="append", default=[],
+                        help="another checkout of insync-proxy (built as it should be measured: ./scripts/compile "
+                             "there) as a target of its own (repeatable)")
     parser.add_argument("--audit-off", action="store_true", help="also this checkout's insync-proxy with the audit "
                                                                  "off (insync-proxy-no-audit)")
     parser.add_argument("--kafka-proxy-bin", default=str(PEERS_DIR / "kafka-proxy"),
