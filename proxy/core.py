@@ -229,7 +229,7 @@ class ConnectionCore:
         if peek.client_id is not None:
             self.client_id = peek.client_id
         return Exchange(self.listener, api_key, peek.api_version, peek.correlation_id, peek.client_id, frame,
-                        self.clock())
+                        self.clock(), peek.header_size)
 
     def _offer_request(self, head: memoryview) -> None:
         """A large request has started: forward it as it arrives when no behaviour reads its API's requests
