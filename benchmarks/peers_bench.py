@@ -972,6 +972,13 @@ def section_produce(targets: Sequence[Target], cluster: LocalKafkaCluster, plan:
                  ("target", "MiB/s", "vs direct", "requests/s", "proxy CPU us/request", "CPU vs relay",
                   "proxy CPU us/MiB", "proxy CPU %", "wakeups/request", "reads/request", "writes/request", "errors"),
                  rows)
+    fixed = out.get("fixed", {})
+    short = [n for n, v in fixed.items() if v["requests_per_sec"]["n"] and
+             v["requests_per_sec"]["median"] < 0.9 * plan.produce_rate]
+    if short:
+        pb.say(f"[produce] note: {', '.join(short)} sustained less than 90% of {plan.produce_rate:,} requests/s: "
+               "the fixed rate was the cluster's (or the load generator's) limit there, not a moderate load; "
+               "choose a lower --produce-rate (about half what direct takes saturated)")
     results["produce"] = out["saturating"]
     if "fixed" in out:
         results["produce_fixed_rate"] = {"requests_per_sec": plan.produce_rate, "targets": out["fixed"]}
