@@ -2,7 +2,7 @@
 
     python benchmarks/loopback_bench.py [--rounds 3] [--seconds 5] [--produce-version 12]
                                         [--connections 4] [--in-flight 4] [--proxy-arg=--no-audit ...]
-                                        [--baseline /path/to/another/checkout]
+                                        [--baseline /path/to/another/checkout] [--rate 2000]
 
 A fake broker (this script, `--fake-broker PORT`: asyncio + uvloop, one node, one topic `orders`) answers
 ApiVersions, Metadata and DescribeConfigs like a one-broker cluster and every Produce at once with a
@@ -11,7 +11,10 @@ and the bare uvloop byte relay (benchmarks/byte_relay.py, the floor of a Python 
 (this script, `--load`: one process, N connections x W requests in flight, 16 KiB batches of 16 x 1 KiB
 records, acks=-1) drives each target in turn, interleaved over rounds (the order alternates). With
 `--baseline DIR`, the insync-proxy of another checkout (e.g. `git worktree add /tmp/before HEAD~3`) runs as
-a third target: before/after in one run, under the same load.
+a third target: before/after in one run, under the same load. With `--rate N` the load is N requests/s in all
+(each connection sends at its share of the rate, at most W in flight) instead of as fast as answers come: a
+read or two per wakeup, where what a wakeup costs shows. Wakeups are the target's threads' voluntary context
+switches (a thread that slept in epoll_wait or on a lock and was woken).
 
 The JVM-backed benchmarks (proxy_bench.py, peers_bench.py) measure what users see; on two cores the brokers
 take most of the CPU there, and a proxy's cost moves with them. Here the broker costs almost nothing, so
@@ -143,8 +146,9 @@ def serve_fake_broker(port: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- load generator
-def run_load(port: int, seconds: float, connections: int, in_flight: int, version: int) -> None:
-    """Prints the number of requests answered (correlation ids checked) in `seconds`."""
+def run_load(port: int, seconds: float, connections: int, in_flight: int, version: int, rate: float = 0) -> None:
+    """Prints the number of requests answered (correlation ids checked) in `seconds`; `rate`: requests/s in
+    all (each connection its share, at most `in_flight` outstanding), 0 for as fast as answers come."""
     import proxy_bench as pb
 
     from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET
@@ -156,7 +160,8 @@ def run_load(port: int, seconds: float, connections: int, in_flight: int, versio
     answered = 0
 
     class Producer(asyncio.Protocol):
-        def __init__(self, frame: bytearray, stop_at: float) -> None:
+        def __init__(self, frame: bytearray, stop_at: float, index: int) -> None:
+            self.index = index  # staggers the paced connections' sends
             self.frame = frame
             self.stop_at = stop_at
             self.buffer = bytearray()
@@ -165,8 +170,27 @@ def run_load(port: int, seconds: float, connections: int, in_flight: int, versio
 
         def connection_made(self, transport: Any) -> None:
             self.transport = transport
+            if rate:
+                self.loop = asyncio.get_running_loop()
+                self.interval = connections / rate
+                self.next_at = self.loop.time() + self.index * self.interval / connections
+                self.loop.call_at(self.next_at, self.tick)
+                return
             for _ in range(in_flight):
                 self.send()
+
+        def tick(self) -> None:
+            """The paced load: one request at its time (later when `in_flight` are outstanding)."""
+            if time.perf_counter() >= self.stop_at:
+                if self.received == self.sent and not self.finished.done():
+                    self.finished.set_result(None)
+                return
+            if self.sent - self.received < in_flight:
+                self.send()
+                self.next_at += self.interval
+            else:
+                self.next_at = self.loop.time() + self.interval / 4
+            self.loop.call_at(max(self.next_at, self.loop.time()), self.tick)
 
         def send(self) -> None:
             self.sent += 1
@@ -187,7 +211,11 @@ def run_load(port: int, seconds: float, connections: int, in_flight: int, versio
                 answered += 1
                 if correlation_id != self.received:
                     raise SystemExit(f"correlation id {correlation_id}, expected {self.received}")
-                if time.perf_counter() < self.stop_at:
+                if rate:
+                    if self.received == self.sent and time.perf_counter() >= self.stop_at \
+                            and not self.finished.done():
+                        self.finished.set_result(None)
+                elif time.perf_counter() < self.stop_at:
                     self.send()
                 elif self.received == self.sent and not self.finished.done():
                     self.finished.set_result(None)
@@ -202,7 +230,7 @@ def run_load(port: int, seconds: float, connections: int, in_flight: int, versio
         producers = []
         for i in range(connections):
             frame = pb.produce_frame(TOPIC, i % PARTITIONS, payload, -1)
-            _, producer = await loop.create_connection(functools.partial(Producer, frame, stop_at), "127.0.0.1", port)
+            _, producer = await loop.create_connection(functools.partial(Producer, frame, stop_at, i), "127.0.0.1", port)
             producers.append(producer)
         await asyncio.wait_for(asyncio.gather(*(p.finished for p in producers)), seconds + 60)
         print(answered, flush=True)
@@ -248,6 +276,19 @@ def user_system_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
+def wakeups(pid: int) -> int:
+    """Voluntary context switches of the process's live threads so far: each a sleep (epoll_wait, a lock) ended."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass  # a thread that ended
+    return total
+
+
 def syscalls(pid: int) -> tuple[int, int]:
     """(read, write) syscalls so far (/proc/<pid>/io: libuv reads and writes sockets with read/write(v))."""
     values = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
@@ -288,16 +329,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--produce-version", type=int, default=12, help="Produce version sent (default 12)")
     parser.add_argument("--proxy-arg", action="append", default=[],
                         help="extra `insync-proxy run` argument, e.g. --proxy-arg=--no-audit (repeatable)")
+    parser.add_argument("--rate", type=float, default=0,
+                        help="requests/s in all (default 0: as fast as answers come, the in-flight window full)")
     parser.add_argument("--baseline", type=Path, help="another checkout whose insync-proxy runs as a third target")
     parser.add_argument("--fake-broker", type=int, metavar="PORT", help=argparse.SUPPRESS)
-    parser.add_argument("--load", nargs=5, type=float, metavar="X", help=argparse.SUPPRESS)
+    parser.add_argument("--load", nargs=6, type=float, metavar="X", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.fake_broker:
         serve_fake_broker(args.fake_broker)
         return 0
     if args.load:
-        port, seconds, connections, in_flight, version = args.load
-        run_load(int(port), seconds, int(connections), int(in_flight), int(version))
+        port, seconds, connections, in_flight, version, rate = args.load
+        run_load(int(port), seconds, int(connections), int(in_flight), int(version), rate)
         return 0
 
     py = sys.executable
@@ -308,7 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def load(port: int, seconds: float) -> int:
         out = subprocess.run([py, me, "--load", str(port), str(seconds), str(args.connections), str(args.in_flight),
-                              str(args.produce_version)], check=True, capture_output=True, text=True, timeout=seconds + 120)
+                              str(args.produce_version), str(args.rate)], check=True, capture_output=True, text=True,
+                             timeout=seconds + 120)
         return int(out.stdout.strip())
 
     try:
@@ -350,11 +394,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for name in order:
                     pid, port = targets[name]
                     cpu0, (u0, s0), (r0, w0) = run_time_seconds(pid), user_system_seconds(pid), syscalls(pid)
+                    k0 = wakeups(pid)
                     n = load(port, args.seconds)
                     cpu1, (u1, s1), (r1, w1) = run_time_seconds(pid), user_system_seconds(pid), syscalls(pid)
+                    k1 = wakeups(pid)
                     rows[name].append({"us": (cpu1 - cpu0) / n * 1e6, "user": (u1 - u0) / n * 1e6,
                                        "sys": (s1 - s0) / n * 1e6, "reads": (r1 - r0) / n, "writes": (w1 - w0) / n,
-                                       "rps": n / args.seconds})
+                                       "wakeups": (k1 - k0) / n, "rps": n / args.seconds})
                     print(f"round {r + 1} {name}: {n} requests, {rows[name][-1]['us']:.1f} us CPU each", flush=True)
     finally:
         for p in processes:
@@ -369,16 +415,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return statistics.median(row[key] for row in rows[name])
 
     print()
-    print(f"Produce v{args.produce_version}, 16 KiB, acks=-1, {args.connections} connections x {args.in_flight} in "
-          f"flight, instant fake broker; medians of {args.rounds} rounds; load average "
-          f"{os.getloadavg()[0]:.1f}")
-    header = ("target", "us CPU/request", "user us", "sys us", "reads/request", "writes/request", "requests/s",
-              "CPU vs relay")
+    load = (f"{args.connections} connections x {args.in_flight} in flight" if not args.rate else
+            f"{args.rate:,.0f} requests/s over {args.connections} connections (at most {args.in_flight} in flight each)")
+    print(f"Produce v{args.produce_version}, 16 KiB, acks=-1, {load}, instant fake broker; medians of {args.rounds} "
+          f"rounds; load average {os.getloadavg()[0]:.1f}")
+    header = ("target", "us CPU/request", "user us", "sys us", "reads/request", "writes/request", "wakeups/request",
+              "requests/s", "CPU vs relay")
     table = [header]
     relay_us = med("relay", "us")
     for name in rows:
         table.append((name, f"{med(name, 'us'):.1f}", f"{med(name, 'user'):.1f}", f"{med(name, 'sys'):.1f}",
-                      f"{med(name, 'reads'):.2f}", f"{med(name, 'writes'):.2f}", f"{med(name, 'rps'):.0f}",
+                      f"{med(name, 'reads'):.2f}", f"{med(name, 'writes'):.2f}", f"{med(name, 'wakeups'):.2f}",
+                      f"{med(name, 'rps'):.0f}",
                       f"{med(name, 'us') / relay_us:.2f}x"))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for i, row in enumerate(table):

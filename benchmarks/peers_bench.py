@@ -1,6 +1,7 @@
 """Side-by-side benchmark of insync-proxy and other Kafka proxies in front of one cluster (issue 13; not a test).
 
     python benchmarks/peers_bench.py [--quick] [--sections produce,fetch,perf,memory] [--targets ...]
+                                     [--baseline DIR] [--audit-off] [--produce-rate 2000]
 
 Starts its own 3-broker KRaft Kafka (devcluster/) and, in front of it, every target that can run:
 
@@ -15,14 +16,20 @@ Starts its own 3-broker KRaft Kafka (devcluster/) and, in front of it, every tar
                  (the floor of a Python proxy; it cannot rewrite Metadata: raw sections only)
   socat          one `socat TCP-LISTEN:...,fork` per broker (Debian package; installed when missing)
 
+and, when asked: `--baseline DIR` (repeatable) another checkout's insync-proxy (e.g. `git worktree add /tmp/old <rev>`,
+built there with ./scripts/compile) as `insync-proxy@<rev>`, old and new in the same rounds; `--audit-off`
+this checkout's insync-proxy with the audit off as `insync-proxy-no-audit`.
+
 and runs four sections, interleaving the targets over rounds (the order rotates every round). Every
 proxy cost is CPU seconds of the proxy's processes (with their children) from /proc (threads' schedstat run
 time, utime/stime where threads come and go), which stays meaningful on a shared machine where wall time
 does not.
 
-  produce  raw Produce v9, 4 connections x 4 in flight, 16 KiB batches (16 x 1 KiB records), acks=-1, to
+  produce  raw Produce v12, 4 connections x 4 in flight, 16 KiB batches (16 x 1 KiB records), acks=-1, to
            the partition leader's port through each target: MiB/s, ratio vs direct, proxy CPU per request
-           and per MiB
+           and per MiB, wakeups (the proxy's threads' context switches) and read/write syscalls per request;
+           in every round, after the saturating load, the same at a fixed moderate rate (`--produce-rate`,
+           default 2,000 requests/s: a wakeup per request or two, where the cost per wakeup shows)
   fetch    raw Fetch v11 of one partition (300 MiB, 100 MiB with --quick) from offset 0, 8 MiB per
            response, one connection: MiB/s, ratio vs direct and vs relay, proxy CPU ms per MiB
   perf     Kafka's ProducerPerformance (1 KiB, acks=all, max throughput; and a fixed rate's p50/p99) and
@@ -42,6 +49,7 @@ import json
 import os
 import platform
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -50,6 +58,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -83,6 +92,7 @@ from tests.raw_client import batch  # noqa: E402
 MIB = 1024 * 1024
 TARGETS = ("direct", "insync-proxy", "kafka-proxy", "kroxylicious", "relay", "socat")
 COMPILED_PEERS = ("kafka-proxy", "kroxylicious")
+AUDIT_OFF = "insync-proxy-no-audit"
 SECTIONS = ("produce", "fetch", "perf", "memory")
 KROXYLICIOUS_VERSION = "0.12.0"
 PEERS_DIR = cache_dir() / "peers"
@@ -100,6 +110,13 @@ GOALS = {
     #: Direct p50 above this at section 3's fixed rate: the cluster is saturated (other jobs, too high a rate)
     #: and the p99s are its queueing, so the p99 goal gets no verdict.
     "saturated_direct_p50_ms": 50.0,
+}
+
+#: Issue 37's goals for insync-proxy, measured in the same run as the peers (ratios per round, then the median).
+GOALS_37 = {
+    "produce_cpu_vs_relay_max": 1.5,  # saturating and at the fixed rate
+    "produce_cpu_vs_best_peer_max": 0.7,
+    "audit_on_vs_off_max": 1.05,
 }
 
 
@@ -124,6 +141,7 @@ class Plan:
     consume_records: int
     connections: int
     rate_explicit: bool = False  # --rate given: no automatic lowering of perf_rate
+    produce_rate: int = 2000  # requests/s of the produce section's fixed-rate load (0: none)
 
 
 FULL = Plan(rounds=3, warmup_seconds=3, jit_warmup_seconds=20, produce_seconds=5, produce_connections=4,
@@ -238,6 +256,31 @@ def cpu_snapshot(roots: Iterable[int]) -> dict[int, ProcessCpu]:
     return out
 
 
+def activity(roots: Iterable[int]) -> dict[str, int]:
+    """Wakeups and I/O syscalls of the processes and their live descendants, so far: `wakeups` sums the live
+    threads' voluntary context switches (a thread that slept in epoll_wait, a futex, a read and was woken),
+    `preempted` their involuntary ones; `reads` / `writes` are /proc/<pid>/io's syscr / syscw (read(v) and
+    write(v) calls, every thread's, dead ones too; socket calls made with recvmsg/sendmsg are not counted)."""
+    out = {"wakeups": 0, "preempted": 0, "reads": 0, "writes": 0}
+    for pid in process_tree(roots):
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            out["wakeups"] += int(line.split()[1])
+                        elif line.startswith("nonvoluntary_ctxt_switches:"):
+                            out["preempted"] += int(line.split()[1])
+                except OSError:
+                    continue
+            io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+            out["reads"] += int(io["syscr"])
+            out["writes"] += int(io["syscw"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
 def cpu_between(before: dict[int, ProcessCpu], after: dict[int, ProcessCpu]) -> float:
     """CPU seconds a process tree used between two snapshots.
 
@@ -337,9 +380,13 @@ class Direct(Target):
 
 class InsyncProxy(Target):
     proxy: ProxyProcess | None = None
+    #: Another checkout's proxy (its source tree), or None for this one.
+    checkout: Path | None = None
+    audit: bool = True
 
     def start(self, cluster: LocalKafkaCluster, work: Path) -> None:
-        self.proxy = ProxyProcess(cluster, extra_toml=pb.PROXY_TOML, groups=("default",), debug_checks=False).start()
+        self.proxy = ProxyProcess(cluster, extra_toml=pb.PROXY_TOML, groups=("default",), debug_checks=False,
+                                  audit_enabled=self.audit, checkout=self.checkout).start()
         self.bootstrap = self.proxy.bootstrap()
         self.ports = {node_id: self.proxy.broker_port(node_id) for node_id in cluster.brokers}
 
@@ -529,6 +576,17 @@ def prepare_targets(args: argparse.Namespace, names: Sequence[str], skipped: dic
                 targets.append(Direct(name, description="client to broker"))
             elif name == "insync-proxy":
                 targets.append(InsyncProxy(name, description="audit on, debug checks off"))
+                if args.audit_off:
+                    quiet = InsyncProxy(AUDIT_OFF, description="this checkout, audit off, debug checks off")
+                    quiet.audit = False
+                    targets.append(quiet)
+                for baseline in args.baseline:
+                    checkout = baseline.resolve()
+                    rev = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                                         capture_output=True, text=True).stdout.strip() or checkout.name
+                    old = InsyncProxy(f"insync-proxy@{rev}", description=f"{checkout}, audit on, debug checks off")
+                    old.checkout = checkout
+                    targets.append(old)
             elif name == "kafka-proxy":
                 binary = args.kafka_proxy_bin
                 if not Path(binary).exists() and args.kafka_proxy_src:
@@ -728,10 +786,14 @@ def measure(target: Target, run: Callable[[], dict[str, Any]]) -> dict[str, Any]
     """Runs `run` and adds the CPU seconds the target's processes used meanwhile."""
     pids = target.pids()
     before = cpu_snapshot(pids) if pids else {}
+    counts = activity(pids) if pids else {}
     wall = time.perf_counter()
     result = run()
     result["wall_s"] = time.perf_counter() - wall
     result["proxy_cpu_s"] = cpu_between(before, cpu_snapshot(pids)) if pids else float("nan")
+    if pids:
+        after = activity(pids)
+        result.update({f"proxy_{k}": after[k] - v for k, v in counts.items()})
     return result
 
 
@@ -747,6 +809,74 @@ def produce_topic(cluster: LocalKafkaCluster, plan: Plan) -> str:
 def raw_produce(target: Target, topic: str, plan: Plan, seconds: float) -> dict[str, Any]:
     return pb.produce_load(target.ports[1], topic, range(plan.produce_connections), -1, seconds, plan.produce_window,
                            plan.batch_records)
+
+
+def paced_produce(port: int, topic: str, partitions: Sequence[int], rate: float, seconds: float, window: int,
+                  batch_records: int) -> dict[str, Any]:
+    """Produce (acks=-1) at a fixed rate: one thread and connection per partition, each sending every
+    len(partitions) / rate seconds (the connections staggered), at most `window` in flight; a request that
+    cannot go at its time (the window full) goes as soon as it can. Same result keys as `pb.produce_load`."""
+    payload = batch(*[bytes([65 + i % 26]) * pb.RECORD_SIZE for i in range(batch_records)])
+    interval = len(partitions) / rate
+    start = time.perf_counter() + 0.05
+    stop_at = start + seconds
+    results: list[pb.LoadResult] = []
+    failures: list[BaseException] = []
+
+    def worker(index: int, partition: int) -> None:
+        result = pb.LoadResult(error_codes=set())
+        results.append(result)
+        try:
+            with BlockingKafkaClient("127.0.0.1", port) as client:
+                frame = pb.produce_frame(topic, partition, payload, -1)
+                next_send = start + index * interval / len(partitions)
+                sent = received = 0
+                while True:
+                    now = time.perf_counter()
+                    due = next_send < stop_at
+                    if due and now >= next_send and sent - received < window:
+                        sent += 1
+                        struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, sent)
+                        client.send_bytes(frame)
+                        next_send += interval
+                        continue
+                    if not due and received == sent:
+                        break
+                    if sent == received:
+                        time.sleep(next_send - now)
+                        continue
+                    wait = next_send - now if due and sent - received < window else 30.0
+                    if not select.select([client.sock], [], [], max(0.0, wait))[0]:
+                        continue
+                    response = client.receive_frame()
+                    received += 1
+                    (correlation_id,) = struct.unpack_from(">i", response, 0)
+                    if correlation_id != received:
+                        raise RuntimeError(f"correlation id {correlation_id}, expected {received}")
+                    codes = pb.produce_errors(response)
+                    if any(codes):
+                        result.errors += 1
+                        assert result.error_codes is not None
+                        result.error_codes.update(c for c in codes if c)
+                    else:
+                        result.requests += 1
+                        result.record_bytes += len(payload)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i, p), daemon=True) for i, p in enumerate(partitions)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 120)
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"paced load generator failed: {failures[0]!r}")
+    requests = sum(r.requests for r in results)
+    return {"seconds": elapsed, "requests": requests, "record_bytes": sum(r.record_bytes for r in results),
+            "requests_per_sec": requests / elapsed, "error_responses": sum(r.errors for r in results),
+            "error_codes": sorted({c for r in results for c in (r.error_codes or set())})}
 
 
 def warm_up(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Plan) -> None:
@@ -767,46 +897,91 @@ def warm_up(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Plan) -
 
 def section_produce(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Plan,
                     results: dict[str, Any]) -> None:
+    """Raw Produce through every target, saturating and (`plan.produce_rate`) at a fixed rate, both in every
+    round: the targets' order rotates per round, and a round runs the saturating load through each, then the
+    fixed rate through each."""
     topic = produce_topic(cluster, plan)
     names = [t.name for t in targets]
     by_name = {t.name: t for t in targets}
-    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    pb.say(f"[produce] {plan.rounds} round(s) of {plan.produce_seconds:.0f}s per target")
+    loads = {"saturating": None, "fixed": plan.produce_rate} if plan.produce_rate else {"saturating": None}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {load: {n: [] for n in names} for load in loads}
+    pb.say(f"[produce] {plan.rounds} round(s) of {plan.produce_seconds:.0f}s per target and load "
+           f"({', '.join(loads)})")
+
+    def load_run(target: Target, rate: int | None) -> dict[str, Any]:
+        if rate is None:
+            return raw_produce(target, topic, plan, plan.produce_seconds)
+        return paced_produce(target.ports[1], topic, range(plan.produce_connections), rate, plan.produce_seconds,
+                             plan.produce_window, plan.batch_records)
+
     for r in range(plan.rounds):
-        for name in rotated(names, r):
-            run = attempt(name, "raw Produce", lambda n=name: measure(
-                by_name[n], lambda: raw_produce(by_name[n], topic, plan, plan.produce_seconds)))
-            if run is None:
-                continue
-            run["round"] = r
-            run["mib_per_sec"] = run["record_bytes"] / MIB / run["seconds"]
-            run["cpu_us_per_request"] = run["proxy_cpu_s"] / max(1, run["requests"]) * 1e6
-            run["cpu_us_per_mib"] = run["proxy_cpu_s"] / max(1e-9, run["record_bytes"] / MIB) * 1e6
-            run["cpu_percent"] = run["proxy_cpu_s"] / run["wall_s"] * 100
-            runs[name].append(run)
-            pb.say(f"[produce] round {r + 1}: {name}: {run['mib_per_sec']:.1f} MiB/s, "
-                   f"{run['cpu_us_per_request']:.0f} us/request, errors {run['error_responses']}")
-    direct = [r["mib_per_sec"] for r in runs.get("direct", [])]
+        for load, rate in loads.items():
+            for name in rotated(names, r):
+                run = attempt(name, f"raw Produce ({load})", lambda n=name, q=rate: measure(  # type: ignore[misc]
+                    by_name[n], lambda: load_run(by_name[n], q)))
+                if run is None:
+                    continue
+                requests = max(1, run["requests"])
+                run["round"] = r
+                run["mib_per_sec"] = run["record_bytes"] / MIB / run["seconds"]
+                run["cpu_us_per_request"] = run["proxy_cpu_s"] / requests * 1e6
+                run["cpu_us_per_mib"] = run["proxy_cpu_s"] / max(1e-9, run["record_bytes"] / MIB) * 1e6
+                run["cpu_percent"] = run["proxy_cpu_s"] / run["wall_s"] * 100
+                for key in ("wakeups", "preempted", "reads", "writes"):
+                    run[f"{key}_per_request"] = run.get(f"proxy_{key}", float("nan")) / requests
+                runs[load][name].append(run)
+                pb.say(f"[produce] round {r + 1}, {load}: {name}: {run['mib_per_sec']:.1f} MiB/s, "
+                       f"{run['cpu_us_per_request']:.0f} us/request, {run['wakeups_per_request']:.2f} wakeups and "
+                       f"{run['reads_per_request'] + run['writes_per_request']:.2f} syscalls/request, "
+                       f"errors {run['error_responses']}")
     out: dict[str, Any] = {}
-    rows = []
-    for name in names:
-        rs = runs[name]
-        mibs = [r["mib_per_sec"] for r in rs]
-        cpu = [r["cpu_us_per_request"] for r in rs]
-        per_mib = [r["cpu_us_per_mib"] for r in rs]
-        vs_direct = ratios(mibs, direct)
-        errors = sum(r["error_responses"] for r in rs)
-        rows.append((name, spread(mibs), spread(vs_direct), spread([r["requests_per_sec"] for r in rs]),
-                     spread(cpu), spread(per_mib), spread([r["cpu_percent"] for r in rs]), errors))
-        out[name] = {"runs": rs, "mib_per_sec": summary(mibs), "vs_direct": summary(vs_direct),
-                     "cpu_us_per_request": summary(cpu), "cpu_us_per_mib": summary(per_mib), "errors": errors}
-    kib = plan.batch_records * pb.RECORD_SIZE // 1024
-    pb.table(f"1. Raw Produce v{pb.PRODUCE_VERSION}, acks=-1, {plan.produce_connections} connections x {plan.produce_window} in flight, "
-             f"{kib} KiB batches ({plan.batch_records} x 1 KiB records) to the leader's port; median (min..max) of "
-             f"{plan.rounds} round(s)",
-             ("target", "MiB/s", "vs direct", "requests/s", "proxy CPU us/request", "proxy CPU us/MiB",
-              "proxy CPU %", "errors"), rows)
-    results["produce"] = out
+    relay = {load: [r["cpu_us_per_request"] for r in runs[load].get("relay", [])] for load in loads}
+    for load, rate in loads.items():
+        direct = [r["mib_per_sec"] for r in runs[load].get("direct", [])]
+        rows = []
+        for name in names:
+            rs = runs[load][name]
+
+            def col(key: str, rs: list[dict[str, Any]] = rs) -> list[float]:
+                return [float(r[key]) for r in rs]
+
+            cpu = col("cpu_us_per_request")
+            vs_relay = ratios(cpu, relay[load])
+            rows.append((name, spread(col("mib_per_sec")), spread(ratios(col("mib_per_sec"), direct)),
+                         spread(col("requests_per_sec")), spread(cpu), spread(vs_relay),
+                         spread(col("cpu_us_per_mib")), spread(col("cpu_percent")),
+                         spread(col("wakeups_per_request")), spread(col("reads_per_request")),
+                         spread(col("writes_per_request")), sum(r["error_responses"] for r in rs)))
+            out.setdefault(load, {})[name] = {
+                "runs": rs, "mib_per_sec": summary(col("mib_per_sec")),
+                "vs_direct": summary(ratios(col("mib_per_sec"), direct)),
+                "requests_per_sec": summary(col("requests_per_sec")), "cpu_us_per_request": summary(cpu),
+                "cpu_vs_relay": summary(vs_relay), "cpu_us_per_mib": summary(col("cpu_us_per_mib")),
+                "wakeups_per_request": summary(col("wakeups_per_request")),
+                "reads_per_request": summary(col("reads_per_request")),
+                "writes_per_request": summary(col("writes_per_request")),
+                "errors": sum(r["error_responses"] for r in rs)}
+        kib = plan.batch_records * pb.RECORD_SIZE // 1024
+        what = (f"{plan.produce_connections} connections x {plan.produce_window} in flight" if rate is None
+                else f"{rate:,} requests/s over {plan.produce_connections} connections (at most "
+                     f"{plan.produce_window} in flight each)")
+        pb.table(f"1{'a' if rate is None else 'b'}. Raw Produce v{pb.PRODUCE_VERSION}, acks=-1, {what}, {kib} KiB "
+                 f"batches ({plan.batch_records} x 1 KiB records) to the leader's port; median (min..max) of "
+                 f"{plan.rounds} round(s); wakeups: the proxy's voluntary context switches, reads/writes: its "
+                 "read(v)/write(v) syscalls",
+                 ("target", "MiB/s", "vs direct", "requests/s", "proxy CPU us/request", "CPU vs relay",
+                  "proxy CPU us/MiB", "proxy CPU %", "wakeups/request", "reads/request", "writes/request", "errors"),
+                 rows)
+    fixed = out.get("fixed", {})
+    short = [n for n, v in fixed.items() if v["requests_per_sec"]["n"] and
+             v["requests_per_sec"]["median"] < 0.9 * plan.produce_rate]
+    if short:
+        pb.say(f"[produce] note: {', '.join(short)} sustained less than 90% of {plan.produce_rate:,} requests/s: "
+               "the fixed rate was the cluster's (or the load generator's) limit there, not a moderate load; "
+               "choose a lower --produce-rate (about half what direct takes saturated)")
+    results["produce"] = out["saturating"]
+    if "fixed" in out:
+        results["produce_fixed_rate"] = {"requests_per_sec": plan.produce_rate, "targets": out["fixed"]}
 
 
 def section_fetch(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Plan, results: dict[str, Any]) -> None:
@@ -1154,13 +1329,59 @@ def goal_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def per_round(runs: Sequence[dict[str, Any]], key: str) -> dict[int, float]:
+    return {int(r["round"]): float(r[key]) for r in runs}
+
+
+def goal_rows_37(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Issue 37's goals: CPU per Produce request against the relay (both loads), the better compiled peer and
+    the audit off, each a median of per-round ratios (the same round's runs)."""
+    rows: list[tuple[str, str, str, str]] = []
+    me = "insync-proxy"
+    loads = [("saturating", results.get("produce", {}))]
+    if "produce_fixed_rate" in results:
+        rate = results["produce_fixed_rate"]["requests_per_sec"]
+        loads.append((f"{rate:,}/s", results["produce_fixed_rate"]["targets"]))
+    for load, targets in loads:
+        if me not in targets:
+            continue
+        mine = per_round(targets[me]["runs"], "cpu_us_per_request")
+
+        def against(others: Sequence[str], targets: dict[str, Any] = targets, mine: dict[int, float] = mine
+                    ) -> list[float]:
+            """Per round: mine / the smallest of `others` that ran in that round."""
+            theirs: dict[int, list[float]] = {}
+            for other in others:
+                for r, v in per_round(targets.get(other, {}).get("runs", []), "cpu_us_per_request").items():
+                    theirs.setdefault(r, []).append(v)
+            return [mine[r] / min(v) for r, v in theirs.items() if r in mine and min(v) > 0]
+
+        vs_relay = summary(against(["relay"]))["median"]
+        rows.append((f"Produce CPU/request vs relay ({load})", f"{number(vs_relay)}x", "<= 1.5x",
+                     verdict(vs_relay, lambda v: v <= GOALS_37["produce_cpu_vs_relay_max"])))
+        if load == "saturating":
+            vs_peer = summary(against(COMPILED_PEERS))["median"]
+            rows.append(("Produce CPU/request vs the better peer", f"{number(vs_peer)}x", "<= 0.7x",
+                         verdict(vs_peer, lambda v: v <= GOALS_37["produce_cpu_vs_best_peer_max"])))
+        if AUDIT_OFF in targets:
+            vs_off = summary(against([AUDIT_OFF]))["median"]
+            rows.append((f"Produce CPU/request audit on vs off ({load})", f"{number(vs_off)}x", "<= 1.05x",
+                         verdict(vs_off, lambda v: v <= GOALS_37["audit_on_vs_off_max"])))
+    return rows
+
+
 def print_goals(results: dict[str, Any]) -> None:
     rows = goal_rows(results)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     if rows:
-        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         pb.table(f"Goals of issue 13 for insync-proxy (load average now {load}, {os.cpu_count()} shared cores)",
                  ("goal", "measured", "target", "result"), rows)
     results["goal_rows"] = rows
+    rows_37 = goal_rows_37(results)
+    if rows_37:
+        pb.table(f"Goals of issue 37 for insync-proxy (load average now {load})", ("goal", "measured", "target",
+                                                                                  "result"), rows_37)
+    results["goal_rows_37"] = rows_37
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -1178,6 +1399,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate", type=int, help="records/s of section 3's fixed-rate runs (default 5000, lowered to "
                                                  "half the cluster's direct max throughput when that is less)")
     parser.add_argument("--connections", type=int, help="client connections of the memory section (default 1000)")
+    parser.add_argument("--produce-rate", type=int, help="requests/s of the produce section's fixed-rate load "
+                                                         "(default 2000; 0: the saturating load only)")
+    parser.add_argument("--baseline", type=Path, action="append", default=[],
+                        help="another checkout of insync-proxy (built as it should be measured: ./scripts/compile "
+                             "there) as a target of its own (repeatable)")
+    parser.add_argument("--audit-off", action="store_true", help="also this checkout's insync-proxy with the audit "
+                                                                 "off (insync-proxy-no-audit)")
     parser.add_argument("--kafka-proxy-bin", default=str(PEERS_DIR / "kafka-proxy"),
                         help="grepplabs kafka-proxy binary (default: %(default)s)")
     parser.add_argument("--kafka-proxy-src", help="its source tree: built with `go build -mod=vendor` into "
@@ -1213,8 +1441,10 @@ def raise_fd_limit(wanted: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = QUICK if args.quick else FULL
-    overrides = {k: v for k, v in (("rounds", args.rounds), ("fetch_mib", args.fetch_mib),
-                                   ("connections", args.connections)) if v}
+    overrides: dict[str, Any] = {k: v for k, v in (("rounds", args.rounds), ("fetch_mib", args.fetch_mib),
+                                                   ("connections", args.connections)) if v}
+    if args.produce_rate is not None:
+        overrides["produce_rate"] = args.produce_rate
     if args.rate:
         overrides.update(perf_rate=args.rate, rate_explicit=True)
     plan = Plan(**{**plan.__dict__, **overrides})

@@ -144,11 +144,15 @@ class FrameStream:
 
     def feed(self, data: Buffer) -> None:
         """The next chunk of the stream; the previous one must have been consumed (`next()` gave None)."""
-        mv = bytes_view(data)
+        if isinstance(data, bytes):  # what a socket read gives: a view of it is the walkers' shape, read-only
+            mv = memoryview(data)
+            self._readonly = True
+        else:
+            mv = bytes_view(data)
+            self._readonly = mv.readonly
         self._mv = mv
         self._pos = 0
         self._n = len(mv)
-        self._readonly = mv.readonly
 
     def _keep(self, view: memoryview) -> Buffer:
         """A piece of the current chunk to hold past this feed: a view of immutable data, else a copy."""

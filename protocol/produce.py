@@ -108,13 +108,36 @@ def _request_head(frame: Buffer) -> tuple[int, int, int]:
     return version, header_size, pos
 
 
-def produce_acks_offset(frame: Buffer) -> int:
+def produce_acks_offset(frame: Buffer, header_size: int = -1) -> int:
     """Offset of the int16 ``acks`` inside a Produce request frame (header + body).
 
     v0-v2: the body starts with acks; v3+: after ``transactional_id``. Reads the header only: what the
-    acks decision needs of every request before (or without) walking the topics.
+    acks decision needs of every request before (or without) walking the topics. ``header_size``: the
+    header's size when the caller read it already (a proxy peeks every request's header): only the
+    version and ``transactional_id`` are read then, with the same checks and errors.
     """
-    return _request_head(frame)[2]
+    if header_size < 0:
+        return _request_head(frame)[2]
+    version: int
+    try:
+        version = _I16.unpack_from(frame, 2)[0]
+        if version < 0 or version > PRODUCE_MAX_VERSION:
+            raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{PRODUCE_MAX_VERSION})")
+        pos = header_size
+        if version >= PRODUCE_FLEXIBLE_SINCE:
+            length, pos = read_uvarint_at(frame, pos)
+            if length:
+                pos += length - 1
+        elif version >= PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE:
+            tl: int = _I16.unpack_from(frame, pos)[0]
+            if tl < -1:
+                raise MalformedFrame(f"negative transactional_id length {tl}")
+            pos += 2 + tl if tl > 0 else 2
+    except (struct.error, IndexError):
+        raise TruncatedData("Produce request ends before acks") from None
+    if pos + 2 > len(frame):
+        raise TruncatedData("Produce request ends before acks")
+    return pos
 
 
 def read_produce_acks(frame: Buffer) -> int:

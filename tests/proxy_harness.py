@@ -91,12 +91,15 @@ class ProxyProcess:
         node_id_ranges: tuple[str, ...] | dict[str, tuple[str, ...]] = DEFAULT_NODE_ID_RANGES,
         listener_toml: dict[str, str] | None = None,
         open_files_limit: int | None = None,
+        checkout: Path | None = None,
     ) -> None:
         """`debug_checks=False` leaves out debug-only work (the address-leak scan), e.g. for benchmarks.
         `node_id_ranges`: every listener's, or each group's by name (the proxy's default unless given).
         `listener_toml`: more settings of a group's [[listener]] table, by name; `open_files_limit`: the
-        proxy's RLIMIT_NOFILE (soft and hard), as `ulimit -n` would set it."""
+        proxy's RLIMIT_NOFILE (soft and hard), as `ulimit -n` would set it; `checkout`: another source tree
+        whose insync_proxy runs (its PYTHONPATH; benchmarks compare two checkouts), else the one imported here."""
         self.cluster = cluster
+        self.checkout = checkout
         self.open_files_limit = open_files_limit
         self.dir = scratch_directory("insync-proxy-test-")  # configuration, log, audit files, captured frames
         self.audit_dir = self.dir / "audit"
@@ -139,7 +142,9 @@ class ProxyProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "insync_proxy", "run", "--config", str(self.config_file)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=self._preexec, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                preexec_fn=self._preexec, env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                               **({"PYTHONPATH": str(self.checkout)} if self.checkout else {})},
+                cwd=self.checkout,  # `python -m` puts the working directory first on sys.path
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

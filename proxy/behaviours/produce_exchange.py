@@ -91,9 +91,10 @@ class ProduceExchange:
 
     __slots__ = ("_error", "_index", "_partitions", "_scan", "_scanned", "acks", "acks_offset", "decisions", "frame")
 
-    def __init__(self, frame: memoryview) -> None:
+    def __init__(self, frame: memoryview, header_size: int = -1) -> None:
+        """`header_size`: the request header's size, when read already (the exchange's peek)."""
         self.frame = frame
-        self.acks_offset = produce_acks_offset(frame)
+        self.acks_offset = produce_acks_offset(frame, header_size)
         self.acks: int = _I16.unpack_from(frame, self.acks_offset)[0]
         #: The acks decision's outcome (AcksPolicy's), None when the request went as it came.
         self.decisions: ProduceDecisions | None = None
@@ -153,6 +154,6 @@ def produce_exchange(exchange: Exchange) -> ProduceExchange:
     when the request has no readable acks)."""
     shared = exchange.get(ProduceExchange)
     if shared is None:
-        shared = ProduceExchange(exchange.request_frame)
+        shared = ProduceExchange(exchange.request_frame, exchange.header_size)
         exchange.put(shared)
     return shared

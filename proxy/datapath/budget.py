@@ -1,6 +1,6 @@
 """The memory budget: a process-wide bound on the bytes the proxy holds for peers that do not read.
 
-Sans-IO: it sees numbers and asks its adapter (proxy/connection.py) to act. Each write buffer of a
+Sans-IO: it sees numbers and asks its adapter (proxy/datapath/connection.py) to act. Each write buffer of a
 connection (towards the client: responses; towards the broker: requests) is an account. A write buffer
 grows when its reader is slower than its source; the per-connection ceiling already stops a source when
 its buffer passes `per_connection_bytes` (the transport's high-water mark). The budget bounds the sum:
@@ -20,10 +20,17 @@ their smallest reads fit in it (two buffers a connection: 2,048 connections at 6
 that, or connections opened after the budget was reached, each buffer not held may still take one
 smallest read: the process holds at most the budget plus `min_read_bytes` for each of them, whatever the
 event loop's own read size.
+
+Sizing a read costs Python calls and a copy out of a shared buffer per read, which a plain protocol does not pay
+(the event loop reads up to 256 KiB into its own buffer and hands over the bytes). So the adapter sizes reads only
+while they need it: `watch_room` tells it when the room for a whole read is gone (reads are sized from the next one
+on) and when it is back with a whole read to spare (`RESUME_WHOLE_READS`: a budget at the edge does not switch
+every connection at every write).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, Protocol
 
 from insync_proxy.proxy.config.defaults import DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_PER_CONNECTION_BYTES
@@ -35,6 +42,8 @@ READ_BYTES: Final = 256 * 1024
 #: whole read (the overshoot past the budget is this per connection at most), large enough that a 16 KiB
 #: Produce request still takes a read or two.
 MIN_READ_BYTES: Final = 16 * 1024
+#: Whole reads come back when the room left is this many whole reads (one more than it takes to leave them).
+RESUME_WHOLE_READS: Final = 2
 
 
 #: What the process takes besides its write buffers (interpreter, event loop, metrics, caches, connection
@@ -85,10 +94,38 @@ class MemoryBudget:
         self.paused = 0
         #: Accounts that held bytes when last reported: the ones `refresh` measures again.
         self.holding: set[BudgetAccount] = set()
+        #: Whether whole reads fit (as `watch_room` last said), and who is told when that changes.
+        self.whole_reads = True
+        self._room_watcher: Callable[[bool], None] | None = None
+
+    def watch_room(self, watcher: Callable[[bool], None]) -> bool:
+        """Whether a whole read fits now; from now on `watcher(False)` as soon as it no longer does (an account
+        changed or opened), `watcher(True)` once the room for `RESUME_WHOLE_READS` whole reads is back."""
+        self._room_watcher = watcher
+        self.whole_reads = self.room() >= self.read_bytes
+        return self.whole_reads
+
+    def room(self) -> int:
+        """Bytes a read may bring beside the reserve of every other buffer not held (`read_size` before its floor)."""
+        return self.max_bytes - self.buffered - self.min_read_bytes * (self.accounts - self.paused - 1)
+
+    def changed(self) -> None:
+        """An account changed: tell the watcher when whole reads stop fitting, or fit again with room to spare."""
+        if self._room_watcher is None:
+            return
+        room = self.room()
+        if self.whole_reads:
+            if room < self.read_bytes:
+                self.whole_reads = False
+                self._room_watcher(False)
+        elif room >= RESUME_WHOLE_READS * self.read_bytes:
+            self.whole_reads = True
+            self._room_watcher(True)
 
     def account(self, io: BufferIO) -> BudgetAccount:
         """A new write buffer's account (holding nothing)."""
         self.accounts += 1
+        self.changed()
         return BudgetAccount(self, io)
 
     @property
@@ -103,7 +140,7 @@ class MemoryBudget:
         then the room left beside that reserve, at least `min_read_bytes`. A read never takes more than the
         budget has left unless it is a smallest one, so the sum stays within `max_bytes` while the reserve fits.
         """
-        room = self.max_bytes - self.buffered - self.min_read_bytes * (self.accounts - self.paused - 1)
+        room = self.room()
         if room >= self.read_bytes:
             return self.read_bytes
         return room if room > self.min_read_bytes else self.min_read_bytes
@@ -147,6 +184,7 @@ class BudgetAccount:
                 self.paused = False
                 budget.paused -= 1
                 self.io.release()
+        budget.changed()
 
     def close(self) -> None:
         """The connection closed: its bytes no longer count."""
@@ -161,3 +199,4 @@ class BudgetAccount:
         if self.paused:
             self.paused = False
             budget.paused -= 1
+        budget.changed()

@@ -3,8 +3,9 @@
 Low-level asyncio protocols (not streams): fewer copies and task switches per frame. Each client
 connection gets its own upstream connection to the broker its listener stands for, so per-connection
 broker state (SASL, throttling, sessions) stays as the client set it up. Ordering, correlation,
-local and merged answers live in proxy/core.py; this module moves bytes, flow control and lifecycle.
-Both sides are buffered protocols: the memory budget sizes every read (`ReadBuffer`).
+local and merged answers live in proxy/datapath/core.py; this module moves bytes, flow control and lifecycle.
+Both sides read as plain protocols while the memory budget has room for a whole read, and through a buffered
+protocol that sizes each read by the budget once it has not (`ReadBuffer`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from insync_proxy.proxy.datapath.budget import BudgetAccount, MemoryBudget
 from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
@@ -27,7 +28,7 @@ from insync_proxy.proxy.observability.logs import (
     RateLimitedLog,
     report_bad_input,
 )
-from insync_proxy.proxy.observability.metrics import ProxyMetrics
+from insync_proxy.proxy.observability.metrics import LockFreeCounterChild, ProxyMetrics
 
 log: Final = logging.getLogger("insync_proxy.connection")
 #: Every connection can say these lines again (the cluster in trouble, a bug hit by a client): rate-limited.
@@ -55,16 +56,16 @@ class ConnectionSettings:
     bootstrap_candidates: Callable[[], list[tuple[str, int]]]
     connections: set[ClientConnection] = field(default_factory=set)
     on_closed: Callable[[], None] = lambda: None
-    #: The smallest frame the core may cut through (None: never); see proxy/core.py.
+    #: The smallest frame the core may cut through (None: never); see proxy/datapath/core.py.
     cut_through_from: int | None = CUT_THROUGH_FROM
     #: The observer reads whole responses (debug capture, address-leak check): cut-through keeps a copy.
     observe_whole_frames: bool = False
-    #: The process's memory budget over every write buffer (proxy/budget.py), and its ceiling per buffer.
+    #: The process's memory budget over every write buffer (proxy/datapath/budget.py), and its ceiling per buffer.
     budget: MemoryBudget = field(default_factory=MemoryBudget)
     #: Runs a callback later (the running loop's call_later; a unit test without a loop records it instead).
     call_later: Callable[[float, Callable[[], None]], None] = _call_later
     _refresh_armed: bool = field(default=False, init=False, repr=False)
-    #: Where every socket read lands, sized by the budget (set in __post_init__: it needs the budget).
+    #: How every socket is read: whole, or sized by the budget (set in __post_init__: it needs the budget).
     reads: ReadBuffer = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -88,18 +89,42 @@ class ConnectionSettings:
 
 
 class ReadBuffer:
-    """The process's one read buffer: every read of a socket lands in it, as large as the memory budget allows
-    (`MemoryBudget.read_size`), and is copied out before the next read. The event loop reads one socket at a
-    time and hands each read over at once (buffer_updated), so one buffer serves every connection; the copy
-    is the one uvloop makes of its own read buffer for a plain protocol, and it is exactly the bytes read,
-    so a write buffer holding part of it keeps no more alive than the read."""
+    """How the process reads its sockets. While the memory budget has room for a whole read (the event loops'
+    own: 256 KiB), every side is read as a plain protocol: the loop reads into its own buffer and hands over a
+    copy (data_received), one call per read and nothing else. Once the room is gone, every side is read through
+    its `SizedReads`, a buffered protocol: each read lands in the process's one read buffer, as large as the
+    budget allows (`MemoryBudget.read_size`), and is copied out before the next read (the copy uvloop makes of
+    its own buffer for a plain protocol: exactly the bytes read, so a write buffer holding part of it keeps no
+    more alive than the read). The budget says when to switch (`MemoryBudget.watch_room`), before the next read.
+    The event loop reads one socket at a time and hands each read over at once, so one buffer serves every
+    connection."""
 
-    __slots__ = ("budget", "view", "whole")
+    __slots__ = ("budget", "sides", "sized", "view", "whole")
 
     def __init__(self, budget: MemoryBudget) -> None:
         self.budget = budget
         self.whole = budget.read_bytes
         self.view = memoryview(bytearray(self.whole))
+        #: The sides open now (each one's protocol is switched when the budget's room comes or goes).
+        self.sides: set[ReadingSide] = set()
+        self.sized = not budget.watch_room(self._room)
+
+    def opened(self, side: ReadingSide) -> None:
+        """A side's transport is there (connection_made): read it as the budget's room says, from the first read."""
+        self.sides.add(side)
+        if self.sized:
+            side.transport.set_protocol(SizedReads(side, self))
+
+    def closed(self, side: ReadingSide) -> None:
+        self.sides.discard(side)
+
+    def _room(self, whole: bool) -> None:
+        """The budget's room for a whole read went (every side's next read is sized) or came back (read whole)."""
+        self.sized = not whole
+        for side in list(self.sides):
+            transport = side.transport
+            if transport is not None and not side.closed:
+                transport.set_protocol(side if whole else SizedReads(side, self))
 
     def get(self) -> memoryview:
         """Where the next read goes (the protocol's get_buffer): all of it, or its start when the budget is tight."""
@@ -109,6 +134,46 @@ class ReadBuffer:
     def take(self, nbytes: int) -> bytes:
         """The bytes just read (the protocol's buffer_updated), before the buffer is read into again."""
         return self.view[:nbytes].tobytes()
+
+
+class ReadingSide(Protocol):
+    """What `ReadBuffer` switches: a connection side (a plain protocol) and its transport."""
+
+    transport: Any
+    closed: bool
+
+    def data_received(self, data: bytes) -> None: ...
+    def pause_writing(self) -> None: ...
+    def resume_writing(self) -> None: ...
+    def eof_received(self) -> bool | None: ...
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+
+class SizedReads(asyncio.BufferedProtocol):
+    """A side's protocol while the memory budget is tight: reads sized by the budget into the process's read
+    buffer, each copied out and handed to the side; every other call of the transport goes to the side."""
+
+    def __init__(self, side: ReadingSide, reads: ReadBuffer) -> None:
+        self.side = side
+        self.reads = reads
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reads.get()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.side.data_received(self.reads.take(nbytes))
+
+    def pause_writing(self) -> None:
+        self.side.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.side.resume_writing()
+
+    def eof_received(self) -> bool | None:
+        return self.side.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.side.connection_lost(exc)
 
 
 class OpenConnections:
@@ -121,7 +186,7 @@ class OpenConnections:
 
 
 class WriteBuffer:
-    """One transport's write buffer as an account of the memory budget (proxy/budget.py's `BufferIO`)."""
+    """One transport's write buffer as an account of the memory budget (proxy/datapath/budget.py's `BufferIO`)."""
 
     __slots__ = ("account", "ceiling", "settings", "transport")
 
@@ -156,7 +221,8 @@ class WriteBuffer:
         self.account.update(self.buffered())
 
 
-def _write(transport: Any, data: tuple[Frame, ...], counter: Any, buffer: WriteBuffer | None) -> None:
+def _write(transport: Any, data: tuple[Frame, ...], counter: LockFreeCounterChild, buffer: WriteBuffer | None
+           ) -> None:
     """One write of one or more buffers: uvloop sends a list in one writev, without joining it."""
     if len(data) == 1:
         transport.write(data[0])
@@ -168,7 +234,7 @@ def _write(transport: Any, data: tuple[Frame, ...], counter: Any, buffer: WriteB
         buffer.written()
 
 
-class ClientConnection(asyncio.BufferedProtocol):
+class ClientConnection(asyncio.Protocol):
     """Client side: feeds the core, carries out its actions, opens the upstream connection."""
 
     def __init__(
@@ -210,8 +276,8 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def write_upstream(self, *data: Frame) -> None:
         upstream = self.upstream
-        if upstream is not None:
-            upstream.write(*data)
+        if upstream is not None and upstream.transport is not None and not upstream.closed:
+            _write(upstream.transport, data, upstream._bytes_out, upstream.write_buffer)  # its write(), one call less
 
     def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         task = asyncio.ensure_future(result)
@@ -229,6 +295,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.closed:
             return
         self.closed = True
+        self._reads.closed(self)
         self.core.lost()
         self.settings.connections.discard(self)
         self.settings.on_closed()
@@ -271,6 +338,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.write_buffer = WriteBuffer(self.settings, transport)
+        self._reads.opened(self)
         self.open_connections.count += 1
         self._counted = True
         self._metrics.client_connections_total.labels(self.listener.name).inc()
@@ -317,14 +385,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._metrics.client_connection_errors_total.labels(self.listener.name, "upstream_unreachable").inc()
         self.close()
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        """Where the next read of the client goes: the process's read buffer, as much as the budget allows."""
-        return self._reads.get()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        """Bytes from the client, copied out of the read buffer at once."""
-        data = self._reads.take(nbytes)
-        self._bytes_in.inc(nbytes)
+    def data_received(self, data: bytes) -> None:
+        """Bytes from the client (one read: the event loop's, or a `SizedReads`' copy)."""
+        self._bytes_in.inc(len(data))
         if self.upstream is None:
             # uvloop may deliver bytes before pause_reading() in connection_made takes effect.
             self._early.append(data)
@@ -374,7 +437,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.close()
 
 
-class UpstreamConnection(asyncio.BufferedProtocol):
+class UpstreamConnection(asyncio.Protocol):
     """Broker side of one client connection: hands the broker's bytes to the client's core."""
 
     def __init__(self, client: ClientConnection, label: str, settings: ConnectionSettings) -> None:
@@ -393,6 +456,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         self.write_buffer = WriteBuffer(self.settings, transport)
+        self._reads.opened(self)
         self._metrics.upstream_connections_total.labels(self.label).inc()
         self._metrics.upstream_connections_active.labels(self.label).inc()
 
@@ -400,14 +464,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.transport is not None and not self.closed:
             _write(self.transport, data, self._bytes_out, self.write_buffer)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        """Where the next read of the broker goes: the process's read buffer, as much as the budget allows."""
-        return self._reads.get()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        """Bytes from the broker, copied out of the read buffer at once."""
-        self._bytes_in.inc(nbytes)
-        self.client.core.receive_upstream_data(self._reads.take(nbytes))
+    def data_received(self, data: bytes) -> None:
+        """Bytes from the broker (one read: the event loop's, or a `SizedReads`' copy)."""
+        self._bytes_in.inc(len(data))
+        self.client.core.receive_upstream_data(data)
 
     def pause_writing(self) -> None:
         self.client.upstream_paused_writing()
@@ -433,6 +493,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.closed:
             return
         self.closed = True
+        self._reads.closed(self)
         self._metrics.upstream_connections_active.labels(self.label).dec()
         if self.write_buffer is not None:
             self.write_buffer.account.close()

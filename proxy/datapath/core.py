@@ -42,6 +42,9 @@ from insync_proxy.proxy.datapath.exchange import (
 )
 
 _SIZE: Final = struct.Struct(">i")
+#: What a behaviour returns when it answers at once (anything else is awaited): a tuple, built once (an
+#: `X | Y` union in isinstance is built again at every call).
+_FRAME_TYPES: Final = (bytes, bytearray, memoryview)
 _KNOWN_KEYS: Final = frozenset(int(k) for k in ApiKey)
 
 #: Frames of at least this many bytes whose end has not arrived may be cut through.
@@ -226,7 +229,7 @@ class ConnectionCore:
         if peek.client_id is not None:
             self.client_id = peek.client_id
         return Exchange(self.listener, api_key, peek.api_version, peek.correlation_id, peek.client_id, frame,
-                        self.clock())
+                        self.clock(), peek.header_size)
 
     def _offer_request(self, head: memoryview) -> None:
         """A large request has started: forward it as it arrives when no behaviour reads its API's requests
@@ -430,8 +433,10 @@ class ConnectionCore:
                 return
             if len(behaviours) == 1:  # the common case (Produce: the address rewrite), without building a chain
                 out = behaviours[0].on_response(exchange, frame)
-                if isinstance(out, bytes | bytearray | memoryview):
-                    self._respond(exchange, out, framed if out is frame else None)
+                if out is frame:  # answered as it came (the address rewrite had nothing to rewrite)
+                    self._respond(exchange, frame, framed)
+                elif isinstance(out, _FRAME_TYPES):
+                    self._respond(exchange, out, None)
                 else:
                     self.io.run_async(exchange, _finish_chain(exchange, out, []))
                 return
@@ -439,7 +444,7 @@ class ConnectionCore:
         result: Frame = frame
         for i, step in enumerate(steps):
             out = step(exchange, result)
-            if not isinstance(out, bytes | bytearray | memoryview):
+            if not isinstance(out, _FRAME_TYPES):
                 self.io.run_async(exchange, _finish_chain(exchange, out, steps[i + 1:]))
                 return
             result = out
@@ -560,5 +565,5 @@ async def _finish_chain(
     result = await first
     for step in rest:
         out = step(exchange, result)
-        result = out if isinstance(out, bytes | bytearray | memoryview) else await out
+        result = out if isinstance(out, _FRAME_TYPES) else await out
     return result

@@ -105,6 +105,7 @@ class Exchange:
         "correlation_id",
         "expects_response",
         "forwarded_at",
+        "header_size",
         "listener",
         "local_response",
         "received_at",
@@ -126,8 +127,11 @@ class Exchange:
         client_id: str | None,
         request_frame: memoryview,
         received_at: float | None = None,
+        header_size: int = -1,
     ) -> None:
         self.listener = listener
+        #: The request header's size as the core read it (where the body starts), -1 when not known.
+        self.header_size = header_size
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id

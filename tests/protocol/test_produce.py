@@ -98,6 +98,8 @@ def test_acks_offset_is_found_for_any_transactional_and_client_id(
 ) -> None:
     frame = request_frame(produce_request(version, acks, txn), version, client_id=client_id)
     assert read_produce_acks(frame) == acks
+    # And from the header's size a proxy peeked already, the same offset
+    assert produce_acks_offset(frame, peek_request_header(frame).header_size) == produce_acks_offset(frame)
 
 
 def test_acks_fast_path_refuses_other_apis_and_unknown_versions() -> None:
@@ -107,6 +109,13 @@ def test_acks_fast_path_refuses_other_apis_and_unknown_versions() -> None:
         produce_acks_offset(b"\x00\x00\x00\x0e\x00\x00\x00\x01\xff\xff\x00")
     with pytest.raises(ProtocolError):
         produce_acks_offset(b"\x00\x00\x00\x09\x00\x00\x00\x01\xff\xff")
+    # The same errors when the header's size is known already
+    with pytest.raises(UnsupportedVersion):
+        produce_acks_offset(b"\x00\x00\x00\x0e\x00\x00\x00\x01\xff\xff\x00", 10)
+    with pytest.raises(ProtocolError):
+        produce_acks_offset(b"\x00\x00\x00\x09\x00\x00\x00\x01\xff\xff", 10)
+    with pytest.raises(MalformedFrame):
+        produce_acks_offset(b"\x00\x00\x00\x03\x00\x00\x00\x01\xff\xff\xff\xfe\x00\x00", 10)
 
 
 @pytest.mark.parametrize("version", ALL_VERSIONS)

@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES, READ_BYTES, MemoryBudget
-from insync_proxy.proxy.datapath.connection import ConnectionSettings, ReadBuffer, WriteBuffer
+from insync_proxy.proxy.datapath.connection import ConnectionSettings, ReadBuffer, SizedReads, WriteBuffer
 from insync_proxy.proxy.datapath.core import NoObserver
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
@@ -330,3 +330,105 @@ def test_a_buffer_emptied_at_once_costs_the_budget_nothing() -> None:
         transport.size = 0  # the socket took it all
         buffer.written()
     assert source.reading and budget.buffered == 0 and not budget.holding and not armed
+
+
+def test_the_budget_says_when_whole_reads_stop_fitting_and_when_they_fit_again_with_room_to_spare() -> None:
+    budget = MemoryBudget(max_bytes=1024 * KIB, per_connection_bytes=1024 * KIB, read_bytes=256 * KIB,
+                          min_read_bytes=16 * KIB)
+    said: list[bool] = []
+    # Given a budget with room for whole reads, and 4 buffers
+    assert budget.watch_room(said.append)
+    accounts = [budget.account(FakeBuffer()) for _ in range(4)]
+    assert said == []
+    # When a slow reader leaves less than a whole read beside the others' reserve, the watcher hears it at once
+    accounts[0].update(700 * KIB)  # 1024 - 700 - 3 x 16 = 276 KiB: still whole
+    assert said == []
+    accounts[0].update(730 * KIB)  # 246 KiB
+    assert said == [False] and not budget.whole_reads
+    # And a little room back is not enough (no switching at every write of a budget at the edge) ...
+    accounts[0].update(600 * KIB)  # 376 KiB
+    assert said == [False]
+    # ... room for two whole reads is
+    accounts[0].update(400 * KIB)  # 576 KiB
+    assert said == [False, True] and budget.whole_reads
+    # And connections opened take room too (each buffer's smallest read in reserve), closed ones give it back
+    more = [budget.account(FakeBuffer()) for _ in range(6)]  # 576 - 6 x 16 = 480 KiB
+    accounts[1].update(300 * KIB)  # 180 KiB
+    assert said == [False, True, False]
+    for account in [accounts[1], *more]:
+        account.close()  # 1024 - 400 - 2 x 16 = 592 KiB
+    assert said == [False, True, False, True]
+
+
+class SwitchingTransport(FakeTransport):
+    """A fake transport whose protocol can be switched (asyncio's and uvloop's set_protocol)."""
+
+    def set_protocol(self, protocol: Any) -> None:
+        self.protocol = protocol
+
+
+class Side:
+    """A connection side as ReadBuffer sees it: a plain protocol over its transport."""
+
+    def __init__(self) -> None:
+        self.transport: SwitchingTransport | None = None
+        self.closed = False
+        self.received: list[bytes] = []
+
+    def data_received(self, data: bytes) -> None:
+        self.received.append(data)
+
+    def pause_writing(self) -> None:
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+
+
+def _side(reads: ReadBuffer) -> Side:
+    side = Side()
+    side.transport = SwitchingTransport(side)
+    reads.opened(side)
+    return side
+
+
+def test_sides_read_whole_as_plain_protocols_until_the_budget_is_tight_then_each_read_is_sized() -> None:
+    budget = MemoryBudget(max_bytes=1024 * KIB, per_connection_bytes=1024 * KIB)
+    settings = _settings(budget)
+    reads = settings.reads
+    # Given two open sides while the budget has room: each is its transport's protocol (the loop's own reads)
+    sides = [_side(reads) for _ in range(2)]
+    assert all(side.transport is not None and side.transport.protocol is side for side in sides)
+    # When a slow reader takes the room for a whole read
+    transport, _source, buffer = _buffer(settings)
+    transport.write(b"z" * 900 * KIB)
+    buffer.written()
+    # Then every side's next read is sized by the budget, and handed to the side as a copy
+    for side in sides:
+        assert side.transport is not None
+        sized = side.transport.protocol
+        assert isinstance(sized, SizedReads) and sized.side is side
+        view = sized.get_buffer(-1)
+        assert len(view) == budget.read_size() < READ_BYTES
+        view[:4] = b"abcd"
+        sized.buffer_updated(4)
+        assert side.received[-1] == b"abcd" and isinstance(side.received[-1], bytes)
+    # And a side opened while the budget is tight is sized from its first read
+    late = _side(reads)
+    assert late.transport is not None and isinstance(late.transport.protocol, SizedReads)
+    # And the transport's other calls reach the side
+    late.transport.protocol.connection_lost(None)
+    assert late.closed
+    # When the slow reader took its bytes, every open side reads whole again
+    transport.drain(900 * KIB)
+    buffer.measure()
+    assert all(side.transport is not None and side.transport.protocol is side for side in sides)
+    # And a closed side is switched no more
+    reads.closed(sides[0])
+    assert sides[0] not in reads.sides
