@@ -64,14 +64,15 @@ def test_status_of_a_directory_without_a_cluster_says_so_and_exits_1(tmp_path: P
 
 
 def test_up_refuses_a_port_in_use_before_anything_starts(tmp_path: Path) -> None:
-    # Given a port base whose broker port another program holds
+    # Given a port base whose first port (the controller's, the first one checked) another program holds;
+    # a base below the held port would make the test depend on that lower port being free as well
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         taken = holder.getsockname()[1]
         complaints: list[str] = []
         # When a cluster is asked for on it
-        started = detached.up(tmp_path / "cluster", None, None, None, taken - 1, "127.0.0.1:9092",
+        started = detached.up(tmp_path / "cluster", None, None, None, taken, "127.0.0.1:9092",
                               say=lambda line: None, complain=complaints.append)
     # Then it is refused with the port and the way out named, and nothing was made
     assert started == 1
