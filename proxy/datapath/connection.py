@@ -26,6 +26,7 @@ from insync_proxy.proxy.observability.logs import (
     BROKER_CLOSED,
     OVERSIZED_FRAME,
     RateLimitedLog,
+    error_text,
     report_bad_input,
 )
 from insync_proxy.proxy.observability.metrics import LockFreeCounterChild, ProxyMetrics
@@ -351,10 +352,11 @@ class ClientConnection(asyncio.Protocol):
     async def _connect_upstream(self) -> None:
         settings = self.settings
         candidates = [self.upstream_address] if self.upstream_address else settings.bootstrap_candidates()
-        last_error: Exception | None = None
+        failures: list[str] = []
         loop = asyncio.get_running_loop()
         for host, port in candidates:
             label = f"{host}:{port}"
+            timeout = settings.connect_timeout_seconds
             try:
                 _, upstream = await asyncio.wait_for(
                     loop.create_connection(
@@ -362,10 +364,10 @@ class ClientConnection(asyncio.Protocol):
                         host, port, ssl=settings.upstream_ssl,
                         server_hostname=host if settings.upstream_ssl else None,
                     ),
-                    settings.connect_timeout_seconds,
+                    timeout,
                 )
             except (TimeoutError, OSError) as exc:
-                last_error = exc
+                failures.append(f"{label}: {_connect_failure(exc, timeout)}")
                 self._metrics.upstream_connection_errors_total.labels(label, "connect").inc()
                 continue
             self.upstream = upstream
@@ -379,8 +381,8 @@ class ClientConnection(asyncio.Protocol):
                 self.transport.resume_reading()
             return
         _repeated.warning(
-            "upstream_unreachable", "closing client %s on listener %s: no broker reachable (%s): %s",
-            self.peer, self.listener.label, ", ".join(f"{h}:{p}" for h, p in candidates), last_error,
+            "upstream_unreachable", "closing client %s on listener %s: no broker reachable (%s)",
+            self.peer, self.listener.label, "; ".join(failures) or "no broker address known yet",
         )
         self._metrics.client_connection_errors_total.labels(self.listener.name, "upstream_unreachable").inc()
         self.close()
@@ -499,6 +501,13 @@ class UpstreamConnection(asyncio.Protocol):
             self.write_buffer.account.close()
         if self.transport is not None:
             self.transport.close()
+
+
+def _connect_failure(exc: BaseException, timeout: float) -> str:
+    """Why one connect to a broker failed, never empty (a connect timeout is a bare TimeoutError)."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return f"timed out after {timeout:g} s"
+    return error_text(exc)
 
 
 def _measure(write_buffer: WriteBuffer | None, closed: bool) -> None:

@@ -1,0 +1,140 @@
+"""Broker faults as a long scenario run met them (issue 39), each against real sockets on loopback:
+a broker that accepts nothing, one that refuses, one whose network goes silent.
+
+Every wait is on a condition, bounded; nothing sleeps a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+import pytest
+
+from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
+from insync_proxy.proxy.controlplane.background import report_failure
+from insync_proxy.proxy.datapath.connection import ClientConnection, ConnectionSettings
+from insync_proxy.proxy.datapath.core import NoObserver
+from insync_proxy.proxy.datapath.exchange import BehaviourRegistry
+from insync_proxy.proxy.observability.logs import error_text, forget_all
+from insync_proxy.proxy.observability.metrics import ProxyMetrics
+from tests.unit.test_connection_core import LISTENER
+
+Address = tuple[str, int]
+
+
+def _settings(metrics: ProxyMetrics, candidates: Callable[[], list[Address]] = list,
+              connect_timeout: float = 0.3) -> ConnectionSettings:
+    return ConnectionSettings(
+        registry=BehaviourRegistry([]), observer=NoObserver(), metrics=metrics, max_frame_bytes=64 << 20,
+        connect_timeout_seconds=connect_timeout, upstream_ssl=None, bootstrap_candidates=candidates,
+    )
+
+
+def _request(correlation_id: int, body: bytes = b"\x00" * 8) -> bytes:
+    payload = encode_request_header(RequestHeader(
+        request_api_key=ApiKey.LIST_OFFSETS, request_api_version=1, correlation_id=correlation_id,
+        client_id="t")) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def _until(condition: Callable[[], bool], within: float = 10.0, what: str = "the condition") -> None:
+    """Wait for `condition`, polling the loop; fail after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def _proxy_port(settings: ConnectionSettings, upstream: Address | None) -> AsyncIterator[int]:
+    """A listener whose connections are the proxy's ClientConnection towards `upstream` (None: bootstrap)."""
+    server = await asyncio.get_running_loop().create_server(
+        lambda: ClientConnection(settings, LISTENER, upstream), "127.0.0.1", 0)
+    try:
+        yield int(server.sockets[0].getsockname()[1])
+    finally:
+        server.close()
+        for connection in list(settings.connections):
+            connection.close()
+
+
+@contextmanager
+def _full_backlog() -> Iterator[Address]:
+    """A listening socket that accepts nothing: its backlog is full, so a new connect gets no SYN-ACK."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    address = listener.getsockname()
+    fillers: list[socket.socket] = []
+    try:
+        for _ in range(4):  # Linux queues backlog + 1; a few more in case the kernel rounds up
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(address)
+            fillers.append(filler)
+        probe = socket.socket()
+        probe.settimeout(0.2)
+        try:
+            probe.connect(address)
+        except (TimeoutError, OSError):
+            pass
+        else:
+            pytest.skip("this kernel completed a connect beyond the listen backlog")
+        finally:
+            probe.close()
+        yield address[0], address[1]
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+# ------------------------------------------------------------------------------ 1. a connect that times out
+
+
+async def test_a_connect_timeout_says_timed_out_with_the_timeout_and_the_address(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "insync_proxy.connection")
+    forget_all()
+    metrics = ProxyMetrics()
+    settings = _settings(metrics, connect_timeout=0.3)
+    # Given a broker port that accepts no connection within the connect timeout
+    with _full_backlog() as broker:
+        async with _proxy_port(settings, broker) as port:
+            # When a client connects to the proxy's port for that broker
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_request(1))
+            # Then the proxy closes it once the connect timed out
+            with contextlib.suppress(ConnectionResetError):  # a reset: the proxy closed with our request unread
+                assert await asyncio.wait_for(reader.read(), 10) == b""
+            writer.close()
+    # And the line says why: timed out, after how long, and where
+    lines = [r.getMessage() for r in caplog.records if "no broker reachable" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert f"127.0.0.1:{broker[1]}: timed out after 0.3 s" in lines[0], lines[0]
+    assert not lines[0].rstrip().endswith(":"), lines[0]
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (TimeoutError(), "timed out"),
+    (ConnectionResetError(), "connection reset by the peer"),
+    (ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 1)"), "[Errno 111] Connection refused"),
+    (RuntimeError(), "RuntimeError"),
+    (ValueError("bad value"), "bad value"),
+])
+def test_a_failed_background_task_says_why_even_when_its_error_has_no_message(
+        caplog: pytest.LogCaptureFixture, error: BaseException, said: str) -> None:
+    caplog.set_level(logging.WARNING, "insync_proxy")
+    forget_all()
+    # When a background task fails with an error whose str() may be empty
+    report_failure(ProxyMetrics(), "metadata_refresh", "the proxy's periodic full Metadata", error)
+    # Then its line ends with why
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [f"metadata_refresh failed (the proxy's periodic full Metadata): {said}"]
+    assert error_text(error) == said
