@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 import ssl
+import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -34,6 +36,9 @@ from insync_proxy.proxy.observability.metrics import LockFreeCounterChild, Proxy
 log: Final = logging.getLogger("insync_proxy.connection")
 #: Every connection can say these lines again (the cluster in trouble, a bug hit by a client): rate-limited.
 _repeated: Final = RateLimitedLog(log)
+
+#: SO_LINGER on, 0 seconds: close() drops what the kernel holds and sends a reset.
+_LINGER_RESET: Final = struct.pack("ii", 1, 0)
 
 #: Seconds between two measures of write buffers that held bytes when last seen (they drain silently).
 _BUDGET_REFRESH_SECONDS: Final = 0.5
@@ -297,6 +302,10 @@ class ClientConnection(asyncio.Protocol):
             return
         self.closed = True
         self._reads.closed(self)
+        upstream = self.upstream
+        # Requests the broker has (or is being sent) and nobody will read the answer of: the broker must not
+        # take them later (a silent network that comes back, the client retrying elsewhere: duplicates).
+        abort = upstream is not None and (bool(self.core.awaiting_upstream) or upstream.buffered() > 0)
         self.core.lost()
         self.settings.connections.discard(self)
         self.settings.on_closed()
@@ -310,8 +319,11 @@ class ClientConnection(asyncio.Protocol):
             self._connect_task.cancel()
         if self.transport is not None:
             self.transport.close()
-        if self.upstream is not None:
-            self.upstream.close()
+        if upstream is not None:
+            if abort:
+                upstream.abort()
+            else:
+                upstream.close()
 
     def _log_close(self, reason: CloseReason) -> None:
         metrics = self._metrics
@@ -491,16 +503,40 @@ class UpstreamConnection(asyncio.Protocol):
         if not was_closed:
             self.client.upstream_lost(exc)
 
+    def buffered(self) -> int:
+        """Bytes written but not yet handed to the kernel."""
+        return self.write_buffer.buffered() if self.write_buffer is not None and not self.closed else 0
+
     def close(self) -> None:
+        """Close in order: what is buffered still goes out, then a FIN."""
+        if self._closing():
+            assert self.transport is not None
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, as a client that gives up on its requests: what is buffered here and in the kernel is
+        dropped and the broker sees a reset (SO_LINGER 0), so it cannot read the rest of a request later."""
+        if self._closing():
+            assert self.transport is not None
+            self._metrics.upstream_connections_aborted_total.labels(self.label).inc()
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+                except OSError:
+                    pass  # already gone: nothing left to reset
+            self.transport.abort()
+
+    def _closing(self) -> bool:
+        """Mark closed; True when there is a transport to close."""
         if self.closed:
-            return
+            return False
         self.closed = True
         self._reads.closed(self)
         self._metrics.upstream_connections_active.labels(self.label).dec()
         if self.write_buffer is not None:
             self.write_buffer.account.close()
-        if self.transport is not None:
-            self.transport.close()
+        return self.transport is not None
 
 
 def _connect_failure(exc: BaseException, timeout: float) -> str:

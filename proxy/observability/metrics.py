@@ -274,6 +274,11 @@ class ProxyMetrics:
             p + "upstream_connection_errors", "Failed or broken connections to brokers", ["broker", "kind"],
             registry=r,
         )
+        self.upstream_connections_aborted_total = Counter(
+            p + "upstream_connections_aborted", "Connections to brokers the proxy reset (SO_LINGER 0, its unsent "
+            "bytes dropped) because their client closed with requests in flight: as a client that gives up, so "
+            "the broker cannot take them later", ["broker"], registry=r,
+        )
         self.brokers_without_port = Gauge(
             p + "brokers_without_port", "Brokers of the latest Metadata that a listener's node_id_ranges give no "
             "port (clients cannot reach them through it; each is logged once as an ERROR)", ["listener"], registry=r,

@@ -29,6 +29,19 @@ from tests.unit.test_connection_core import LISTENER
 Address = tuple[str, int]
 
 
+def _event_loops() -> list[object]:
+    loops: list[object] = [pytest.param(asyncio.new_event_loop, id="asyncio")]
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return loops
+    return [*loops, pytest.param(uvloop.new_event_loop, id="uvloop")]
+
+
+#: The proxy runs on uvloop by default; the tests of what its sockets do run on both.
+EVENT_LOOPS = _event_loops()
+
+
 def _settings(metrics: ProxyMetrics, candidates: Callable[[], list[Address]] = list,
               connect_timeout: float = 0.3) -> ConnectionSettings:
     return ConnectionSettings(
@@ -138,3 +151,136 @@ def test_a_failed_background_task_says_why_even_when_its_error_has_no_message(
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [f"metadata_refresh failed (the proxy's periodic full Metadata): {said}"]
     assert error_text(error) == said
+
+
+# ------------------------------------------------------------------------- 4. a client leaving a silent broker
+
+
+class SilentBroker:
+    """A broker whose network went silent: it accepts, reads nothing (or only what it is told to), answers
+    nothing. Its receive buffer is small, so what the proxy sends beyond it waits in the proxy's kernel."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by accepted sockets
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.listener.setblocking(False)
+        self.address: Address = ("127.0.0.1", int(self.listener.getsockname()[1]))
+
+    async def accept(self) -> socket.socket:
+        connection, _ = await asyncio.wait_for(asyncio.get_running_loop().sock_accept(self.listener), 10)
+        connection.setblocking(False)
+        return connection
+
+    @staticmethod
+    async def read_to_the_end(connection: socket.socket) -> tuple[int, str]:
+        """Read until the peer's end: (bytes read, "eof" or "reset")."""
+        received = 0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                data = await asyncio.wait_for(loop.sock_recv(connection, 1 << 20), 10)
+            except ConnectionResetError:
+                return received, "reset"
+            if not data:
+                return received, "eof"
+            received += len(data)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _client_in(metrics: ProxyMetrics) -> float:
+    return metrics.registry.get_sample_value("insync_proxy_network_bytes_total", {"direction": "client_in"}) or 0.0
+
+
+@pytest.mark.parametrize("new_loop", EVENT_LOOPS)
+def test_a_client_leaving_with_a_request_in_flight_resets_the_broker_connection_and_drops_unsent_bytes(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(_a_client_leaving_with_a_request_in_flight_resets_the_broker_connection_and_drops_unsent_bytes())
+
+
+async def _a_client_leaving_with_a_request_in_flight_resets_the_broker_connection_and_drops_unsent_bytes() -> None:
+    metrics = ProxyMetrics()
+    settings = _settings(metrics)
+    broker = SilentBroker()
+    # A request larger than what the silent broker's receive buffer and the proxy's kernel take at once
+    request = _request(1, b"\x00" * (4 << 20))
+    try:
+        async with _proxy_port(settings, broker.address) as port:
+            # Given a client whose request the proxy took and is forwarding to a broker that reads nothing
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            upstream = await broker.accept()
+            writer.write(request)
+            await _until(lambda: _client_in(metrics) == len(request), what="the proxy to read the whole request")
+            (connection,) = settings.connections
+            assert connection.pending == 1
+            # When the client gives up (its request timed out) and closes its connection
+            writer.close()
+            await _until(lambda: not settings.connections, what="the proxy to close the client's connection")
+            # Then the broker's connection is reset, and what the proxy had not sent yet never arrives
+            received, end = await SilentBroker.read_to_the_end(upstream)
+            assert end == "reset"
+            assert received < len(request)
+            assert metrics.registry.get_sample_value(
+                "insync_proxy_upstream_connections_aborted_total", {"broker": f"127.0.0.1:{broker.address[1]}"}) == 1
+            upstream.close()
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize("new_loop", EVENT_LOOPS)
+def test_a_client_leaving_a_silent_broker_resets_it_at_once_even_when_the_request_was_all_sent(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(_a_client_leaving_a_silent_broker_resets_it_at_once_even_when_the_request_was_all_sent())
+
+
+async def _a_client_leaving_a_silent_broker_resets_it_at_once_even_when_the_request_was_all_sent() -> None:
+    metrics = ProxyMetrics()
+    settings = _settings(metrics)
+    broker = SilentBroker()
+    request = _request(7)
+    try:
+        async with _proxy_port(settings, broker.address) as port:
+            # Given a request the broker read whole and never answered (its network went silent)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            upstream = await broker.accept()
+            writer.write(request)
+            loop = asyncio.get_running_loop()
+            assert await asyncio.wait_for(loop.sock_recv(upstream, 1 << 16), 10) == request
+            # When the client's request times out and it closes its connection
+            writer.close()
+            # Then the broker sees a reset at once (as a client that gave up; no FIN it might take for a goodbye)
+            started = time.monotonic()
+            assert await SilentBroker.read_to_the_end(upstream) == (0, "reset")
+            assert time.monotonic() - started < 5
+            upstream.close()
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize("new_loop", EVENT_LOOPS)
+def test_a_client_leaving_with_nothing_in_flight_closes_the_broker_connection_in_order(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(_a_client_leaving_with_nothing_in_flight_closes_the_broker_connection_in_order())
+
+
+async def _a_client_leaving_with_nothing_in_flight_closes_the_broker_connection_in_order() -> None:
+    metrics = ProxyMetrics()
+    settings = _settings(metrics)
+    broker = SilentBroker()
+    try:
+        async with _proxy_port(settings, broker.address) as port:
+            # Given a client connection with nothing in flight
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            upstream = await broker.accept()
+            await _until(lambda: len(settings.connections) == 1 and next(iter(settings.connections)).upstream
+                         is not None, what="the upstream connection")
+            # When the client closes it
+            writer.close()
+            # Then the broker connection ends with a FIN, as any client's goodbye
+            assert await SilentBroker.read_to_the_end(upstream) == (0, "eof")
+            upstream.close()
+    finally:
+        broker.close()
