@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from insync_proxy.proxy.datapath.budget import BudgetAccount, MemoryBudget
+from insync_proxy.proxy.datapath.connect_failures import ConnectFailures
 from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry, Exchange, Frame, ListenerSettings
 from insync_proxy.proxy.observability.logs import (
@@ -68,6 +69,8 @@ class ConnectionSettings:
     observe_whole_frames: bool = False
     #: The process's memory budget over every write buffer (proxy/datapath/budget.py), and its ceiling per buffer.
     budget: MemoryBudget = field(default_factory=MemoryBudget)
+    #: Failed connects per broker address: bootstrap candidates' order.
+    connect_failures: ConnectFailures = field(default_factory=ConnectFailures)
     #: Runs a callback later (the running loop's call_later; a unit test without a loop records it instead).
     call_later: Callable[[float, Callable[[], None]], None] = _call_later
     _refresh_armed: bool = field(default=False, init=False, repr=False)
@@ -363,7 +366,9 @@ class ClientConnection(asyncio.Protocol):
 
     async def _connect_upstream(self) -> None:
         settings = self.settings
-        candidates = [self.upstream_address] if self.upstream_address else settings.bootstrap_candidates()
+        connect_failures = settings.connect_failures
+        candidates = [self.upstream_address] if self.upstream_address else \
+            connect_failures.order(settings.bootstrap_candidates())
         failures: list[str] = []
         loop = asyncio.get_running_loop()
         for host, port in candidates:
@@ -380,8 +385,10 @@ class ClientConnection(asyncio.Protocol):
                 )
             except (TimeoutError, OSError) as exc:
                 failures.append(f"{label}: {_connect_failure(exc, timeout)}")
+                connect_failures.failed((host, port))
                 self._metrics.upstream_connection_errors_total.labels(label, "connect").inc()
                 continue
+            connect_failures.succeeded((host, port))
             self.upstream = upstream
             if self.closed:
                 upstream.close()

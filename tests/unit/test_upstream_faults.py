@@ -19,6 +19,10 @@ import pytest
 
 from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
 from insync_proxy.proxy.controlplane.background import report_failure
+from insync_proxy.proxy.datapath.connect_failures import (
+    RECENT_FAILURE_SECONDS,
+    ConnectFailures,
+)
 from insync_proxy.proxy.datapath.connection import ClientConnection, ConnectionSettings
 from insync_proxy.proxy.datapath.core import NoObserver
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry
@@ -282,5 +286,154 @@ async def _a_client_leaving_with_nothing_in_flight_closes_the_broker_connection_
             # Then the broker connection ends with a FIN, as any client's goodbye
             assert await SilentBroker.read_to_the_end(upstream) == (0, "eof")
             upstream.close()
+    finally:
+        broker.close()
+
+
+# -------------------------------------------------------------- 2. bootstrap candidates: failed brokers last
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+A, B, C = ("10.0.0.1", 9092), ("10.0.0.2", 9092), ("10.0.0.3", 9092)
+
+
+def test_an_address_that_failed_recently_goes_last_and_a_success_brings_it_back() -> None:
+    clock = Clock()
+    failures = ConnectFailures(clock=clock)
+    assert failures.order([A, B, C]) == [A, B, C]
+    # Given A's connect failed
+    failures.failed(A)
+    # Then A goes last, the others keep their order
+    assert failures.order([A, B, C]) == [B, C, A]
+    assert failures.order([C, A, B]) == [C, B, A]
+    # And after RECENT_FAILURE_SECONDS it takes its place again
+    clock.now += RECENT_FAILURE_SECONDS - 0.1
+    assert failures.order([A, B, C]) == [B, C, A]
+    clock.now += 0.2
+    assert failures.order([A, B, C]) == [A, B, C]
+    # A failure again, then a success: its place at once
+    failures.failed(A)
+    failures.failed(B)
+    assert failures.order([A, B, C]) == [C, A, B]
+    failures.succeeded(A)
+    assert failures.order([A, B, C]) == [A, C, B]
+
+
+def test_the_addresses_remembered_are_bounded_the_oldest_failure_forgotten_first() -> None:
+    failures = ConnectFailures(max_addresses=3, clock=Clock())
+    for port in range(10):
+        failures.failed(("10.0.0.1", port))
+    assert len(failures) == 3
+    assert [failures.failed_recently(("10.0.0.1", port)) for port in range(10)] == [False] * 7 + [True] * 3
+
+
+def test_the_hold_grows_with_each_failure_in_a_row_up_to_its_ceiling() -> None:
+    clock = Clock()
+    failures = ConnectFailures(hold_initial=0.25, hold_max=4.0, clock=clock)
+    assert failures.hold_seconds([A]) == 0.0
+    holds = []
+    for _ in range(8):
+        failures.failed(A)
+        holds.append(failures.hold_seconds([A]))
+    assert holds == [0.25, 0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0]
+    # The hold runs from the latest failure
+    clock.now += 3.0
+    assert failures.hold_seconds([A]) == pytest.approx(1.0)
+    clock.now += 1.0
+    assert failures.hold_seconds([A]) == 0.0
+    # A bootstrap connection is held only while every candidate is in its back-off, until the first ends
+    failures.failed(A)
+    assert failures.hold_seconds([A, B]) == 0.0
+    failures.failed(B)
+    assert failures.hold_seconds([A, B]) == pytest.approx(0.25)
+    failures.succeeded(B)
+    assert failures.hold_seconds([A, B]) == 0.0
+
+
+def test_held_connections_are_bounded() -> None:
+    failures = ConnectFailures(max_held=2)
+    assert failures.hold() and failures.hold()
+    assert not failures.hold()
+    failures.release()
+    assert failures.hold()
+
+
+def _connect_errors(metrics: ProxyMetrics, address: Address) -> float:
+    return metrics.registry.get_sample_value(
+        "insync_proxy_upstream_connection_errors_total", {"broker": f"{address[0]}:{address[1]}", "kind": "connect"}
+    ) or 0.0
+
+
+class EchoBroker:
+    """Answers every request frame with its correlation id and b"ok"; counts connections."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+        self.address: Address = ("127.0.0.1", 0)
+
+    async def start(self, sock: socket.socket | None = None) -> EchoBroker:
+        if sock is None:
+            self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        else:
+            self.server = await asyncio.start_server(self._serve, sock=sock)
+        self.address = ("127.0.0.1", int(self.server.sockets[0].getsockname()[1]))
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                frame = await reader.readexactly(size)
+                answer = frame[4:8] + b"ok"
+                writer.write(struct.pack(">i", len(answer)) + answer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def _served(port: int, correlation_id: int = 1) -> bool:
+    """A client connects, sends one request and gets its answer (False: closed without one)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(_request(correlation_id))
+        size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 15))[0]
+        return await reader.readexactly(size) == struct.pack(">i", correlation_id) + b"ok"
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return False
+    finally:
+        writer.close()
+
+
+async def test_bootstrap_connections_try_a_black_holed_broker_last_once_it_failed() -> None:
+    metrics = ProxyMetrics()
+    broker = await EchoBroker().start()
+    try:
+        with _full_backlog() as black_hole:
+            # Given bootstrap candidates whose first is a broker that accepts nothing (still in Metadata)
+            settings = _settings(metrics, candidates=lambda: [black_hole, broker.address], connect_timeout=0.5)
+            async with _proxy_port(settings, None) as port:
+                # When a first client connects: it waits the connect timeout on it, then is served by the next
+                assert await _served(port)
+                assert _connect_errors(metrics, black_hole) == 1
+                # Then the next bootstrap connections go to the working broker first, no timeout waited
+                for i in range(3):
+                    started = time.monotonic()
+                    assert await _served(port, 2 + i)
+                    assert time.monotonic() - started < 0.5
+                assert _connect_errors(metrics, black_hole) == 1
     finally:
         broker.close()
