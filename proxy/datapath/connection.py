@@ -69,7 +69,7 @@ class ConnectionSettings:
     observe_whole_frames: bool = False
     #: The process's memory budget over every write buffer (proxy/datapath/budget.py), and its ceiling per buffer.
     budget: MemoryBudget = field(default_factory=MemoryBudget)
-    #: Failed connects per broker address: bootstrap candidates' order.
+    #: Failed connects per broker address: bootstrap candidates' order, and the hold of a down broker's clients.
     connect_failures: ConnectFailures = field(default_factory=ConnectFailures)
     #: Runs a callback later (the running loop's call_later; a unit test without a loop records it instead).
     call_later: Callable[[float, Callable[[], None]], None] = _call_later
@@ -83,6 +83,7 @@ class ConnectionSettings:
         self.reads = ReadBuffer(budget)
         self.metrics.buffered_bytes.set_function(lambda: budget.buffered)
         self.metrics.budget_paused_connections.set_function(lambda: budget.paused)
+        self.metrics.client_connections_held.set_function(lambda: self.connect_failures.held)
 
     def refresh_budget_soon(self) -> None:
         """Measure again, in a while, the write buffers that held bytes (they drain without a callback
@@ -369,6 +370,9 @@ class ClientConnection(asyncio.Protocol):
         connect_failures = settings.connect_failures
         candidates = [self.upstream_address] if self.upstream_address else \
             connect_failures.order(settings.bootstrap_candidates())
+        hold = connect_failures.hold_seconds(candidates)
+        if hold > 0:
+            await self._hold(hold, candidates)
         failures: list[str] = []
         loop = asyncio.get_running_loop()
         for host, port in candidates:
@@ -405,6 +409,30 @@ class ClientConnection(asyncio.Protocol):
         )
         self._metrics.client_connection_errors_total.labels(self.listener.name, "upstream_unreachable").inc()
         self.close()
+
+    async def _hold(self, seconds: float, candidates: list[tuple[str, int]]) -> None:
+        """Hold this client (its bytes unread, nothing answered) while its brokers' connects keep failing:
+        a client whose connection closes right after its TCP connect reconnects at once, and a down broker's
+        port would turn into a storm of accepts and closes. Over the bound, the broker is tried at once."""
+        connect_failures = self.settings.connect_failures
+        held = connect_failures.hold()
+        self._metrics.client_connections_held_total.labels(self.listener.name,
+                                                           "held" if held else "over_limit").inc()
+        host, port = candidates[0]
+        if not held:
+            _repeated.warning(
+                "upstream_backoff_full", "not holding client %s on listener %s: %d client connections are held "
+                "already; connects to %s:%d failed %d time(s) in a row", self.peer, self.listener.label,
+                connect_failures.held, host, port, connect_failures.in_a_row((host, port)))
+            return
+        _repeated.log(
+            "upstream_backoff", logging.INFO, "holding client %s on listener %s for %.2f s: connects to %s:%d failed "
+            "%d time(s) in a row; then it is tried again", self.peer, self.listener.label, seconds, host, port,
+            connect_failures.in_a_row((host, port)))
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            connect_failures.release()
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the client (one read: the event loop's, or a `SizedReads`' copy)."""

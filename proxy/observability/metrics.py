@@ -251,6 +251,15 @@ class ProxyMetrics:
             "the cluster (upstream_unreachable); a client's own bad input is in bad_input_total",
             ["listener", "kind"], registry=r,
         )
+        self.client_connections_held_total = Counter(
+            p + "client_connections_held", "Client connections whose brokers' connects kept failing, by result: "
+            "held (not answered) for a back-off growing per failure in a row before the broker is tried again, "
+            "or over_limit (too many held already: tried at once)", ["listener", "result"], registry=r,
+        )
+        self.client_connections_held = Gauge(
+            p + "client_connections_held_now", "Client connections held now because their brokers' connects keep "
+            "failing (bounded: proxy/datapath/connect_failures.py, MAX_HELD_CONNECTIONS)", registry=r,
+        )
         self.bad_input_total = Counter(
             p + "bad_input", "Bad input from clients, by cause (bad_frame, oversized_frame, broker_closed: the "
             "broker closed a connection with requests in flight, refused_connection); every one counted, "

@@ -437,3 +437,104 @@ async def test_bootstrap_connections_try_a_black_holed_broker_last_once_it_faile
                 assert _connect_errors(metrics, black_hole) == 1
     finally:
         broker.close()
+
+
+# ------------------------------------------------------------------- 3. a down broker's port: no reconnect storm
+
+
+@contextmanager
+def _refusing_port() -> Iterator[socket.socket]:
+    """A port bound but not listening: every connect to it is refused, until `listen()` is called on it."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+async def _reconnecting_client(port: int, until: float) -> int:
+    """A client that reconnects at once each time its connection closes (the worst case); its closes."""
+    closes = 0
+    while time.monotonic() < until:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_request(1))
+        with contextlib.suppress(ConnectionError):
+            assert await asyncio.wait_for(reader.read(), 15) == b""
+        writer.close()
+        closes += 1
+    return closes
+
+
+#: Clients reconnecting at once to a down broker's port, and for how long, in the storm test.
+STORM_CLIENTS = 8
+STORM_SECONDS = 3.0
+
+
+async def test_a_down_brokers_port_holds_reconnecting_clients_instead_of_a_close_storm(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "insync_proxy.connection")
+    forget_all()
+    metrics = ProxyMetrics()
+    settings = _settings(metrics)
+    with _refusing_port() as down:
+        broker: Address = ("127.0.0.1", int(down.getsockname()[1]))
+        async with _proxy_port(settings, broker) as port:
+            # Given clients that reconnect at once each time the proxy closes them, on a down broker's port
+            until = time.monotonic() + STORM_SECONDS
+            closes = sum(await asyncio.gather(*(_reconnecting_client(port, until)
+                                                for _ in range(STORM_CLIENTS))))
+    # Then the proxy closes each a few times in the window, not as fast as they reconnect
+    print(f"{closes} closes of {STORM_CLIENTS} reconnecting clients in {STORM_SECONDS:g} s")
+    assert closes <= STORM_CLIENTS * 5, closes
+    assert _connect_errors(metrics, broker) == closes
+    # And the holds are counted and said (rate-limited: one line, the rest in its summary)
+    held = metrics.registry.get_sample_value("insync_proxy_client_connections_held_total",
+                                             {"listener": "default", "result": "held"})
+    assert held is not None and held >= closes - STORM_CLIENTS
+    lines = [r.getMessage() for r in caplog.records if "holding client" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert f"connects to 127.0.0.1:{broker[1]} failed" in lines[0]
+
+
+async def test_a_held_client_is_served_when_its_broker_comes_back() -> None:
+    metrics = ProxyMetrics()
+    settings = _settings(metrics)
+    with _refusing_port() as down:
+        broker: Address = ("127.0.0.1", int(down.getsockname()[1]))
+        async with _proxy_port(settings, broker) as port:
+            # Given a broker whose connect was refused
+            assert not await _served(port, 1)
+            # When a client connects within its back-off: it is held, not closed
+            second = asyncio.ensure_future(_served(port, 2))
+            await _until(lambda: settings.connect_failures.held == 1, what="the second client to be held")
+            # And the broker comes back meanwhile
+            echo = await EchoBroker().start(sock=down)
+            try:
+                # Then the held client is served
+                assert await asyncio.wait_for(second, 15)
+                # And once a connect succeeded, a new client is not held (the count below stays 1)
+                assert await _served(port, 3)
+            finally:
+                echo.close()
+    assert metrics.registry.get_sample_value("insync_proxy_client_connections_held_total",
+                                             {"listener": "default", "result": "held"}) == 1
+
+
+async def test_beyond_the_held_bound_a_connection_tries_its_broker_at_once() -> None:
+    metrics = ProxyMetrics()
+    settings = _settings(metrics)
+    settings.connect_failures = ConnectFailures(max_held=1)
+    with _refusing_port() as down:
+        broker: Address = ("127.0.0.1", int(down.getsockname()[1]))
+        async with _proxy_port(settings, broker) as port:
+            assert not await _served(port, 1)
+            held = asyncio.ensure_future(_served(port, 2))
+            await _until(lambda: settings.connect_failures.held == 1, what="a held client")
+            # When one more client comes while the bound is taken: tried at once, closed as before
+            assert not await _served(port, 3)
+            assert settings.connect_failures.held == 1
+            assert not await asyncio.wait_for(held, 15)
+    assert metrics.registry.get_sample_value("insync_proxy_client_connections_held_total",
+                                             {"listener": "default", "result": "over_limit"}) == 1
