@@ -128,7 +128,7 @@ class _Link:
         self.closed = True
         for future in self.pending.values():
             if not future.done():
-                future.set_exception(ControlError(f"control connection to {_name(self.address)} lost: {exc}"))
+                future.set_exception(ControlError(f"control connection to {_name(self.address)} lost: {_failure_text(exc)}"))
         self.pending.clear()
         self.writer.close()
         if self.read_task is not None and self.read_task is not asyncio.current_task():

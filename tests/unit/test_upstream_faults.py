@@ -19,6 +19,7 @@ import pytest
 
 from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
 from insync_proxy.proxy.controlplane.background import report_failure
+from insync_proxy.proxy.controlplane.control import ControlError, _Link
 from insync_proxy.proxy.datapath.connect_failures import (
     RECENT_FAILURE_SECONDS,
     ConnectFailures,
@@ -540,3 +541,24 @@ async def test_beyond_the_held_bound_a_connection_tries_its_broker_at_once() -> 
             assert not await asyncio.wait_for(held, 15)
     assert metrics.registry.get_sample_value("insync_proxy_client_connections_held_total",
                                              {"listener": "default", "result": "over_limit"}) == 1
+
+
+class _Writer:
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (ConnectionResetError(), "connection reset by the broker"),
+    (TimeoutError(), "timed out"),
+])
+async def test_a_lost_control_connection_says_why_to_the_requests_it_held(error: BaseException, said: str) -> None:
+    link = _Link(("127.0.0.1", 9092), asyncio.StreamReader(), _Writer())  # type: ignore[arg-type]
+    waiting: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+    link.pending[1] = waiting
+    # When the connection breaks with an error whose str() is empty
+    link.close(error)
+    # Then the request it held fails saying why
+    with pytest.raises(ControlError) as failed:
+        await waiting
+    assert str(failed.value) == f"control connection to 127.0.0.1:9092 lost: {said}"
