@@ -307,9 +307,10 @@ class ClientConnection(asyncio.Protocol):
         self.closed = True
         self._reads.closed(self)
         upstream = self.upstream
-        # Requests the broker has (or is being sent) and nobody will read the answer of: the broker must not
-        # take them later (a silent network that comes back, the client retrying elsewhere: duplicates).
-        abort = upstream is not None and (bool(self.core.awaiting_upstream) or upstream.buffered() > 0)
+        # Requests the broker has (or is being sent) whose answers nobody will read: the broker must not take
+        # them later (a silent network that comes back, the client retrying elsewhere: duplicates). Requests that
+        # owe no answer (acks=0) still go out, as from a client that closes after sending them.
+        abort = upstream is not None and bool(self.core.awaiting_upstream)
         self.core.lost()
         self.settings.connections.discard(self)
         self.settings.on_closed()
@@ -537,10 +538,6 @@ class UpstreamConnection(asyncio.Protocol):
         self.close()
         if not was_closed:
             self.client.upstream_lost(exc)
-
-    def buffered(self) -> int:
-        """Bytes written but not yet handed to the kernel."""
-        return self.write_buffer.buffered() if self.write_buffer is not None and not self.closed else 0
 
     def close(self) -> None:
         """Close in order: what is buffered still goes out, then a FIN."""

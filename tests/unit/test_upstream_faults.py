@@ -26,7 +26,7 @@ from insync_proxy.proxy.datapath.connect_failures import (
 )
 from insync_proxy.proxy.datapath.connection import ClientConnection, ConnectionSettings
 from insync_proxy.proxy.datapath.core import NoObserver
-from insync_proxy.proxy.datapath.exchange import BehaviourRegistry
+from insync_proxy.proxy.datapath.exchange import BehaviourBase, BehaviourRegistry, Exchange
 from insync_proxy.proxy.observability.logs import error_text, forget_all
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.unit.test_connection_core import LISTENER
@@ -562,3 +562,48 @@ async def test_a_lost_control_connection_says_why_to_the_requests_it_held(error:
     with pytest.raises(ControlError) as failed:
         await waiting
     assert str(failed.value) == f"control connection to 127.0.0.1:9092 lost: {said}"
+
+
+class AnswerExpected(BehaviourBase):
+    """ListOffsets stands in for a Produce request with acks=0 (AcksPolicy says the same of those): no answer."""
+
+    request_keys = frozenset({int(ApiKey.LIST_OFFSETS)})
+
+    def on_request(self, exchange: Exchange) -> None:
+        exchange.expects_response = False
+
+
+@pytest.mark.parametrize("new_loop", EVENT_LOOPS)
+def test_a_client_leaving_after_requests_that_owe_no_answer_still_delivers_them(
+        new_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(_a_client_leaving_after_requests_that_owe_no_answer_still_delivers_them())
+
+
+async def _a_client_leaving_after_requests_that_owe_no_answer_still_delivers_them() -> None:
+    metrics = ProxyMetrics()
+    settings = _settings(metrics)
+    settings.registry = BehaviourRegistry([AnswerExpected()])
+    broker = SilentBroker()
+    # Requests that owe no answer (acks=0), more than the broker's receive buffer and the proxy's kernel take
+    requests = b"".join(_request(i, b"\x00" * (1 << 20)) for i in range(4))
+    try:
+        async with _proxy_port(settings, broker.address) as port:
+            # Given a client that sent them, the proxy holding some of them for a broker slow to read
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            upstream = await broker.accept()
+            writer.write(requests)
+            await _until(lambda: _client_in(metrics) == len(requests), what="the proxy to read every request")
+            (connection,) = settings.connections
+            assert connection.pending == 0
+            upstream_side = connection.upstream
+            assert upstream_side is not None and upstream_side.write_buffer is not None
+            assert upstream_side.write_buffer.buffered() > 0
+            # When the client closes its connection (as a direct client would after sending them)
+            writer.close()
+            await _until(lambda: not settings.connections, what="the proxy to close the client's connection")
+            # Then the broker still reads all of them, then the end: as from the client itself
+            assert await SilentBroker.read_to_the_end(upstream) == (len(requests), "eof")
+            upstream.close()
+    finally:
+        broker.close()
