@@ -196,7 +196,8 @@ class InsyncProxy:
         """Upstream addresses for a bootstrap connection, rotated so load spreads over the brokers.
 
         Brokers registered in the latest Metadata come first: a fenced or hung broker may still accept
-        TCP connections and then never answer.
+        TCP connections and then never answer. The connection puts those whose connect failed recently last
+        (`ConnectFailures.order`, proxy/datapath/connect_failures.py): a paused broker stays registered.
         """
         addresses = self.config.upstream_addresses()
         start = next(self._bootstrap_cycle) % len(addresses)

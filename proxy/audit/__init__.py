@@ -22,7 +22,7 @@ from typing import Any
 
 from insync_proxy.audit.events import envelope
 from insync_proxy.proxy.config.settings import AuditConfig
-from insync_proxy.proxy.observability.logs import RateLimitedLog
+from insync_proxy.proxy.observability.logs import RateLimitedLog, error_text
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy.audit")
@@ -125,7 +125,8 @@ class AuditLog:
             self._written.inc(count)
         except OSError as exc:
             self._dropped_error.inc(count)
-            _repeated.error("audit_write", "cannot write audit events to %s: %s", self.directory, exc)
+            _repeated.error("audit_write", "cannot write audit events to %s: %s", self.directory,
+                            error_text(exc))
             self._file = None
 
     def _rotate(self) -> None:

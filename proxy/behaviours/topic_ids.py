@@ -19,7 +19,7 @@ from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.proxy.behaviours.produce_exchange import produce_exchange
 from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange
-from insync_proxy.proxy.observability.logs import RateLimitedLog
+from insync_proxy.proxy.observability.logs import RateLimitedLog, error_text
 
 log = logging.getLogger("insync_proxy")
 #: A client can name unknown ids in every request: the lines are rate-limited (the counters count each).
@@ -79,7 +79,7 @@ class TopicIdResolution(BehaviourBase):
             self.view.update(response)
         except Exception as exc:  # ControlError, or a broken answer: the request goes on as it is
             _repeated.warning("topic_id_lookup", "Metadata for topic id(s) %s failed: %s",
-                              ", ".join(map(str, topic_ids)), exc)
+                              ", ".join(map(str, topic_ids)), error_text(exc))
             self.metrics.background_task_failures_total.labels("topic_id_lookup").inc()
         finally:
             for topic_id in topic_ids:

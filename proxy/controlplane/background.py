@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from insync_proxy.proxy.observability.logs import RateLimitedLog
+from insync_proxy.proxy.observability.logs import RateLimitedLog, error_text
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.observability.metrics import ProxyMetrics
@@ -28,7 +28,7 @@ def report_failure(metrics: ProxyMetrics, task: str, context: str, exc: BaseExce
     """
     metrics.background_task_failures_total.labels(task).inc()
     if getattr(exc, "already_logged", False):
-        log.debug("%s failed (%s): %s", task, context, exc)
+        log.debug("%s failed (%s): %s", task, context, error_text(exc))
         return
-    _repeated.warning(task, "%s failed (%s): %s", task, context, exc or type(exc).__name__)
+    _repeated.warning(task, "%s failed (%s): %s", task, context, error_text(exc))
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
-import socket
 import ssl
 import struct
 import time
@@ -54,7 +52,7 @@ from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, closed_during_handshake
 from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate
-from insync_proxy.proxy.observability.logs import RateLimitedLog
+from insync_proxy.proxy.observability.logs import RateLimitedLog, error_text
 
 if TYPE_CHECKING:
     from insync_proxy.proxy.observability.metrics import ProxyMetrics
@@ -130,7 +128,7 @@ class _Link:
         self.closed = True
         for future in self.pending.values():
             if not future.done():
-                future.set_exception(ControlError(f"control connection to {_name(self.address)} lost: {exc}"))
+                future.set_exception(ControlError(f"control connection to {_name(self.address)} lost: {_failure_text(exc)}"))
         self.pending.clear()
         self.writer.close()
         if self.read_task is not None and self.read_task is not asyncio.current_task():
@@ -144,11 +142,9 @@ def _name(address: tuple[str, int]) -> str:
 def _failure_text(exc: BaseException) -> str:
     """Why one broker could not be reached, in the system's words: asyncio says "Connect call failed (address)"
     (the address again, not why) and an empty ConnectionResetError(); uvloop says "Connection refused"."""
-    if isinstance(exc, OSError) and exc.errno and not isinstance(exc, socket.gaierror | ssl.SSLError):
-        return f"[Errno {exc.errno}] {os.strerror(exc.errno)}"
-    if isinstance(exc, ConnectionResetError):
+    if isinstance(exc, ConnectionResetError) and not exc.errno:
         return "connection reset by the broker"
-    return str(exc) or type(exc).__name__
+    return error_text(exc)
 
 
 class ControlConnection:
@@ -406,9 +402,10 @@ class ControlConnection:
                 link.close(exc)
                 if self._link is link:
                     self._link = None
-                errors.append(str(exc))
+                errors.append(_failure_text(exc))
                 self.failovers += 1
-                _repeated.warning("control_failover", "control connection: %s; trying another broker", exc)
+                _repeated.warning("control_failover", "control connection: %s; trying another broker",
+                                  _failure_text(exc))
                 continue
             if len(response_body) > OFFLOAD_DECODE_BYTES:
                 # A large cluster's full Metadata takes tens of ms to decode: let the loop breathe.

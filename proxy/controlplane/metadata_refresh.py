@@ -28,6 +28,7 @@ from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
 from insync_proxy.proxy.controlplane.readiness import PartitionReadiness
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.listeners import Listeners
+from insync_proxy.proxy.observability.logs import error_text
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 log = logging.getLogger("insync_proxy")
@@ -85,7 +86,7 @@ class MetadataRefresh:
         except ControlError as exc:
             self.metrics.upstream_up.set(0)
             self.metrics.metadata_cache_refreshes_total.labels("metadata", "error").inc()
-            self.last_upstream_error = self._masked(str(exc))
+            self.last_upstream_error = self._masked(error_text(exc))
             raise
         self.last_upstream_error = None
         self.metrics.upstream_up.set(1)

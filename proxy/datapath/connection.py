@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 import ssl
+import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from insync_proxy.proxy.datapath.budget import BudgetAccount, MemoryBudget
+from insync_proxy.proxy.datapath.connect_failures import ConnectFailures
 from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry, Exchange, Frame, ListenerSettings
 from insync_proxy.proxy.observability.logs import (
@@ -26,6 +29,7 @@ from insync_proxy.proxy.observability.logs import (
     BROKER_CLOSED,
     OVERSIZED_FRAME,
     RateLimitedLog,
+    error_text,
     report_bad_input,
 )
 from insync_proxy.proxy.observability.metrics import LockFreeCounterChild, ProxyMetrics
@@ -33,6 +37,9 @@ from insync_proxy.proxy.observability.metrics import LockFreeCounterChild, Proxy
 log: Final = logging.getLogger("insync_proxy.connection")
 #: Every connection can say these lines again (the cluster in trouble, a bug hit by a client): rate-limited.
 _repeated: Final = RateLimitedLog(log)
+
+#: SO_LINGER on, 0 seconds: close() drops what the kernel holds and sends a reset.
+_LINGER_RESET: Final = struct.pack("ii", 1, 0)
 
 #: Seconds between two measures of write buffers that held bytes when last seen (they drain silently).
 _BUDGET_REFRESH_SECONDS: Final = 0.5
@@ -62,6 +69,8 @@ class ConnectionSettings:
     observe_whole_frames: bool = False
     #: The process's memory budget over every write buffer (proxy/datapath/budget.py), and its ceiling per buffer.
     budget: MemoryBudget = field(default_factory=MemoryBudget)
+    #: Failed connects per broker address: bootstrap candidates' order, and the hold of a down broker's clients.
+    connect_failures: ConnectFailures = field(default_factory=ConnectFailures)
     #: Runs a callback later (the running loop's call_later; a unit test without a loop records it instead).
     call_later: Callable[[float, Callable[[], None]], None] = _call_later
     _refresh_armed: bool = field(default=False, init=False, repr=False)
@@ -74,6 +83,7 @@ class ConnectionSettings:
         self.reads = ReadBuffer(budget)
         self.metrics.buffered_bytes.set_function(lambda: budget.buffered)
         self.metrics.budget_paused_connections.set_function(lambda: budget.paused)
+        self.metrics.client_connections_held.set_function(lambda: self.connect_failures.held)
 
     def refresh_budget_soon(self) -> None:
         """Measure again, in a while, the write buffers that held bytes (they drain without a callback
@@ -296,6 +306,11 @@ class ClientConnection(asyncio.Protocol):
             return
         self.closed = True
         self._reads.closed(self)
+        upstream = self.upstream
+        # Requests the broker has (or is being sent) whose answers nobody will read: the broker must not take
+        # them later (a silent network that comes back, the client retrying elsewhere: duplicates). Requests that
+        # owe no answer (acks=0) still go out, as from a client that closes after sending them.
+        abort = upstream is not None and bool(self.core.awaiting_upstream)
         self.core.lost()
         self.settings.connections.discard(self)
         self.settings.on_closed()
@@ -309,8 +324,11 @@ class ClientConnection(asyncio.Protocol):
             self._connect_task.cancel()
         if self.transport is not None:
             self.transport.close()
-        if self.upstream is not None:
-            self.upstream.close()
+        if upstream is not None:
+            if abort:
+                upstream.abort()
+            else:
+                upstream.close()
 
     def _log_close(self, reason: CloseReason) -> None:
         metrics = self._metrics
@@ -350,11 +368,17 @@ class ClientConnection(asyncio.Protocol):
 
     async def _connect_upstream(self) -> None:
         settings = self.settings
-        candidates = [self.upstream_address] if self.upstream_address else settings.bootstrap_candidates()
-        last_error: Exception | None = None
+        connect_failures = settings.connect_failures
+        candidates = [self.upstream_address] if self.upstream_address else \
+            connect_failures.order(settings.bootstrap_candidates())
+        hold = connect_failures.hold_seconds(candidates)
+        if hold > 0:
+            await self._hold(hold, candidates)
+        failures: list[str] = []
         loop = asyncio.get_running_loop()
         for host, port in candidates:
             label = f"{host}:{port}"
+            timeout = settings.connect_timeout_seconds
             try:
                 _, upstream = await asyncio.wait_for(
                     loop.create_connection(
@@ -362,12 +386,14 @@ class ClientConnection(asyncio.Protocol):
                         host, port, ssl=settings.upstream_ssl,
                         server_hostname=host if settings.upstream_ssl else None,
                     ),
-                    settings.connect_timeout_seconds,
+                    timeout,
                 )
             except (TimeoutError, OSError) as exc:
-                last_error = exc
+                failures.append(f"{label}: {_connect_failure(exc, timeout)}")
+                connect_failures.failed((host, port))
                 self._metrics.upstream_connection_errors_total.labels(label, "connect").inc()
                 continue
+            connect_failures.succeeded((host, port))
             self.upstream = upstream
             if self.closed:
                 upstream.close()
@@ -379,11 +405,35 @@ class ClientConnection(asyncio.Protocol):
                 self.transport.resume_reading()
             return
         _repeated.warning(
-            "upstream_unreachable", "closing client %s on listener %s: no broker reachable (%s): %s",
-            self.peer, self.listener.label, ", ".join(f"{h}:{p}" for h, p in candidates), last_error,
+            "upstream_unreachable", "closing client %s on listener %s: no broker reachable (%s)",
+            self.peer, self.listener.label, "; ".join(failures) or "no broker address known yet",
         )
         self._metrics.client_connection_errors_total.labels(self.listener.name, "upstream_unreachable").inc()
         self.close()
+
+    async def _hold(self, seconds: float, candidates: list[tuple[str, int]]) -> None:
+        """Hold this client (its bytes unread, nothing answered) while its brokers' connects keep failing:
+        a client whose connection closes right after its TCP connect reconnects at once, and a down broker's
+        port would turn into a storm of accepts and closes. Over the bound, the broker is tried at once."""
+        connect_failures = self.settings.connect_failures
+        held = connect_failures.hold()
+        self._metrics.client_connections_held_total.labels(self.listener.name,
+                                                           "held" if held else "over_limit").inc()
+        host, port = candidates[0]
+        if not held:
+            _repeated.warning(
+                "upstream_backoff_full", "not holding client %s on listener %s: %d client connections are held "
+                "already; connects to %s:%d failed %d time(s) in a row", self.peer, self.listener.label,
+                connect_failures.held, host, port, connect_failures.in_a_row((host, port)))
+            return
+        _repeated.log(
+            "upstream_backoff", logging.INFO, "holding client %s on listener %s for %.2f s: connects to %s:%d failed "
+            "%d time(s) in a row; then it is tried again", self.peer, self.listener.label, seconds, host, port,
+            connect_failures.in_a_row((host, port)))
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            connect_failures.release()
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the client (one read: the event loop's, or a `SizedReads`' copy)."""
@@ -490,15 +540,42 @@ class UpstreamConnection(asyncio.Protocol):
             self.client.upstream_lost(exc)
 
     def close(self) -> None:
+        """Close in order: what is buffered still goes out, then a FIN."""
+        if self._closing():
+            assert self.transport is not None
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, as a client that gives up on its requests: what is buffered here and in the kernel is
+        dropped and the broker sees a reset (SO_LINGER 0), so it cannot read the rest of a request later."""
+        if self._closing():
+            assert self.transport is not None
+            self._metrics.upstream_connections_aborted_total.labels(self.label).inc()
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+                except OSError:
+                    pass  # already gone: nothing left to reset
+            self.transport.abort()
+
+    def _closing(self) -> bool:
+        """Mark closed; True when there is a transport to close."""
         if self.closed:
-            return
+            return False
         self.closed = True
         self._reads.closed(self)
         self._metrics.upstream_connections_active.labels(self.label).dec()
         if self.write_buffer is not None:
             self.write_buffer.account.close()
-        if self.transport is not None:
-            self.transport.close()
+        return self.transport is not None
+
+
+def _connect_failure(exc: BaseException, timeout: float) -> str:
+    """Why one connect to a broker failed, never empty (a connect timeout is a bare TimeoutError)."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return f"timed out after {timeout:g} s"
+    return error_text(exc)
 
 
 def _measure(write_buffer: WriteBuffer | None, closed: bool) -> None:

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+import ssl
 import time
 import weakref
 from collections.abc import Callable
@@ -188,6 +191,24 @@ def forget_all() -> None:
     """Every `RateLimitedLog` forgets its windows (tests: each starts from a quiet log)."""
     for repeated in list(_every):
         repeated.forget()
+
+
+def error_text(exc: BaseException | None) -> str:
+    """Why something failed, never empty, for a log line: `str(exc)` is "" for a bare TimeoutError() (what
+    asyncio.wait_for raises) and for an empty ConnectionResetError(); asyncio's "Connect call failed (address)"
+    says the address again, not why. An OSError with an errno is said in the system's words."""
+    if exc is None:
+        return "no error given"
+    if isinstance(exc, OSError) and exc.errno and not isinstance(exc, socket.gaierror | ssl.SSLError):
+        return f"[Errno {exc.errno}] {os.strerror(exc.errno)}"
+    text = str(exc)
+    if text:
+        return text
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset by the peer"
+    return type(exc).__name__
 
 
 _bad_input_log: Final = RateLimitedLog(logging.getLogger("insync_proxy.bad_input"))

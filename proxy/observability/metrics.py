@@ -251,6 +251,15 @@ class ProxyMetrics:
             "the cluster (upstream_unreachable); a client's own bad input is in bad_input_total",
             ["listener", "kind"], registry=r,
         )
+        self.client_connections_held_total = Counter(
+            p + "client_connections_held", "Client connections whose brokers' connects kept failing, by result: "
+            "held (not answered) for a back-off growing per failure in a row before the broker is tried again, "
+            "or over_limit (too many held already: tried at once)", ["listener", "result"], registry=r,
+        )
+        self.client_connections_held = Gauge(
+            p + "client_connections_held_now", "Client connections held now because their brokers' connects keep "
+            "failing (bounded: proxy/datapath/connect_failures.py, MAX_HELD_CONNECTIONS)", registry=r,
+        )
         self.bad_input_total = Counter(
             p + "bad_input", "Bad input from clients, by cause (bad_frame, oversized_frame, broker_closed: the "
             "broker closed a connection with requests in flight, refused_connection); every one counted, "
@@ -273,6 +282,11 @@ class ProxyMetrics:
         self.upstream_connection_errors_total = Counter(
             p + "upstream_connection_errors", "Failed or broken connections to brokers", ["broker", "kind"],
             registry=r,
+        )
+        self.upstream_connections_aborted_total = Counter(
+            p + "upstream_connections_aborted", "Connections to brokers the proxy reset (SO_LINGER 0, its unsent "
+            "bytes dropped) because their client closed with requests in flight: as a client that gives up, so "
+            "the broker cannot take them later", ["broker"], registry=r,
         )
         self.brokers_without_port = Gauge(
             p + "brokers_without_port", "Brokers of the latest Metadata that a listener's node_id_ranges give no "
