@@ -4,7 +4,7 @@
 field 637) and tells which partitions are ready, with KIP-637's semantics
 (`require_min_insync_acks`): acks 0/1 -> partitions with a leader; acks all/-1/-2 -> partitions with a
 leader whose ISR is at least the effective min ISR = min(min.insync.replicas, replica count).
-`ReadyPartitioner` plugs that into kafka-python and aiokafka (`partitioner=`): keyless records go to
+`ReadyPartitioner` plugs that into kafka-python (2.x calls it, 3.x its `partition`) and aiokafka (`partitioner=`): keyless records go to
 ready partitions only; keyed records hash over all partitions as before (moving them would break
 per-key ordering).
 
@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from insync_proxy.client.blocking_client import BlockingKafkaClient, KafkaClientError, parse_address
 from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse
@@ -160,6 +161,13 @@ class ReadyPartitioner:
         ready = set(self.metadata.ready_partitions(self.topic, self.acks)) & set(available or all_partitions)
         candidates = sorted(ready) or list(available or all_partitions)
         return random.choice(candidates)
+
+    def partition(self, topic: str, key: bytes | None, cluster: Any) -> int:
+        """kafka-python 3's interface for a partitioner that is no `kafka.partitioner.Partitioner`
+        (`partition(topic, serialized_key, cluster_metadata)`): the same choice, from the producer's own view of
+        the topic's partitions."""
+        return self(key, sorted(cluster.partitions_for_topic(topic) or ()),
+                    sorted(cluster.available_partitions_for_topic(topic) or ()))
 
 
 def murmur2(data: bytes) -> int:
