@@ -20,12 +20,14 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from insync_proxy.client.blocking_client import BlockingKafkaClient, KafkaClientError, parse_address
 from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
-from insync_proxy.proxy.config.settings import SaslConfig
+
+if TYPE_CHECKING:  # a producer importing the partitioner loads none of the proxy's modules
+    from insync_proxy.proxy.config.settings import SaslConfig
 
 #: Metadata versions that can carry the tagged min.insync.replicas (v9+), up to what protocol/ knows.
 METADATA_VERSIONS = (9, 13)
