@@ -395,6 +395,9 @@ class YearRun:
         self.min_insync: dict[str, list[tuple[float, int]]] = {}
         self.churn: list[str] = []
         self.churn_lock = threading.Lock()
+        #: topic -> the min.insync.replicas being set now (asked of the brokers, not yet seen in effect): a tag may
+        #: carry it before the runner sees the change take effect
+        self.min_insync_pending: dict[str, int] = {}
         self.broker_locks = {n: threading.Lock() for n in (1, 2, 3)}
         self.processes: list[subprocess.Popen[Any]] = []
         self.proxy: subprocess.Popen[bytes] | None = None
@@ -741,6 +744,8 @@ class YearRun:
                 self.found.tag_absent += 1
                 continue
             allowed = allowed_values(history, asked, 2 * MIN_INSYNC_TTL + 5)
+            if name in self.min_insync_pending:
+                allowed.add(self.min_insync_pending[name])
             if topic.min_insync not in allowed and self.brokers_out(asked - (2 * MIN_INSYNC_TTL + 5), asked) >= 2:
                 # Two brokers out of the proxy's reach: the value it serves may be stale while it cannot re-read
                 # (min_insync_max_stale_seconds); counted apart, not a violation.
@@ -924,11 +929,13 @@ class YearRun:
                     value = 3 if self.min_insync[previous][-1][1] != 3 else 1
                     from kafka.admin import ConfigResource, ConfigResourceType
 
+                    self.min_insync_pending[previous] = value
                     admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, previous,
                                                         configs={"min.insync.replicas": str(value)})])
                     # Recorded when the brokers say so: an AlterConfigs sent to a paused broker takes effect
                     # when it resumes, long after the call.
                     self.min_insync[previous].append((self.effective_min_insync(admin, previous, value), value))
+                    self.min_insync_pending.pop(previous, None)
                 if oldest is not None:
                     admin.delete_topics([oldest])
             except Exception as exc:  # noqa: BLE001 - counted; the next round goes on
@@ -1003,7 +1010,7 @@ class YearRun:
         )
 
         assert self.cluster is not None
-        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap_servers, "log_level": 2})
+        bootstrap = self.cluster.bootstrap_servers
 
         def alter(node_id: int) -> None:
             resource = ConfigResource(ResourceType.BROKER, str(node_id), incremental_configs=[
@@ -1011,7 +1018,9 @@ class YearRun:
             deadline = time.monotonic() + timeout
             while True:
                 try:
-                    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+                    # A new client each try: one whose broker was paused or restarted can wait on a dead connection
+                    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2, "socket.timeout.ms": 10000})
+                    admin.incremental_alter_configs([resource], request_timeout=10)[resource].result(timeout=15)
                     return
                 except Exception as exc:  # noqa: BLE001 - a broker restarting: again until the deadline
                     if time.monotonic() > deadline:
