@@ -1199,11 +1199,15 @@ class YearRun:
         and read 16 KiB every 50 ms: the proxy's memory budget (max_buffered_bytes) must bound what it holds,
         and the other clients must go on."""
         seconds = 30.0 if self.minutes <= 10 else 60.0
-        with WireConnection("127.0.0.1", self.bootstrap_port, timeout=15, ssl_context=self.client_context()) as conn:
-            conn.sasl_plain(SAMPLER_USER, self.sampler_password)
-            answer = conn.metadata([BULK_TOPIC])
-        leader = answer.topics[BULK_TOPIC].partitions[0][0]
-        host, port = answer.brokers[leader]
+
+        def leader_address() -> tuple[int, str, int]:
+            with WireConnection("127.0.0.1", self.bootstrap_port, timeout=15, ssl_context=self.client_context()) as conn:
+                conn.sasl_plain(SAMPLER_USER, self.sampler_password)
+                answer = conn.metadata([BULK_TOPIC])
+            leader = answer.topics[BULK_TOPIC].partitions[0][0]
+            return (leader, *answer.brokers[leader])
+
+        leaders: list[int] = []
         start = self.now()
         rss_before = self.found.samples[-1].rss_mib if self.found.samples else float("nan")
         acked_before = len(self.acked)
@@ -1212,14 +1216,19 @@ class YearRun:
         errors: list[str] = []
 
         def consume(i: int) -> None:
-            try:
-                with WireConnection(host, port, timeout=60, ssl_context=self.client_context(),
-                                    receive_buffer=8192) as slow:
-                    slow.sasl_plain(SAMPLER_USER, self.sampler_password)
-                    while time.monotonic() < until and not self.stop_event.is_set():
-                        read[i] += slow.slow_fetch(BULK_TOPIC, 0, 0, 8 * 1024 * 1024, 16384, 0.1, until)
-            except (OSError, WireError, ssl.SSLError) as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
+            # Its leader's broker may be killed, paused or restarting meanwhile: connect again until the deadline
+            while time.monotonic() < until and not self.stop_event.is_set():
+                try:
+                    leader, host, port = leader_address()
+                    leaders.append(leader)
+                    with WireConnection(host, port, timeout=60, ssl_context=self.client_context(),
+                                        receive_buffer=8192) as slow:
+                        slow.sasl_plain(SAMPLER_USER, self.sampler_password)
+                        while time.monotonic() < until and not self.stop_event.is_set():
+                            read[i] += slow.slow_fetch(BULK_TOPIC, 0, 0, 8 * 1024 * 1024, 16384, 0.1, until)
+                except (OSError, WireError, ssl.SSLError, KeyError) as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    time.sleep(1)
 
         workers = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(consumers)]
         for worker in workers:
@@ -1229,11 +1238,12 @@ class YearRun:
         end = self.now()
         in_window = [s for s in self.found.samples if start <= s.t <= end]
         rss_peak = max((s.rss_mib for s in in_window), default=float("nan"))
+        leader = "/".join(str(n) for n in sorted(set(leaders))) or "?"
         record = {"start": round(start, 1), "end": round(end, 1), "consumers": consumers, "leader": leader,
                   "bytes_read": sum(read), "rss_before_mib": round(rss_before, 1), "rss_peak_mib": round(rss_peak, 1),
                   "acked_by_others": len(self.acked) - acked_before,
                   "probes_failed": sum(1 for s in in_window if not s.can_serve), "probes": len(in_window),
-                  "errors": errors[:5]}
+                  "reconnects": len(errors), "errors": errors[:5]}
         with self.found.lock:
             self.found.slow.append(record)
         window.detail = (f"{consumers} consumers read {sum(read) / 2**20:.1f} MiB from broker {leader}'s port slowly; "
