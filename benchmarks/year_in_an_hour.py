@@ -1,27 +1,32 @@
 """A year in an hour (issue 39): many faults at once, for a long time, against invariants checked by an oracle
 that shares no code with the proxy.
 
-    PYTHONPATH=. python3 benchmarks/year_in_an_hour.py [--minutes 60] [--out DIR] [--json FILE]
+    PYTHONPATH=. python3 benchmarks/year_in_an_hour.py [--minutes 60] [--out DIR] [--json FILE] [--interpreted]
 
 1. A 3-broker dev cluster on Kafka 3.9.2 with a SASL_SSL listener (SCRAM-SHA-512 for the proxy's control login
-   and the clients, PLAIN for the runner's own Metadata sampler), started as `LocalKafkaCluster`; the SASL_SSL
-   listener of broker 3 is advertised through a TCP relay of this process (the silent-network event).
-2. The proxy as a user runs it: `python -m insync_proxy run --config FILE` (the compiled build when
-   ./scripts/compile made one), TLS and SCRAM upstream, clients speak SASL_PLAINTEXT to it.
-3. Producers through the proxy: Kafka's VerifiableProducer (idempotent, acks=all), kafka-python with acks=-2;
+   and the clients, PLAIN for the runner's own Metadata sampler) that also asks for a client certificate (mTLS),
+   started as `LocalKafkaCluster`; the SASL_SSL listener of broker 3 is advertised through a TCP relay of this
+   process (the silent-network event).
+2. The proxy as a user runs it: `python -m insync_proxy run --config FILE`, the compiled build (made first with
+   ./scripts/compile when missing; `--interpreted` for the interpreted one), mTLS and SCRAM upstream, TLS
+   downstream: clients speak SASL_SSL to it and trust its CAs.
+3. Producers through the proxy: Kafka's VerifiableProducer (idempotent, acks=all), kafka-python with acks=-2,
+   kafka-python with acks=-2 partitioned by the project's KIP-637 partitioner (insync_proxy.client.partitioner);
    librdkafka (acks=all, a fixed rate) both through the proxy and directly, for the added latency.
 4. A schedule of overlapping events, spread over the run and repeated in a long one: SIGKILL and restart of a
    broker, a broker paused 30 s, a rolling restart (SIGTERM), topics created/altered/deleted at a steady rate,
    SIGHUP and POST /reload with changed settings, hostile clients and a connection storm, a broker's network
-   silent for 60 s (the relay stops forwarding, sockets stay open), a rolling upgrade to Kafka 4.3.1 with the
-   metadata.version bump (FeatureCommand of the 4.3.1 jars).
+   silent for 60 s (the relay stops forwarding, sockets stay open), certificates rotated on both legs (brokers'
+   dynamic keystores, the proxy's client and server certificates, SIGHUP), a CA change on both legs after which
+   the brokers trust only the new CA (POST /reload), slow consumers holding large Fetch answers, a rolling
+   upgrade to Kafka 4.3.1 with the metadata.version bump (FeatureCommand of the 4.3.1 jars), then a share group.
 5. A monitor samples the proxy every few seconds (RSS, fds, threads from /proc; /metrics; /readyz with an
    ApiVersions through the proxy), the brokers' own ISRs (kafka-python, straight to the brokers) and the proxy's
    Metadata answers (a hand-written Metadata v12 client: tag 637, broker addresses).
-6. At the end: every record VerifiableProducer had acknowledged is read back at its offset straight from the
-   brokers (kafka-python); the invariants print as a table and go to a summary JSON; a timeline SVG (made by
-   hand) and a PNG of it (drawn by this
-   module: matplotlib is no dependency and ImageMagick may be absent) go beside them.
+6. At the end: every record VerifiableProducer and the partitioner's producer had acknowledged is read back at
+   its offset straight from the brokers (kafka-python); the invariants print as a table and go to a summary JSON;
+   a timeline SVG (made by hand) and a PNG of it (drawn by this module: matplotlib is no dependency and
+   ImageMagick may be absent) go beside them.
 
 Exit 0 when every invariant held.
 """
@@ -35,8 +40,10 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -60,7 +67,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from year_wire import MetadataAnswer, WireConnection, WireError  # noqa: E402
 
-from insync_proxy.devcluster.certificates import make_test_certificates  # noqa: E402
+from insync_proxy.devcluster.certificates import _key_and_csr, _sign, make_test_certificates  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
     KafkaNode,
@@ -72,6 +79,7 @@ from insync_proxy.devcluster.cluster import (  # noqa: E402
 from insync_proxy.devcluster.distribution import kafka_libs  # noqa: E402
 from insync_proxy.devcluster.kafka_tools import java_command, write_log_configuration  # noqa: E402
 from tests.hostile_clients import send_malformed  # noqa: E402
+from tests.pki import Ca, key_pem, replace_file  # noqa: E402
 from tests.proxy_harness import free_port_base  # noqa: E402
 
 OLD_VERSION = "3.9.2"
@@ -80,6 +88,9 @@ NEW_RELEASE = "4.3"
 IDEMPOTENT_TOPIC = "year-idempotent"
 ACKS2_TOPIC = "year-acks2"
 LATENCY_TOPIC = "year-latency"
+PARTITIONER_TOPIC = "year-partitioner"
+#: One partition of large records, read by the slow consumers.
+BULK_TOPIC = "year-bulk"
 CHURN_PREFIX = "year-churn-"
 PARTITIONS = 3
 PROXY_USER, CLIENT_USER, SAMPLER_USER = "insync-proxy", "client", "sampler"
@@ -94,6 +105,19 @@ LOG_LINES_PER_MINUTE = 300.0
 CONTROL_REQUESTS_PER_MINUTE = 600.0
 #: Target p99 added latency outside event windows, ms (reported; on a shared 2-core machine, informative).
 ADDED_P99_TARGET_MS = 1.0
+#: Latency samples this long after an event window closed are "settling" (a leader's ISR refilling, clients
+#: reconnecting): neither outside nor inside.
+SETTLE_SECONDS = 30.0
+#: The proxy's memory budget in the run (max_buffered_bytes) and the RSS rise the slow consumers may cause.
+BUFFER_BUDGET_MIB = 32
+SLOW_RSS_SLACK_MIB = 48
+#: After a rotation, /readyz and the producers must be back within this long.
+ROTATION_BOUND_SECONDS = 30.0
+#: The brokers' SASL_SSL listener asks for a client certificate (KIP-684): the brokers' truststore decides who
+#: may connect, so a CA change locks out a proxy still presenting the old CA's certificate.
+BROKER_EXTENSIONS = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n"
+TRUSTSTORE = "listener.name.sasl.ssl.truststore.location"
+KEYSTORE = "listener.name.sasl.ssl.keystore.location"
 
 _PRODUCER_CONFIG = """\
 enable.idempotence=true
@@ -103,8 +127,9 @@ retries=2147483647
 delivery.timeout.ms=300000
 request.timeout.ms=15000
 linger.ms=5
-security.protocol=SASL_PLAINTEXT
+security.protocol=SASL_SSL
 sasl.mechanism=SCRAM-SHA-512
+ssl.truststore.type=PEM
 """
 
 
@@ -206,6 +231,96 @@ class RelayedCluster(LocalKafkaCluster):
         return text
 
 
+# --------------------------------------------------------------------------------------------- certificates
+def certificate_serial(pem: Path) -> int:
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(pem.read_bytes()).serial_number
+
+
+def tls_probe(port: int, trust: Path, client: tuple[Path, Path] | None = None, timeout: float = 10) -> int:
+    """The serial of the certificate a TLS server on 127.0.0.1:`port` presents to a new connection, after an
+    ApiVersions v0 was answered over it; ssl.SSLError or ConnectionError when the server refuses `client`'s
+    certificate (TLS 1.3 says so at the first read, after the handshake)."""
+    from cryptography import x509
+
+    context = ssl.create_default_context(cafile=str(trust))
+    if client is not None:
+        context.load_cert_chain(str(client[0]), str(client[1]))
+    with socket.create_connection(("127.0.0.1", port), timeout) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        der = tls.getpeercert(True)
+        request = struct.pack(">hhih", 18, 0, 1, -1)  # ApiVersions v0, correlation id 1, no client id
+        tls.sendall(struct.pack(">i", len(request)) + request)
+        if len(tls.recv(4)) != 4:
+            raise ConnectionError("the server closed the connection")
+    assert der is not None
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+class RunCertificates:
+    """Both legs' certificates and the files that name them. Upstream: the brokers' CA (a new one at each CA
+    change, openssl like the dev cluster's), the brokers' PEM keystores, the proxy's client certificate and the
+    CA bundle it trusts. Downstream: two CAs of the proxy's own, both in the bundle its clients trust from the
+    start (a bundle handed out ahead of a CA change), and the proxy's server certificate of one of them.
+    Files the proxy reads keep their names and are replaced whole; each broker keystore or truststore is a new
+    file, named to the brokers by a dynamic config."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        first = make_test_certificates(directory / "ca-1", ())
+        self.generation = 1
+        self.ca_cert, self.ca_key = first.ca_cert, directory / "ca-1" / "ca.key"
+        self.broker_keystore = first.broker_keystore
+        self.upstream_ca = directory / "upstream-ca.pem"
+        self.upstream_ca.write_bytes(self.ca_cert.read_bytes())
+        self.broker_trust = self.bundle("broker-trust-1.pem", self.ca_cert)
+        self.proxy_cert, self.proxy_key = directory / "proxy-client.crt", directory / "proxy-client.key"
+        self.direct_cert, self.direct_key = directory / "direct-client.crt", directory / "direct-client.key"
+        self.issue_client(self.proxy_cert, self.proxy_key, PROXY_USER)
+        self.issue_client(self.direct_cert, self.direct_key, "year-direct")
+        self.downstream = [Ca.new("insync-proxy year downstream CA 1", 366 * 86400),
+                           Ca.new("insync-proxy year downstream CA 2", 366 * 86400)]
+        self.downstream_index = 0
+        self.client_trust = directory / "clients-trust.pem"
+        self.client_trust.write_bytes(b"".join(ca.pem for ca in self.downstream))
+        self.server_cert, self.server_key = directory / "proxy-server.crt", directory / "proxy-server.key"
+        self.issue_server()
+
+    def bundle(self, name: str, *cas: Path) -> Path:
+        path = self.dir / name
+        path.write_bytes(b"".join(ca.read_bytes() for ca in cas))
+        return path
+
+    def issue_client(self, cert: Path, key: Path, name: str, ca: tuple[Path, Path] | None = None) -> int:
+        issued = Ca.from_files(*(ca or (self.ca_cert, self.ca_key))).issue(name, valid_seconds=30 * 86400)
+        issued.write(cert, key)
+        return int(issued.serial)
+
+    def issue_server(self) -> int:
+        issued = self.downstream[self.downstream_index].issue("localhost", valid_seconds=30 * 86400, server=True)
+        issued.write(self.server_cert, self.server_key)
+        return int(issued.serial)
+
+    def new_broker_keystore(self, name: str) -> tuple[Path, int]:
+        """A new key and certificate for the brokers from the current CA, same subject and names as the first
+        (Kafka refuses a dynamic keystore whose DN or SANs changed)."""
+        directory = self.dir / name
+        directory.mkdir(parents=True, exist_ok=True)
+        key, csr = _key_and_csr(directory, "broker", "/CN=localhost")
+        cert = _sign(directory, "broker", csr, self.ca_cert, self.ca_key, BROKER_EXTENSIONS, 30)
+        keystore = directory / "broker-keystore.pem"
+        keystore.write_text(key.read_text() + cert.read_text() + self.ca_cert.read_text())
+        return keystore, certificate_serial(cert)
+
+    def keep(self, cert: Path, key: Path, name: str) -> tuple[Path, Path]:
+        """A copy of a pair as it is now (the old certificate, to show it is refused after a CA change)."""
+        kept = (self.dir / f"{name}.crt", self.dir / f"{name}.key")
+        shutil.copyfile(cert, kept[0])
+        shutil.copyfile(key, kept[1])
+        return kept
+
+
 # --------------------------------------------------------------------------------------------- records
 @dataclass
 class Window:
@@ -254,6 +369,10 @@ class Findings:
     address_leaks: list[str] = field(default_factory=list)
     metadata_failures: int = 0
     latency: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {"direct": [], "proxy": []})
+    #: one record per certificate rotation or CA change: what was checked after it
+    rotations: list[dict[str, Any]] = field(default_factory=list)
+    slow: list[dict[str, Any]] = field(default_factory=list)
+    share_received: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -276,12 +395,23 @@ class YearRun:
         self.min_insync: dict[str, list[tuple[float, int]]] = {}
         self.churn: list[str] = []
         self.churn_lock = threading.Lock()
+        #: topic -> the min.insync.replicas being set now (asked of the brokers, not yet seen in effect): a tag may
+        #: carry it before the runner sees the change take effect
+        self.min_insync_pending: dict[str, int] = {}
         self.broker_locks = {n: threading.Lock() for n in (1, 2, 3)}
         self.processes: list[subprocess.Popen[Any]] = []
         self.proxy: subprocess.Popen[bytes] | None = None
         self.cluster: RelayedCluster | None = None
         self.relay: SilentRelay | None = None
         self.acked: list[tuple[int, int, int]] = []  # (partition, offset, value) VerifiableProducer acknowledged
+        self.acked_at: list[float] = []  # when each of them was acknowledged
+        #: (partition, offset, value) the Python partitioner's producer had acknowledged (acks=-2), and its refusals
+        self.partitioner_acked: list[tuple[int, int, int]] = []
+        self.partitioner_refused: Counter[str] = Counter()
+        self.tls_lock = threading.Lock()
+        #: bumped when the direct latency producer must start again with a new client certificate (a CA change)
+        self.direct_generation = 0
+        self.build = "unknown"
         self.producer_errors = 0
         self.upgraded = False
         self.mv_bump = ""
@@ -293,15 +423,15 @@ class YearRun:
 
     # ------------------------------------------------------------------ set-up
     def start_cluster(self) -> RelayedCluster:
-        pki = make_test_certificates(self.work / "pki", (PROXY_USER,))
-        self.ca_file = pki.ca_cert
+        self.pki = RunCertificates(self.work / "pki")
         settings = ClusterSettings(
             version=self.old_version, sasl_scram_users=self.passwords,
             sasl_plain_users={SAMPLER_USER: self.sampler_password}, sasl_ssl=True,
-            tls_keystore_pem=pki.broker_keystore, replica_lag_time_max_ms=5000, class_archive=False,
+            tls_keystore_pem=self.pki.broker_keystore, replica_lag_time_max_ms=5000, class_archive=False,
             data_dir=self.work / "kafka",
             # The relay's connections and the storms' are idle between events: kept by the brokers.
-            extra_broker_config={"connections.max.idle.ms": "3600000"},
+            extra_broker_config={"connections.max.idle.ms": "3600000", "listener.name.sasl.ssl.client.auth": "required",
+                                 "listener.name.sasl.ssl.truststore.type": "PEM", TRUSTSTORE: str(self.pki.broker_trust)},
         )
         cluster = RelayedCluster(settings, progress=say)
         cluster.relay_port = free_port()
@@ -323,9 +453,15 @@ class YearRun:
             f"bootstrap_servers = {servers}\nadmin_port = {self.admin_port}\nproxy_id = \"year\"\n"
             f"metadata_refresh_seconds = {metadata_refresh}\nmin_insync_ttl_seconds = {MIN_INSYNC_TTL}\n"
             f"log_summary_interval_seconds = {summary_interval}\nlog_level = \"INFO\"\n"
+            # Certificates are picked up by the runner's SIGHUP and POST /reload once both files of a pair are
+            # written, not by the periodic check (which could meet a certificate before its key)
+            f"tls_reload_seconds = 86400\nmax_buffered_bytes = {BUFFER_BUDGET_MIB * 1024 * 1024}\n"
             f"[[listener]]\nname = \"clients\"\nbootstrap_port = {self.bootstrap_port}\n"
             f"broker_port_base = {self.broker_port_base}\nnode_id_ranges = [\"0-9\"]\n"
-            f"[upstream_tls]\nenabled = true\nca_file = \"{self.ca_file}\"\n"
+            f"[upstream_tls]\nenabled = true\nca_file = \"{self.pki.upstream_ca}\"\n"
+            f"cert_file = \"{self.pki.proxy_cert}\"\nkey_file = \"{self.pki.proxy_key}\"\n"
+            f"[downstream_tls]\nenabled = true\ncert_file = \"{self.pki.server_cert}\"\n"
+            f"key_file = \"{self.pki.server_key}\"\n"
             f"[control_sasl]\nmechanism = \"{MECHANISM}\"\nusername = \"{PROXY_USER}\"\n"
             f"password_file = \"{password_file}\"\n"
             f"[audit]\nenabled = false\n"
@@ -347,7 +483,29 @@ class YearRun:
         self.wait(lambda: self.readyz()[0], 90, "the proxy to be ready")
         build = re.search(r'insync_proxy_build_info\{[^}]*compiled="(\w+)"', self.metrics_text())
         self.compiled = build.group(1) if build else "unknown"
-        say(f"proxy pid {self.proxy.pid} at 127.0.0.1:{self.bootstrap_port} (compiled: {self.compiled})")
+        say(f"proxy pid {self.proxy.pid} at 127.0.0.1:{self.bootstrap_port} (TLS; compiled: {self.compiled})")
+
+    # ------------------------------------------------------------------ client settings (TLS towards the proxy)
+    def client_context(self) -> ssl.SSLContext:
+        """What a Python client trusts towards the proxy: the downstream CAs' bundle."""
+        return ssl.create_default_context(cafile=str(self.pki.client_trust))
+
+    def kafka_python_security(self) -> dict[str, Any]:
+        return {"security_protocol": "SASL_SSL", "ssl_cafile": str(self.pki.client_trust), "sasl_mechanism": MECHANISM,
+                "sasl_plain_username": CLIENT_USER, "sasl_plain_password": self.passwords[CLIENT_USER]}
+
+    def librdkafka_through_proxy(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.proxy_bootstrap, "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(self.pki.client_trust), "sasl.mechanism": MECHANISM,
+                "sasl.username": CLIENT_USER, "sasl.password": self.passwords[CLIENT_USER]}
+
+    def java_client_properties(self, name: str, base: str = "") -> Path:
+        path = self.work / name
+        path.write_text(base + "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nssl.truststore.type=PEM\n"
+                        f"ssl.truststore.location={self.pki.client_trust}\n"
+                        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                        f'required username="{CLIENT_USER}" password="{self.passwords[CLIENT_USER]}";\n')
+        return path
 
     @property
     def proxy_bootstrap(self) -> str:
@@ -395,9 +553,7 @@ class YearRun:
     # ------------------------------------------------------------------ producers
     def start_verifiable_producer(self) -> None:
         libs = kafka_libs(self.old_version)
-        props = self.work / "producer.properties"
-        props.write_text(_PRODUCER_CONFIG + "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
-                         f'required username="{CLIENT_USER}" password="{self.passwords[CLIENT_USER]}";\n')
+        props = self.java_client_properties("producer.properties", _PRODUCER_CONFIG)
         stderr = open(self.work / "verifiable-producer.log", "ab")  # noqa: SIM115 - the child keeps it
         process = subprocess.Popen(
             self.java(libs, "org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server", self.proxy_bootstrap,
@@ -420,6 +576,7 @@ class YearRun:
                 continue
             if event.get("name") == "producer_send_success":
                 self.acked.append((int(event["partition"]), int(event["offset"]), int(event["value"])))
+                self.acked_at.append(self.now())
             elif event.get("name") == "producer_send_error":
                 self.producer_errors += 1
 
@@ -427,11 +584,8 @@ class YearRun:
         """kafka-python with acks=-2 through the proxy, one record at a time, 20 a second."""
         from kafka import KafkaProducer
 
-        producer = KafkaProducer(
-            bootstrap_servers=self.proxy_bootstrap, acks=-2, security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism=MECHANISM, sasl_plain_username=CLIENT_USER, sasl_plain_password=self.passwords[CLIENT_USER],
-            retries=0, request_timeout_ms=10000, client_id="year-acks2",
-        )
+        producer = KafkaProducer(bootstrap_servers=self.proxy_bootstrap, acks=-2, retries=0, request_timeout_ms=10000,
+                                 client_id="year-acks2", **self.kafka_python_security())
         n = 0
         try:
             while not self.stop_event.is_set():
@@ -454,16 +608,27 @@ class YearRun:
         from confluent_kafka import Producer
 
         config: dict[str, Any] = {
-            "acks": "all", "linger.ms": 0, "sasl.mechanism": MECHANISM, "sasl.username": CLIENT_USER,
-            "sasl.password": self.passwords[CLIENT_USER], "client.id": f"year-latency-{kind}",
+            "acks": "all", "linger.ms": 0, "client.id": f"year-latency-{kind}",
             "enable.idempotence": False, "message.timeout.ms": 60000, "log_level": 2,
         }
         if kind == "proxy":
-            config.update({"bootstrap.servers": self.proxy_bootstrap, "security.protocol": "SASL_PLAINTEXT"})
+            config.update(self.librdkafka_through_proxy())
         else:
+            # Straight to the brokers, whose SASL_SSL listener asks for a client certificate: started again with
+            # a new one (and the CA bundle of the moment) after a CA change
             config.update({"bootstrap.servers": ",".join(self.upstream_servers()), "security.protocol": "SASL_SSL",
-                           "ssl.ca.location": str(self.ca_file)})
-        producer = Producer(config)
+                           "sasl.mechanism": MECHANISM, "sasl.username": CLIENT_USER,
+                           "sasl.password": self.passwords[CLIENT_USER]})
+
+        def make() -> Any:
+            if kind == "direct":
+                config.update({"ssl.ca.location": str(self.pki.upstream_ca),
+                               "ssl.certificate.location": str(self.pki.direct_cert),
+                               "ssl.key.location": str(self.pki.direct_key)})
+            return Producer(config)
+
+        generation = self.direct_generation
+        producer = make()
         out = self.found.latency[kind]
 
         def delivered(err: Any, msg: Any) -> None:
@@ -472,6 +637,10 @@ class YearRun:
 
         next_at = time.monotonic()
         while not self.stop_event.is_set():
+            if kind == "direct" and generation != self.direct_generation:
+                producer.flush(10)
+                generation = self.direct_generation
+                producer = make()
             producer.produce(LATENCY_TOPIC, b"x" * 100, partition=0, on_delivery=delivered)
             next_at += 0.05
             while time.monotonic() < next_at:
@@ -512,9 +681,9 @@ class YearRun:
         """An ApiVersions through the proxy's bootstrap port is answered within its connect_timeout_seconds (10 s)
         and 5 s: a bootstrap connection may meet a frozen broker first and move on after that timeout."""
         try:
-            with WireConnection("127.0.0.1", self.bootstrap_port, timeout=15) as conn:
+            with WireConnection("127.0.0.1", self.bootstrap_port, timeout=15, ssl_context=self.client_context()) as conn:
                 return conn.api_versions() == 0
-        except (OSError, WireError):
+        except (OSError, WireError, ssl.SSLError):
             return False
 
     def isr_sampler(self, interval: float) -> None:
@@ -543,12 +712,13 @@ class YearRun:
         assert self.cluster is not None
         real_ports = {n.port for n in self.cluster.brokers.values()} | set(self.cluster.sasl_ports.values()) \
             | set(self.cluster.tls_ports.values()) | {self.cluster.relay_port, self.cluster.controller.port}
+        context = self.client_context()
         while not self.stop_event.wait(interval):
             with self.churn_lock:
                 topics = [IDEMPOTENT_TOPIC, ACKS2_TOPIC, *self.churn]
             asked = self.now()
             try:
-                with WireConnection("127.0.0.1", self.bootstrap_port, timeout=10) as conn:
+                with WireConnection("127.0.0.1", self.bootstrap_port, timeout=10, ssl_context=context) as conn:
                     conn.sasl_plain(SAMPLER_USER, self.sampler_password)
                     answer = conn.metadata(topics)
             except (OSError, WireError):
@@ -574,6 +744,8 @@ class YearRun:
                 self.found.tag_absent += 1
                 continue
             allowed = allowed_values(history, asked, 2 * MIN_INSYNC_TTL + 5)
+            if name in self.min_insync_pending:
+                allowed.add(self.min_insync_pending[name])
             if topic.min_insync not in allowed and self.brokers_out(asked - (2 * MIN_INSYNC_TTL + 5), asked) >= 2:
                 # Two brokers out of the proxy's reach: the value it serves may be stale while it cannot re-read
                 # (min_insync_max_stale_seconds); counted apart, not a violation.
@@ -757,11 +929,13 @@ class YearRun:
                     value = 3 if self.min_insync[previous][-1][1] != 3 else 1
                     from kafka.admin import ConfigResource, ConfigResourceType
 
+                    self.min_insync_pending[previous] = value
                     admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, previous,
                                                         configs={"min.insync.replicas": str(value)})])
                     # Recorded when the brokers say so: an AlterConfigs sent to a paused broker takes effect
                     # when it resumes, long after the call.
                     self.min_insync[previous].append((self.effective_min_insync(admin, previous, value), value))
+                    self.min_insync_pending.pop(previous, None)
                 if oldest is not None:
                     admin.delete_topics([oldest])
             except Exception as exc:  # noqa: BLE001 - counted; the next round goes on
@@ -798,9 +972,8 @@ class YearRun:
 
         consumer = KafkaConsumer(
             IDEMPOTENT_TOPIC, bootstrap_servers=self.proxy_bootstrap, group_id="year-group", client_id=name,
-            security_protocol="SASL_PLAINTEXT", sasl_mechanism=MECHANISM, sasl_plain_username=CLIENT_USER,
-            sasl_plain_password=self.passwords[CLIENT_USER], auto_offset_reset="earliest",
-            session_timeout_ms=10000, heartbeat_interval_ms=3000, request_timeout_ms=30000,
+            auto_offset_reset="earliest", session_timeout_ms=10000, heartbeat_interval_ms=3000,
+            request_timeout_ms=30000, **self.kafka_python_security(),
         )
         try:
             while not until.is_set() and not self.stop_event.is_set():
@@ -824,6 +997,332 @@ class YearRun:
         member.join(60)
         window.detail = "a third member joined for 20 s and left"
 
+    # ------------------------------------------------------------------ certificates, both legs
+    def alter_brokers(self, configs: dict[str, str], timeout: float = 180) -> None:
+        """A per-broker dynamic config on every broker (IncrementalAlterConfigs, sent by librdkafka to that broker,
+        which checks a new keystore or truststore before taking it); a broker down meanwhile is asked again."""
+        from confluent_kafka.admin import (
+            AdminClient,
+            AlterConfigOpType,
+            ConfigEntry,
+            ConfigResource,
+            ResourceType,
+        )
+
+        assert self.cluster is not None
+        bootstrap = self.cluster.bootstrap_servers
+
+        def alter(node_id: int) -> None:
+            resource = ConfigResource(ResourceType.BROKER, str(node_id), incremental_configs=[
+                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    # A new client each try: one whose broker was paused or restarted can wait on a dead connection
+                    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2, "socket.timeout.ms": 10000})
+                    admin.incremental_alter_configs([resource], request_timeout=10)[resource].result(timeout=15)
+                    return
+                except Exception as exc:  # noqa: BLE001 - a broker restarting: again until the deadline
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"broker {node_id} did not take {configs}: {exc}") from exc
+                    time.sleep(1)
+
+        with ThreadPoolExecutor(max_workers=len(self.cluster.brokers)) as pool:  # a broker down delays only itself
+            for done in [pool.submit(alter, node_id) for node_id in sorted(self.cluster.brokers)]:
+                done.result()
+
+    def wait_brokers(self, what: str, check: Callable[[int], bool], timeout: float = 180) -> None:
+        """Until `check(port)` holds for every broker's SASL_SSL listener (their real ports, not the relay)."""
+        assert self.cluster is not None
+        ports = list(self.cluster.sasl_ports.values())
+        with ThreadPoolExecutor(max_workers=len(ports)) as pool:
+            for done in [pool.submit(self.wait, lambda p=port: check(p), timeout, f"{what} at 127.0.0.1:{port}")
+                         for port in ports]:
+                done.result()
+
+    def reload_proxy(self, how: str, sides: tuple[str, ...] = ("upstream_tls", "downstream_tls")) -> None:
+        """SIGHUP or POST /reload; returns when the TLS `sides` whose files changed reloaded
+        (insync_proxy_reloads_total{result="ok"} went up)."""
+        assert self.proxy is not None
+        before = {side: self.reload_count(side, "ok") for side in sides}
+        if how == "SIGHUP":
+            self.proxy.send_signal(signal.SIGHUP)
+        else:
+            request = urllib.request.Request(f"http://127.0.0.1:{self.admin_port}/reload", method="POST")
+            with urllib.request.urlopen(request, timeout=30) as r:
+                r.read()
+        for side, count in before.items():
+            self.wait(lambda s=side, c=count: self.reload_count(s, "ok") > c, 30, f"the proxy to reload {side}")
+
+    def reload_count(self, what: str, result: str) -> float:
+        return self.metric("insync_proxy_reloads_total", what=what, result=result)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` in /metrics whose labels include `labels` (0 when none)."""
+        total = 0.0
+        for line in self.metrics_text().splitlines():
+            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$", line)
+            if not m or m.group(1) != name:
+                continue
+            found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(m.group(4))
+        return total
+
+    def check_after_rotation(self, window: Window, kind: str, client_serial: int, server_serial: int,
+                             refused: tuple[Path, Path] | None = None) -> None:
+        """What must hold after a rotation: /readyz true and the idempotent producer acknowledging again within
+        ROTATION_BOUND_SECONDS, a new client connection served the new server certificate, a new producer
+        acknowledged through the proxy (its new upstream connections carry the new client certificate: after a
+        CA change no other gets in), the proxy's log naming the new client certificate's serial; after a CA change,
+        the old client certificate refused by every broker."""
+        done = self.now()
+        record: dict[str, Any] = {"kind": kind, "at": round(done, 1), "client_serial": f"{client_serial:x}",
+                                  "server_serial": f"{server_serial:x}"}
+        acked = len(self.acked)
+        deadline = time.monotonic() + ROTATION_BOUND_SECONDS
+        ready_at = progress_at = None
+        while time.monotonic() < deadline and (ready_at is None or progress_at is None):
+            if ready_at is None and self.readyz()[0]:
+                ready_at = self.now() - done
+            if progress_at is None and len(self.acked) > acked:
+                progress_at = self.now() - done
+            time.sleep(0.2)
+        record["ready_after_s"] = None if ready_at is None else round(ready_at, 1)
+        record["producer_progress_after_s"] = None if progress_at is None else round(progress_at, 1)
+        try:
+            record["server_serial_seen"] = tls_probe(self.bootstrap_port, self.pki.client_trust) == server_serial
+        except (OSError, ssl.SSLError) as exc:
+            record["server_serial_seen"] = False
+            record["server_error"] = str(exc)
+        from confluent_kafka import Producer
+
+        fresh = Producer({**self.librdkafka_through_proxy(), "acks": "all", "client.id": f"year-after-{kind}",
+                          "message.timeout.ms": 60000, "log_level": 2})
+        fresh.produce(LATENCY_TOPIC, f"after {kind}".encode(), partition=0)
+        record["new_client_acknowledged"] = fresh.flush(60) == 0
+        record["proxy_logged_new_client_serial"] = f"serial {client_serial:x}" in self.proxy_log.read_text(errors="replace")
+        if refused is not None:
+            assert self.cluster is not None
+            kept_out = 0
+            for port in self.cluster.sasl_ports.values():
+                try:
+                    tls_probe(port, self.pki.upstream_ca, refused)
+                except (ssl.SSLError, ConnectionError):
+                    kept_out += 1
+            record["old_client_refused_by_brokers"] = f"{kept_out}/{len(self.cluster.sasl_ports)}"
+        ok = (ready_at is not None and progress_at is not None and record["server_serial_seen"]
+              and record["new_client_acknowledged"] and record["proxy_logged_new_client_serial"]
+              and (refused is None or kept_out == len(self.cluster.sasl_ports)))
+        record["ok"] = bool(ok)
+        with self.found.lock:
+            self.found.rotations.append(record)
+        window.detail += f"; ready after {record['ready_after_s']} s, producer on after {record['producer_progress_after_s']} s"
+        if not ok:
+            raise RuntimeError(f"after the {kind}: {record}")
+
+    def rotate_certificates(self, window: Window) -> None:
+        """Same CAs, new certificates on both legs: the brokers' (dynamic keystore), the proxy's client certificate
+        towards them and its server certificate towards the clients; the proxy picks its files up on SIGHUP."""
+        assert self.cluster is not None
+        pki = self.pki
+        with self.tls_lock:
+            keystore, broker_serial = pki.new_broker_keystore(f"rotation-{len(self.found.rotations) + 1}")
+            self.alter_brokers({KEYSTORE: str(keystore)})
+            self.wait_brokers("the new broker certificate",
+                              lambda port: tls_probe(port, pki.upstream_ca, (pki.proxy_cert, pki.proxy_key)) == broker_serial)
+            client_serial = pki.issue_client(pki.proxy_cert, pki.proxy_key, PROXY_USER)
+            server_serial = pki.issue_server()
+            self.reload_proxy("SIGHUP")
+            window.detail = (f"brokers' certificate {broker_serial:x}, proxy client {client_serial:x}, "
+                             f"proxy server {server_serial:x} (SIGHUP)")
+            self.check_after_rotation(window, "rotation", client_serial, server_serial)
+
+    def change_ca(self, window: Window) -> None:
+        """Upstream: a new CA for the brokers and the proxy (the brokers trust both, then every certificate moves to
+        the new CA, then the brokers trust only the new one); downstream: the proxy's server certificate moves to
+        its other CA. The proxy picks everything up on POST /reload."""
+        assert self.cluster is not None
+        pki = self.pki
+        with self.tls_lock:
+            pki.generation += 1
+            g = pki.generation
+            # A CA of its own name (a real CA change brings one): no certificate can be taken for the other CA's
+            ca = Ca.new(f"insync-proxy year CA {g}", 366 * 86400)
+            new_ca = (pki.dir / f"ca-{g}.crt", pki.dir / f"ca-{g}.key")
+            new_ca[0].write_bytes(ca.pem)
+            new_ca[1].write_bytes(key_pem(ca.key))
+            old_client = pki.keep(pki.proxy_cert, pki.proxy_key, f"proxy-client-before-ca-{g}")
+            staged = (pki.dir / f"proxy-client-ca-{g}.crt", pki.dir / f"proxy-client-ca-{g}.key")
+            pki.issue_client(*staged, PROXY_USER, ca=new_ca)
+            # 1. the brokers and the proxy trust both CAs
+            both = pki.bundle(f"broker-trust-{g}-both.pem", pki.ca_cert, new_ca[0])
+            self.alter_brokers({TRUSTSTORE: str(both)})
+            replace_file(pki.upstream_ca, both.read_bytes())
+            self.wait_brokers("the brokers to trust the new CA", lambda port: tls_probe(port, both, staged) > 0)
+            self.reload_proxy("POST", ("upstream_tls",))
+            # 2. every certificate from the new CA: the brokers', the proxy's client one, the proxy's server one
+            pki.ca_cert, pki.ca_key = new_ca
+            pki.broker_keystore, broker_serial = pki.new_broker_keystore(f"ca-{g}-brokers")
+            self.alter_brokers({KEYSTORE: str(pki.broker_keystore)})
+            self.wait_brokers("the new CA's broker certificate", lambda port: tls_probe(port, both, staged) == broker_serial)
+            replace_file(pki.proxy_cert, staged[0].read_bytes())
+            replace_file(pki.proxy_key, staged[1].read_bytes())
+            client_serial = certificate_serial(staged[0])
+            pki.downstream_index = (pki.downstream_index + 1) % len(pki.downstream)
+            server_serial = pki.issue_server()
+            self.reload_proxy("POST")
+            pki.issue_client(pki.direct_cert, pki.direct_key, "year-direct")
+            self.direct_generation += 1
+            # 3. the brokers and the proxy trust only the new CA: the old client certificate is locked out
+            only_new = pki.bundle(f"broker-trust-{g}.pem", new_ca[0])
+            self.alter_brokers({TRUSTSTORE: str(only_new)})
+            replace_file(pki.upstream_ca, only_new.read_bytes())
+
+            def locked_out(port: int) -> bool:
+                try:
+                    tls_probe(port, only_new, old_client)
+                except (ssl.SSLError, ConnectionError):
+                    return tls_probe(port, only_new, staged) == broker_serial
+                return False
+
+            self.wait_brokers("the brokers to refuse the old CA's client certificate", locked_out)
+            self.reload_proxy("POST", ("upstream_tls",))
+            window.detail = (f"upstream CA {g - 1} -> {g} (brokers' certificate {broker_serial:x}, proxy client "
+                             f"{client_serial:x}); downstream CA -> {pki.downstream_index + 1} (proxy server "
+                             f"{server_serial:x}); POST /reload")
+            self.check_after_rotation(window, "CA change", client_serial, server_serial, refused=old_client)
+
+    # ------------------------------------------------------------------ slow consumers, the partitioner, share group
+    def slow_consumers(self, window: Window, consumers: int = 3) -> None:
+        """A few consumers through the proxy that Fetch 8 MiB of BULK_TOPIC at a time with a small receive buffer
+        and read 16 KiB every 50 ms: the proxy's memory budget (max_buffered_bytes) must bound what it holds,
+        and the other clients must go on."""
+        seconds = 30.0 if self.minutes <= 10 else 60.0
+
+        def leader_address() -> tuple[int, str, int]:
+            with WireConnection("127.0.0.1", self.bootstrap_port, timeout=15, ssl_context=self.client_context()) as conn:
+                conn.sasl_plain(SAMPLER_USER, self.sampler_password)
+                answer = conn.metadata([BULK_TOPIC])
+            leader = answer.topics[BULK_TOPIC].partitions[0][0]
+            return (leader, *answer.brokers[leader])
+
+        leaders: list[int] = []
+        start = self.now()
+        rss_before = self.found.samples[-1].rss_mib if self.found.samples else float("nan")
+        acked_before = len(self.acked)
+        until = time.monotonic() + seconds
+        read = [0] * consumers
+        errors: list[str] = []
+
+        def consume(i: int) -> None:
+            # Its leader's broker may be killed, paused or restarting meanwhile: connect again until the deadline
+            while time.monotonic() < until and not self.stop_event.is_set():
+                try:
+                    leader, host, port = leader_address()
+                    leaders.append(leader)
+                    with WireConnection(host, port, timeout=60, ssl_context=self.client_context(),
+                                        receive_buffer=8192) as slow:
+                        slow.sasl_plain(SAMPLER_USER, self.sampler_password)
+                        while time.monotonic() < until and not self.stop_event.is_set():
+                            read[i] += slow.slow_fetch(BULK_TOPIC, 0, 0, 8 * 1024 * 1024, 16384, 0.1, until)
+                except (OSError, WireError, ssl.SSLError, KeyError) as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    time.sleep(1)
+
+        workers = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(consumers)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(seconds + 90)
+        end = self.now()
+        in_window = [s for s in self.found.samples if start <= s.t <= end]
+        rss_peak = max((s.rss_mib for s in in_window), default=float("nan"))
+        leader = "/".join(str(n) for n in sorted(set(leaders))) or "?"
+        record = {"start": round(start, 1), "end": round(end, 1), "consumers": consumers, "leader": leader,
+                  "bytes_read": sum(read), "rss_before_mib": round(rss_before, 1), "rss_peak_mib": round(rss_peak, 1),
+                  "acked_by_others": len(self.acked) - acked_before,
+                  "probes_failed": sum(1 for s in in_window if not s.can_serve), "probes": len(in_window),
+                  "reconnects": len(errors), "errors": errors[:5]}
+        with self.found.lock:
+            self.found.slow.append(record)
+        window.detail = (f"{consumers} consumers read {sum(read) / 2**20:.1f} MiB from broker {leader}'s port slowly; "
+                         f"RSS {rss_before:.0f} -> peak {rss_peak:.0f} MiB")
+
+    def partitioner_producer(self) -> None:
+        """kafka-python with acks=-2 through the proxy, its partitions chosen by the project's KIP-637 partitioner
+        (insync_proxy.client.partitioner: the proxy's Metadata over TLS, logged in), 10 records a second."""
+        from kafka import KafkaProducer
+
+        from insync_proxy.client.partitioner import MinInsyncMetadata
+        from insync_proxy.proxy.config.settings import SaslConfig
+
+        metadata = MinInsyncMetadata(self.proxy_bootstrap, max_age_seconds=2.0, ssl_context=self.client_context(),
+                                     sasl=SaslConfig(mechanism=MECHANISM, username=CLIENT_USER,
+                                                     password=self.passwords[CLIENT_USER]))
+        producer = KafkaProducer(bootstrap_servers=self.proxy_bootstrap, acks=-2, retries=0, request_timeout_ms=10000,
+                                 client_id="year-partitioner", partitioner=metadata.partitioner(PARTITIONER_TOPIC, -2),
+                                 **self.kafka_python_security())
+        n = 0
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    sent = producer.send(PARTITIONER_TOPIC, value=str(n).encode()).get(timeout=20)
+                    self.partitioner_acked.append((sent.partition, sent.offset, n))
+                except Exception as exc:  # noqa: BLE001 - the error is the result
+                    if not self.partitioner_refused:
+                        say(f"the partitioner's producer: first refusal: {type(exc).__name__}: {exc}")
+                    self.partitioner_refused[type(exc).__name__] += 1
+                n += 1
+                self.stop_event.wait(0.1)
+        finally:
+            producer.close(timeout=10)
+
+    def share_group(self, window: Window) -> None:
+        """Once the cluster runs 4.x with the new metadata.version: share groups on (share.version, FeatureCommand)
+        and Kafka's console share consumer (KafkaShareConsumer) reading the idempotent topic through the proxy."""
+        upgrade = lambda: [w for w in self.found.windows if w.name == "rolling upgrade"]  # noqa: E731
+        self.wait(lambda: bool(upgrade()) and all(w.end is not None for w in upgrade()), 900,
+                  "the rolling upgrade to finish")
+        if not self.upgraded:
+            raise RuntimeError("the cluster was not upgraded: no share group")
+        assert self.cluster is not None
+        libs = kafka_libs(self.new_version)
+        main = "org.apache.kafka.tools.FeatureCommand"
+        server = self.cluster.bootstrap_servers.split(",")[0]
+        level = self.feature_level(libs, server, "share.version")
+        if level in ("0", "?"):
+            enable = subprocess.run(self.java(libs, main, "--bootstrap-server", server, "upgrade", "--feature",
+                                              "share.version=1"), capture_output=True, text=True, timeout=120,
+                                    preexec_fn=_die_with_parent)
+            level = self.feature_level(libs, server, "share.version")
+            if enable.returncode != 0 or level in ("0", "?"):
+                raise RuntimeError(f"share.version=1: exit {enable.returncode}, now {level}: "
+                                   f"{(enable.stdout + enable.stderr).strip()[-400:]}")
+        props = self.java_client_properties("share-consumer.properties")
+        wanted = 20
+        consumer = subprocess.run(
+            self.java(libs, "org.apache.kafka.tools.consumer.ConsoleShareConsumer", "--bootstrap-server",
+                      self.proxy_bootstrap, "--topic", IDEMPOTENT_TOPIC, "--group", "year-share", "--command-config",
+                      str(props), "--max-messages", str(wanted), "--timeout-ms", "60000"),
+            capture_output=True, text=True, timeout=180, preexec_fn=_die_with_parent)
+        received = sum(1 for line in consumer.stdout.splitlines() if line.strip().isdigit())
+        with self.found.lock:
+            self.found.share_received.append(received)
+        window.detail = f"share.version {level}; KafkaShareConsumer through the proxy received {received}/{wanted}"
+        if received == 0:
+            (self.work / "share-consumer.log").write_text(consumer.stdout + consumer.stderr)
+            raise RuntimeError(f"the share consumer received nothing (exit {consumer.returncode}): "
+                               f"{consumer.stderr.strip()[-400:]}")
+
+    def feature_level(self, libs: Path, server: str, feature: str) -> str:
+        described = subprocess.run(self.java(libs, "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server",
+                                             server, "describe"), capture_output=True, text=True, timeout=120,
+                                   preexec_fn=_die_with_parent)
+        found = re.search(rf"Feature: {re.escape(feature)}\s+SupportedMinVersion: \S+\s+SupportedMaxVersion: \S+\s+"
+                          r"FinalizedVersionLevel: (\S+)", described.stdout)
+        return found.group(1) if found else "?"
+
     # ------------------------------------------------------------------ the schedule
     def schedule(self) -> list[tuple[float, str, Callable[[Window], None]]]:
         """(seconds after start, name, action): each event's first time as a fraction of the run, repeated at its
@@ -837,8 +1336,13 @@ class YearRun:
             (0.30, 300, "POST /reload", lambda w: self.reload(w, "POST")),
             (0.28, 900, "silent network 60s", self.silent_network),
             (0.33, 1200, "rolling restart", self.rolling_restart),
-            (0.60, 10 * T, "rolling upgrade", self.rolling_upgrade),
+            (0.45, 10 * T, "rolling upgrade", self.rolling_upgrade),
             (0.50, 420, "group rebalance", self.rebalance),
+            (0.14, 600, "slow consumers", self.slow_consumers),
+            (0.18, 600, "cert rotation", self.rotate_certificates),
+            (0.40, 1200, "CA change", self.change_ca),
+            # waits for the upgrade's end: share groups need Kafka 4.x and its metadata.version
+            (0.46, 10 * T, "share group", self.share_group),
         ]
         out = []
         for first, period, name, action in kinds:
@@ -856,9 +1360,11 @@ class YearRun:
         try:
             self.create_topic(IDEMPOTENT_TOPIC, 2)
             self.create_topic(ACKS2_TOPIC, 2)
+            self.create_topic(PARTITIONER_TOPIC, 2)
             # Led by broker 1: the direct producer's path does not cross the relay in front of broker 3.
             assert self.cluster is not None
             self.cluster.create_topic(LATENCY_TOPIC, assignments={0: [1, 2, 3]})
+            self.fill_bulk_topic()
             self.start_proxy()
             self.t0 = time.monotonic()
             self.start_verifiable_producer()
@@ -868,6 +1374,7 @@ class YearRun:
                 threading.Thread(target=self.isr_sampler, args=(0.5,), daemon=True),
                 threading.Thread(target=self.metadata_sampler, args=(3.0,), daemon=True),
                 threading.Thread(target=self.acks2_producer, daemon=True),
+                threading.Thread(target=self.partitioner_producer, daemon=True),
                 threading.Thread(target=self.latency_producer, args=("proxy",), daemon=True),
                 threading.Thread(target=self.latency_producer, args=("direct",), daemon=True),
                 threading.Thread(target=self.topic_churn, args=(max(6.0, self.seconds / 60),), daemon=True),
@@ -914,12 +1421,28 @@ class YearRun:
     def read_back(self) -> dict[str, Any]:
         """Every partition of the idempotent topic read from offset 0 to its end, straight from the brokers
         (kafka-python, PLAINTEXT): each acknowledged (partition, offset) must hold its value, no value twice."""
+        log = self.read_topic(IDEMPOTENT_TOPIC)
+        values = Counter(log.values())
+        missing = [(p, o, v) for p, o, v in self.acked if log.get((p, o)) != v]
+        same_epoch, other_epoch = self.duplicates_by_epoch()
+        partitioner_log = self.read_topic(PARTITIONER_TOPIC)
+        partitioner_missing = [(p, o, v) for p, o, v in self.partitioner_acked if partitioner_log.get((p, o)) != v]
+        return {"acknowledged": len(self.acked), "in_log": len(log), "missing_or_moved": len(missing),
+                "missing_examples": missing[:5], "duplicates": sum(n - 1 for n in values.values() if n > 1),
+                "duplicates_same_epoch": same_epoch, "duplicates_after_epoch_bump": other_epoch,
+                "send_errors": self.producer_errors,
+                "partitioner": {"acknowledged": len(self.partitioner_acked), "missing_or_moved": len(partitioner_missing),
+                                "missing_examples": partitioner_missing[:5],
+                                "refused": dict(self.partitioner_refused)}}
+
+    def read_topic(self, topic: str) -> dict[tuple[int, int], int]:
+        """(partition, offset) -> value of every record of a topic, read from offset 0 straight from the brokers."""
         from kafka import KafkaConsumer, TopicPartition
 
         assert self.cluster is not None
         consumer = KafkaConsumer(bootstrap_servers=self.cluster.bootstrap_servers, enable_auto_commit=False,
                                  group_id=None, client_id="year-oracle", request_timeout_ms=30000)
-        parts = [TopicPartition(IDEMPOTENT_TOPIC, p) for p in range(PARTITIONS)]
+        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
         ends = consumer.end_offsets(parts)
@@ -930,13 +1453,20 @@ class YearRun:
                 for record in records:
                     log[(tp.partition, record.offset)] = int(record.value)
         consumer.close()
-        values = Counter(log.values())
-        missing = [(p, o, v) for p, o, v in self.acked if log.get((p, o)) != v]
-        same_epoch, other_epoch = self.duplicates_by_epoch()
-        return {"acknowledged": len(self.acked), "in_log": len(log), "missing_or_moved": len(missing),
-                "missing_examples": missing[:5], "duplicates": sum(n - 1 for n in values.values() if n > 1),
-                "duplicates_same_epoch": same_epoch, "duplicates_after_epoch_bump": other_epoch,
-                "send_errors": self.producer_errors}
+        return log
+
+    def fill_bulk_topic(self, records: int = 100, size: int = 100 * 1024) -> None:
+        """BULK_TOPIC: one partition of `records` records of `size` bytes (10 MiB), for the slow consumers."""
+        from confluent_kafka import Producer
+
+        assert self.cluster is not None
+        self.cluster.create_topic(BULK_TOPIC, assignments={0: [1, 2, 3]})
+        producer = Producer({"bootstrap.servers": self.cluster.bootstrap_servers, "acks": "all", "log_level": 2})
+        for _ in range(records):
+            producer.produce(BULK_TOPIC, os.urandom(size), partition=0)
+            producer.poll(0)
+        if producer.flush(120) != 0:
+            raise RuntimeError(f"{BULK_TOPIC}: not every record was acknowledged")
 
     def duplicates_by_epoch(self) -> tuple[list[str], list[str]]:
         """Values written twice, split by whether both copies carry the same producer id and epoch (what
@@ -974,6 +1504,12 @@ class YearRun:
     # ------------------------------------------------------------------ results
     def in_window(self, t: float, slack: float = 5.0) -> bool:
         return any(w.start <= t <= (w.end if w.end is not None else self.seconds) + slack for w in self.found.windows)
+
+    def latency_bucket(self, t: float) -> str:
+        """"inside" an event window, "settling" within SETTLE_SECONDS after one closed, else "outside"."""
+        if self.in_window(t, slack=0.0):
+            return "inside"
+        return "settling" if self.in_window(t, slack=SETTLE_SECONDS) else "outside"
 
     def acks2_violations(self) -> list[str]:
         """A success whose partition's ISR the brokers reported below the effective min.insync.replicas both at
@@ -1013,10 +1549,12 @@ class YearRun:
             return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
         out: dict[str, Any] = {}
-        for where, inside in (("outside", False), ("inside", True)):
+        for where in ("outside", "settling", "inside"):
             row: dict[str, float] = {}
             for kind in ("direct", "proxy"):
-                values = [ms for t, ms in self.found.latency[kind] if self.in_window(t) == inside and t > 10]
+                # The first SETTLE_SECONDS are the producers' own start (connections, metadata): settling too
+                values = [ms for t, ms in self.found.latency[kind]
+                          if (self.latency_bucket(t) if t > SETTLE_SECONDS else "settling") == where]
                 row[f"{kind}_count"] = len(values)
                 row[f"{kind}_p50_ms"] = pct(values, 0.5)
                 row[f"{kind}_p99_ms"] = pct(values, 0.99)
@@ -1045,12 +1583,25 @@ class YearRun:
         acks2_ok = sum(1 for s in f.acks2 if s.ok)
         last_event_end = max((w.end or 0.0 for w in f.windows), default=0.0)
         consumed_after = sum(n for t, n in f.consumed if t > last_event_end)
+        part = oracle["partitioner"]
+        rotations, ca_changes = f.rotations, [r for r in f.rotations if r["kind"] == "CA change"]
+        ready_bound = max((r["ready_after_s"] or 0.0 for r in rotations), default=0.0)
+        progress_bound = max((r["producer_progress_after_s"] or 0.0 for r in rotations), default=0.0)
+        rotation_windows = [w for w in f.windows if w.name in ("cert rotation", "CA change")]
+        slow_ok = bool(f.slow) and all(
+            r["bytes_read"] > 0 and r["rss_peak_mib"] - r["rss_before_mib"] <= BUFFER_BUDGET_MIB + SLOW_RSS_SLACK_MIB
+            and r["acked_by_others"] > 0 for r in f.slow)
         rows: list[tuple[str, bool, str]] = [
+            ("build the proxy ran", self.compiled == "true" or self.build.startswith("interpreted"),
+             f"{self.build}; the proxy's insync_proxy_build_info says compiled={self.compiled}"),
             ("acknowledged records readable at their offsets", oracle["missing_or_moved"] == 0 and oracle["acknowledged"] > 0,
              f"{oracle['acknowledged']} acknowledged, {oracle['missing_or_moved']} missing or moved, {oracle['in_log']} in the log"),
             ("no duplicates within a producer epoch (idempotence)", not oracle["duplicates_same_epoch"],
              f"{len(oracle['duplicates_same_epoch'])} within an epoch; {oracle['duplicates']} duplicate values in all, "
              f"{len(oracle['duplicates_after_epoch_bump'])} re-sent after an epoch bump"),
+            ("the Python partitioner's acks=-2 records readable", part["acknowledged"] > 0 and part["missing_or_moved"] == 0,
+             f"{part['acknowledged']} acknowledged (insync_proxy.client.partitioner, kafka-python, acks=-2), "
+             f"{part['missing_or_moved']} missing or moved, refused {part['refused'] or 0}"),
             ("acks=-2 never acknowledged below min ISR", not acks2 and acks2_ok > 0,
              f"{acks2_ok} acknowledged, {len(f.acks2) - acks2_ok} refused, {len(acks2)} violations"),
             ("tag 637 equals the topic's min.insync.replicas", not f.tag_wrong and f.tag_checks > 0,
@@ -1070,11 +1621,28 @@ class YearRun:
             ("log lines per minute", log_rate <= LOG_LINES_PER_MINUTE, f"{log_rate:.1f} (bound {LOG_LINES_PER_MINUTE:.0f})"),
             ("control-plane requests per minute", control_rate <= CONTROL_REQUESTS_PER_MINUTE,
              f"{control_rate:.1f} (bound {CONTROL_REQUESTS_PER_MINUTE:.0f})"),
+            ("certificates rotated on both legs, CA changed: served on",
+             bool(ca_changes) and all(r["ok"] for r in rotations) and not any(w.failed for w in rotation_windows),
+             f"{len(rotations)} rotations ({len(ca_changes)} CA changes): /readyz within {ready_bound:.1f} s, "
+             f"producer on within {progress_bound:.1f} s (bound {ROTATION_BOUND_SECONDS:.0f}), "
+             f"{sum(bool(r['new_client_acknowledged']) for r in rotations)} new clients acknowledged over new "
+             f"upstream connections, {sum(bool(r['server_serial_seen']) for r in rotations)} saw the new server "
+             f"certificate; old client certificate refused by brokers "
+             f"{', '.join(r.get('old_client_refused_by_brokers', '?') for r in ca_changes) or '-'}"),
+            ("slow consumers: RSS bounded, others unaffected", slow_ok,
+             "; ".join(f"{r['consumers']} consumers read {r['bytes_read'] / 2**20:.1f} MiB, RSS {r['rss_before_mib']:.0f}"
+                       f" -> peak {r['rss_peak_mib']:.0f} MiB (bound +{BUFFER_BUDGET_MIB + SLOW_RSS_SLACK_MIB}), "
+                       f"{r['acked_by_others']} records acknowledged meanwhile to others" for r in f.slow) or "not run"),
+            ("a share group reads through the proxy on 4.x", bool(f.share_received) and all(n > 0 for n in f.share_received),
+             f"records received per run of the share consumer: {f.share_received or 'not run'}"),
             ("added latency p99 outside events <= 1 ms", latency["outside"]["added_p99_ms"] <= ADDED_P99_TARGET_MS,
              "p50 {added_p50_ms:+.2f} ms, p99 {added_p99_ms:+.2f} ms (direct p99 {direct_p99_ms:.1f}, "
-             "proxy p99 {proxy_p99_ms:.1f}; {proxy_count} records)".format(**latency["outside"])),
+             "proxy p99 {proxy_p99_ms:.1f}; samples: direct {direct_count}, proxy {proxy_count}; ".format(**latency["outside"])
+             + "excluded while settling {SETTLE:.0f} s after an event: direct {direct_count}, proxy {proxy_count})".format(
+                 SETTLE=SETTLE_SECONDS, **latency["settling"])),
             ("added latency inside event windows (reported)", True,
-             "p50 {added_p50_ms:+.2f} ms, p99 {added_p99_ms:+.2f} ms ({proxy_count} records)".format(**latency["inside"])),
+             "p50 {added_p50_ms:+.2f} ms, p99 {added_p99_ms:+.2f} ms (samples: direct {direct_count}, "
+             "proxy {proxy_count})".format(**latency["inside"])),
             ("the consumer group reads on after the last event", consumed_after > 0,
              f"{sum(n for _, n in f.consumed)} records read by the group, {consumed_after} after the last event "
              f"ended ({last_event_end:.0f}s)"),
@@ -1086,6 +1654,10 @@ class YearRun:
             "kafka": f"{self.old_version} -> {self.new_version if self.upgraded else self.old_version}",
             "metadata_version_bump": self.mv_bump,
             "compiled": getattr(self, "compiled", "unknown"),
+            "build": self.build,
+            "rotations": f.rotations,
+            "slow_consumers": f.slow,
+            "share_received": f.share_received,
             "invariants": [{"invariant": name, "ok": ok, "detail": detail} for name, ok, detail in rows],
             "ok": all(ok for name, ok, _ in rows if not name.startswith("added latency")),
             "oracle": oracle,
@@ -1248,17 +1820,49 @@ def write_outputs(run: YearRun, summary: dict[str, Any], out: Path, json_file: P
         json_file.write_text(text)
 
 
+def compiled_extensions() -> tuple[list[Path], list[Path]]:
+    """The data path's C extensions in this checkout (./scripts/compile builds them in place), and the stale ones
+    (older than their source)."""
+    found = [so for folder in ("protocol", "audit", "proxy", "pipeline") for so in (ROOT / folder).rglob("*.cpython-*.so")]
+    stale = [so for so in found if not so.with_name(so.name.split(".")[0] + ".py").exists()
+             or so.with_name(so.name.split(".")[0] + ".py").stat().st_mtime > so.stat().st_mtime]
+    return found, stale
+
+
+def choose_build(interpreted: bool) -> str:
+    """The build the proxy will run: the compiled one (made now with ./scripts/compile when missing or stale), or,
+    with --interpreted, the interpreted one. SystemExit(2) when it cannot be had."""
+    found, stale = compiled_extensions()
+    if interpreted:
+        if found:
+            raise SystemExit(f"--interpreted, but {len(found)} compiled modules are in place and Python would import "
+                             "them: ./scripts/compile --clean first")
+        return "interpreted (--interpreted)"
+    if not found or stale:
+        say(f"no compiled build ({len(found)} modules, {len(stale)} stale): ./scripts/compile")
+        made = subprocess.run([str(ROOT / "scripts" / "compile")], cwd=ROOT, capture_output=True, text=True)
+        found, stale = compiled_extensions()
+        if made.returncode != 0 or not found or stale:
+            raise SystemExit(f"the compiled build could not be made ({made.stdout[-800:]}{made.stderr[-800:]}); "
+                             "run ./scripts/compile, or give --interpreted to run the interpreted build")
+    return f"compiled (mypyc, {len(found)} modules)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--rate", type=int, default=100, help="VerifiableProducer records a second (100)")
     parser.add_argument("--out", type=Path, help="where the summary, timeline and logs go (a new temporary directory)")
     parser.add_argument("--json", type=Path, help="also write the summary JSON here")
+    parser.add_argument("--interpreted", action="store_true",
+                        help="run the interpreted build (default: the compiled one, made first when missing)")
     args = parser.parse_args(argv)
+    build = choose_build(args.interpreted)
     work = args.out or Path(tempfile.mkdtemp(prefix="insync-year-"))
     work.mkdir(parents=True, exist_ok=True)
     say(f"a year in {args.minutes:g} minutes; working in {work}")
     run = YearRun(args.minutes, work, rate=args.rate)
+    run.build = build
     summary = run.run()
     write_outputs(run, summary, work, args.json)
     print(table(summary))

@@ -1,21 +1,24 @@
 """Kafka's wire format, written by hand for the scenario runner's samplers (benchmarks/year_in_an_hour.py).
 
 The runner checks what the proxy answers, so it must not read those answers with the proxy's own code
-(`protocol/`): this module frames ApiVersions v0, SaslHandshake v1, SaslAuthenticate v0 and Metadata v12, and
-reads a Metadata v12 answer's brokers, topics, ISRs and each topic's tagged field 637, from Kafka's message
-specs alone.
+(`protocol/`): this module frames ApiVersions v0, SaslHandshake v1, SaslAuthenticate v0, Metadata v12 and Fetch v4
+(the slow consumers), and reads a Metadata v12 answer's brokers, topics, ISRs and each topic's tagged field 637,
+from Kafka's message specs alone.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
+import time
 from dataclasses import dataclass, field
 
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 METADATA = 3
+FETCH = 1
 #: KIP-637's tagged field on a MetadataResponse topic (int16 min.insync.replicas).
 TAG_MIN_INSYNC = 637
 
@@ -53,6 +56,14 @@ def request(api_key: int, version: int, correlation_id: int, body: bytes, flexib
         header += b"\x00"
     payload = header + body
     return struct.pack(">i", len(payload)) + payload
+
+
+def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
+    """Fetch v4 of one partition from `offset`, at most `max_bytes` (the whole answer and the partition alike)."""
+    body = struct.pack(">iiiib", -1, 500, 1, max_bytes, 0)  # replica_id, max_wait_ms, min_bytes, max_bytes, isolation
+    body += struct.pack(">i", 1) + _string(topic) + struct.pack(">i", 1)
+    body += struct.pack(">iqi", partition, offset, max_bytes)
+    return request(FETCH, 4, correlation_id, body)
 
 
 def metadata_request(correlation_id: int, topics: list[str]) -> bytes:
@@ -163,8 +174,19 @@ def read_metadata_v12(payload: bytes) -> MetadataAnswer:
 class WireConnection:
     """A blocking connection that sends one request at a time and reads its answer."""
 
-    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host: str, port: int, timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None,
+                 receive_buffer: int | None = None) -> None:
+        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer is not None:  # set before connecting: the window the kernel offers the proxy
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        raw.settimeout(timeout)
+        try:
+            raw.connect((host, port))
+            self.sock: socket.socket = (ssl_context.wrap_socket(raw, server_hostname=host) if ssl_context is not None
+                                        else raw)
+        except BaseException:
+            raw.close()
+            raise
         self.correlation_id = 0
 
     def close(self) -> None:
@@ -212,3 +234,19 @@ class WireConnection:
 
     def metadata(self, topics: list[str]) -> MetadataAnswer:
         return read_metadata_v12(self.call(metadata_request, topics))
+
+    def slow_fetch(self, topic: str, partition: int, offset: int, max_bytes: int, chunk: int, pause: float,
+                   until: float) -> int:
+        """One Fetch v4, its answer read `chunk` bytes at a time with `pause` seconds between reads (a consumer that
+        reads its socket slowly), until the answer is whole or time.monotonic() passes `until`: bytes read."""
+        self.correlation_id += 1
+        self.sock.sendall(fetch_request(self.correlation_id, topic, partition, offset, max_bytes))
+        size = struct.unpack(">i", self._read_exactly(4))[0]
+        done = 0
+        while done < size and time.monotonic() < until:
+            data = self.sock.recv(min(chunk, size - done))
+            if not data:
+                raise WireError("the connection closed before the answer was whole")
+            done += len(data)
+            time.sleep(pause)
+        return done + 4

@@ -4,7 +4,7 @@
 field 637) and tells which partitions are ready, with KIP-637's semantics
 (`require_min_insync_acks`): acks 0/1 -> partitions with a leader; acks all/-1/-2 -> partitions with a
 leader whose ISR is at least the effective min ISR = min(min.insync.replicas, replica count).
-`ReadyPartitioner` plugs that into kafka-python and aiokafka (`partitioner=`): keyless records go to
+`ReadyPartitioner` plugs that into kafka-python (2.x calls it, 3.x its `partition`) and aiokafka (`partitioner=`): keyless records go to
 ready partitions only; keyed records hash over all partitions as before (moving them would break
 per-key ordering).
 
@@ -15,14 +15,19 @@ one topic (`MinInsyncMetadata.partitioner(topic, acks)`); `partition_for()` serv
 from __future__ import annotations
 
 import random
+import ssl
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from insync_proxy.client.blocking_client import BlockingKafkaClient, parse_address
+from insync_proxy.client.blocking_client import BlockingKafkaClient, KafkaClientError, parse_address
 from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
+
+if TYPE_CHECKING:  # a producer importing the partitioner loads none of the proxy's modules
+    from insync_proxy.proxy.config.settings import SaslConfig
 
 #: Metadata versions that can carry the tagged min.insync.replicas (v9+), up to what protocol/ knows.
 METADATA_VERSIONS = (9, 13)
@@ -50,12 +55,17 @@ def require_min_insync_acks(acks: int | str) -> bool:
 
 
 class MinInsyncMetadata:
-    """Enriched Metadata from the proxy, refreshed at most every `max_age_seconds`."""
+    """Enriched Metadata from the proxy, refreshed at most every `max_age_seconds`; over TLS with `ssl_context`
+    (a proxy with [downstream_tls]) and logged in with `sasl` (a proxy in front of SASL listeners, whose brokers
+    answer nothing before a login)."""
 
-    def __init__(self, bootstrap: str, max_age_seconds: float = 5.0, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, max_age_seconds: float = 5.0, timeout: float = 10.0, *,
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslConfig | None = None) -> None:
         self.address = parse_address(bootstrap)
         self.max_age = max_age_seconds
         self.timeout = timeout
+        self.ssl_context = ssl_context
+        self.sasl = sasl
         self.topics: dict[str, TopicInfo] = {}
         self._fetched_at: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -67,7 +77,10 @@ class MinInsyncMetadata:
             topics=tuple(MetadataRequestTopic(name=t) for t in topics), allow_auto_topic_creation=False
         )
         try:
-            with BlockingKafkaClient(*self.address, timeout=self.timeout, client_id=CLIENT_ID) as client:
+            with BlockingKafkaClient(*self.address, timeout=self.timeout, client_id=CLIENT_ID,
+                                     ssl_context=self.ssl_context) as client:
+                if self.sasl is not None:
+                    self._login(client, self.sasl)
                 if self._metadata_version is None:
                     self._metadata_version = client.highest_common_version(ApiKey.METADATA, METADATA_VERSIONS)
                 response = client.request(request, self._metadata_version, MetadataResponse)
@@ -87,6 +100,16 @@ class MinInsyncMetadata:
             with self._lock:
                 self.topics[t.name] = info
                 self._fetched_at[t.name] = now
+
+    @staticmethod
+    def _login(client: BlockingKafkaClient, sasl: SaslConfig) -> None:
+        from insync_proxy.client.preflight import sasl_login  # the proxy's own SASL exchange, when asked for
+        from insync_proxy.proxy.controlplane.sasl import SaslError
+
+        try:
+            sasl_login(client, sasl)
+        except SaslError as exc:
+            raise KafkaClientError(f"SASL login to {client.address} refused: {exc}") from exc
 
     def topic(self, topic: str) -> TopicInfo | None:
         if time.monotonic() - self._fetched_at.get(topic, 0.0) > self.max_age:
@@ -140,6 +163,13 @@ class ReadyPartitioner:
         ready = set(self.metadata.ready_partitions(self.topic, self.acks)) & set(available or all_partitions)
         candidates = sorted(ready) or list(available or all_partitions)
         return random.choice(candidates)
+
+    def partition(self, topic: str, key: bytes | None, cluster: Any) -> int:
+        """kafka-python 3's interface for a partitioner that is no `kafka.partitioner.Partitioner`
+        (`partition(topic, serialized_key, cluster_metadata)`): the same choice, from the producer's own view of
+        the topic's partitions."""
+        return self(key, sorted(cluster.partitions_for_topic(topic) or ()),
+                    sorted(cluster.available_partitions_for_topic(topic) or ()))
 
 
 def murmur2(data: bytes) -> int:

@@ -52,6 +52,22 @@ def test_keyless_records_go_to_ready_partitions_and_keyed_records_keep_their_has
     assert partitioner(key, [0, 1, 2, 3], [0, 1, 3]) == (murmur2(key) & 0x7FFFFFFF) % 4
 
 
+def test_kafka_python_3_asks_the_partitioner_through_its_partition_method() -> None:
+    # Given kafka-python 3's view of the topic (it calls partition(topic, serialized_key, cluster) on a partitioner
+    # that is no kafka.partitioner.Partitioner)
+    class Cluster:
+        def partitions_for_topic(self, topic: str) -> set[int]:
+            return {0, 1, 2, 3}
+
+        def available_partitions_for_topic(self, topic: str) -> set[int]:
+            return {0, 1, 3}
+
+    partitioner = ReadyPartitioner(_view(), "t", "all")
+    # Then keyless records go to the ready partitions and keyed ones keep their hash
+    assert {partitioner.partition("t", None, Cluster()) for _ in range(100)} == {1, 3}
+    assert partitioner.partition("t", b"order-42", Cluster()) == (murmur2(b"order-42") & 0x7FFFFFFF) % 4
+
+
 def test_refresh_reads_the_proxys_enriched_metadata() -> None:
     from insync_proxy.protocol import MetadataRequest, MetadataResponse
     from insync_proxy.protocol.messages import MetadataResponsePartition, MetadataResponseTopic
