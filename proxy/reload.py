@@ -68,6 +68,11 @@ log = logging.getLogger("insync_proxy")
 
 #: How often a turned-off interval (tls_reload_seconds = 0) looks whether a reload turned it on again.
 _IDLE_SECONDS = 5.0
+#: A changed configuration file is read again this long after the change was seen, until two reads agree (at
+#: most `_SETTLE_TRIES` times): a writer that truncates and then writes (`cat >`, an editor saving in place)
+#: is caught half-way only once, and the reload reads the whole file.
+_SETTLE_SECONDS = 0.25
+_SETTLE_TRIES = 8
 
 
 @dataclass
@@ -193,12 +198,24 @@ class Reloads:
             await asyncio.sleep(interval or _IDLE_SECONDS)
             if interval:
                 try:
+                    await self._config_file_settled()
                     # A changed configuration file reloads everything, the TLS files with it (forced)
                     if self.check_config_file() is None:
                         self.check_files()
                 except Exception:  # a bug here must not end the checks: said, counted, tried again
                     log.exception("file check (TLS, configuration) failed; tried again in %.0fs", interval)
                     self.metrics.background_task_failures_total.labels("tls_reload").inc()
+
+    async def _config_file_settled(self) -> None:
+        """When the configuration file's content changed, wait until two reads `_SETTLE_SECONDS` apart agree."""
+        seen = self._config_file_digest()
+        tries = 0
+        while seen != self._config_digest and tries < _SETTLE_TRIES:
+            await asyncio.sleep(_SETTLE_SECONDS)
+            now, tries = self._config_file_digest(), tries + 1
+            if now == seen:
+                return
+            seen = now
 
     def _config_file_digest(self) -> str | None:
         if self.config_file is None or self.load is None:

@@ -571,3 +571,37 @@ def test_run_reloads_a_configmap_edit_by_itself(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
+
+
+async def test_a_configuration_file_caught_half_written_reloads_once_it_is_whole(tmp_path: Path) -> None:
+    # Given a proxy that checks its configuration file every 0.1 s, and a writer that truncates the file and
+    # writes it again (what `cat > config.toml` or Python's write_text do: not atomic)
+    path = tmp_path / "config.toml"
+    path.write_text(_CONFIGMAP_TOML.format(ttl=30.0))
+    proxy = InsyncProxy(load_config(str(path), env={}), load=lambda: load_config(str(path), env={}),
+                        config_file=str(path))
+    reloaded = _reloaded_event(proxy)
+    seen_half, digest = asyncio.Event(), proxy.reloads._config_file_digest
+
+    def digest_and_note() -> str | None:
+        if path.read_text() == "":
+            seen_half.set()
+        return digest()
+
+    proxy.reloads._config_file_digest = digest_and_note  # type: ignore[method-assign]
+    checks = asyncio.get_running_loop().create_task(proxy.reloads.run())
+    try:
+        # When a check reads the file between the truncation and the write
+        path.write_text("")
+        await asyncio.wait_for(seen_half.wait(), timeout=30)
+        path.write_text(_CONFIGMAP_TOML.format(ttl=7.0))
+        await asyncio.wait_for(reloaded.wait(), timeout=30)
+        # Then the reload reads the whole file: no failed reload, the new value applied
+        assert proxy.metrics.reloads_total.labels("config", "failed")._value.get() == 0
+        assert proxy.metrics.reloads_total.labels("config", "ok")._value.get() == 1
+        assert proxy.min_insync.ttl == 7.0
+    finally:
+        checks.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await checks
+        await proxy.control.close()
