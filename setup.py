@@ -27,10 +27,13 @@ SOURCE_FOLDERS = ("protocol", "audit", "proxy", "client", "pipeline", "devcluste
 STAGED = Path("build") / "src"
 
 #: The data path: framing, header peek, Produce walks, the connection core and the behaviours on it, with the
-#: generated version tables the walkers read (compiled with them, their Final ints become constants). The
-#: generated message classes are not here: mypyc's dataclasses turn their ClassVars (API_KEY, ...) into slots.
+#: generated version tables the walkers read (compiled with them, their Final ints become constants) and the
+#: generated message classes (their class attributes come from a table: protocolgen, MESSAGE_VERSIONS). The
+#: generic codec they are declared with (protocol/schema.py) stays interpreted: its Message declares the
+#: ClassVars, which a compiled dataclass would take for fields.
 COMPILED_MODULES = [
     "protocol/kafka_versions.py",
+    "protocol/kafka_messages.py",
     "protocol/api_keys.py",
     "protocol/addresses.py",
     "protocol/primitives.py",
