@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -30,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.shared import say, write_summary  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
 from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
@@ -49,10 +49,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def counted(proxy: ProxyProcess) -> dict[str, float]:
@@ -167,11 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(proxy.dir, ignore_errors=True)
         cluster.stop()
         cluster.cleanup()
-        results["loadavg_at_end"] = os.getloadavg()
-        args.output.mkdir(parents=True, exist_ok=True)
-        out = args.output / f"hostile-bench-{stamp}.json"
-        out.write_text(json.dumps(results, indent=2) + "\n")
-        say(f"wrote {out}")
+        say(f"wrote {write_summary(results, args.output, 'hostile-bench', stamp)}")
     return 0 if ok else 1
 
 
