@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import socket
 import statistics
@@ -34,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.shared import cpu_seconds, say, write_summary  # noqa: E402
+from benchmarks.shared import cpu_seconds, say, stop_run, write_summary  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
     LocalKafkaCluster,
@@ -331,11 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         if relay is not None:
             relay.kill()
             relay.wait()
-        if proxy is not None:
-            proxy.stop()
-            shutil.rmtree(proxy.dir, ignore_errors=True)
-        cluster.stop()
-        cluster.cleanup()
+        stop_run(proxy, cluster)
         say(f"wrote {write_summary(results, args.output, 'fetch-bench', stamp)}")
     return 0
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.shared import say, write_summary  # noqa: E402
+from benchmarks.shared import say, stop_run, write_summary  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
 from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
@@ -158,11 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         if healthy.errors:
             print("healthy-client errors, first ones:", *healthy.errors[:5], sep="\n  ")
     finally:
-        if proxy is not None:
-            proxy.stop()
-            shutil.rmtree(proxy.dir, ignore_errors=True)
-        cluster.stop()
-        cluster.cleanup()
+        stop_run(proxy, cluster)
         say(f"wrote {write_summary(results, args.output, 'hostile-bench', stamp)}")
     return 0 if ok else 1
 

@@ -847,19 +847,8 @@ def paced_produce(port: int, topic: str, partitions: Sequence[int], rate: float,
                     wait = next_send - now if due and sent - received < window else 30.0
                     if not select.select([client.sock], [], [], max(0.0, wait))[0]:
                         continue
-                    response = client.receive_frame()
                     received += 1
-                    (correlation_id,) = struct.unpack_from(">i", response, 0)
-                    if correlation_id != received:
-                        raise RuntimeError(f"correlation id {correlation_id}, expected {received}")
-                    codes = pb.produce_errors(response)
-                    if any(codes):
-                        result.errors += 1
-                        assert result.error_codes is not None
-                        result.error_codes.update(c for c in codes if c)
-                    else:
-                        result.requests += 1
-                        result.record_bytes += len(payload)
+                    result.add_response(client.receive_frame(), received, len(payload))
         except BaseException as exc:  # reported below
             failures.append(exc)
 

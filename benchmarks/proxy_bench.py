@@ -373,6 +373,21 @@ class LoadResult:
     errors: int = 0
     error_codes: set[int] | None = None
 
+    def add_response(self, response: bytes, expected_correlation_id: int, record_bytes: int) -> None:
+        """One Produce response of the load: its correlation id checked, then counted as answered (with the
+        request's record bytes) or as an error response (with its error codes)."""
+        (correlation_id,) = struct.unpack_from(">i", response, 0)
+        if correlation_id != expected_correlation_id:
+            raise RuntimeError(f"correlation id {correlation_id}, expected {expected_correlation_id}")
+        codes = produce_errors(response)
+        if any(codes):
+            self.errors += 1
+            assert self.error_codes is not None
+            self.error_codes.update(c for c in codes if c)
+        else:
+            self.requests += 1
+            self.record_bytes += record_bytes
+
 
 def produce_load(port: int, topic: str, partitions: Sequence[int], acks: int, seconds: float, window: int,
                  batch_records: int) -> dict[str, float]:
@@ -394,19 +409,8 @@ def produce_load(port: int, topic: str, partitions: Sequence[int], acks: int, se
                     struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, sent)
                     client.send_bytes(frame)
                 while received < sent:
-                    response = client.receive_frame()
                     received += 1
-                    (correlation_id,) = struct.unpack_from(">i", response, 0)
-                    if correlation_id != received:
-                        raise RuntimeError(f"correlation id {correlation_id}, expected {received}")
-                    codes = produce_errors(response)
-                    if any(codes):
-                        result.errors += 1
-                        assert result.error_codes is not None
-                        result.error_codes.update(c for c in codes if c)
-                    else:
-                        result.requests += 1
-                        result.record_bytes += len(payload)
+                    result.add_response(client.receive_frame(), received, len(payload))
                     if time.perf_counter() < stop_at:
                         sent += 1
                         struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, sent)

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from insync_proxy.devcluster.cluster import LocalKafkaCluster
+    from tests.proxy_harness import ProxyProcess
 
 
 def say(line: str) -> None:
@@ -52,6 +57,15 @@ def run_threads(target: Callable[..., None], args: list[tuple[Any, ...]], timeou
     for t in threads:
         t.join(timeout)
     return time.perf_counter() - started
+
+
+def stop_run(proxy: ProxyProcess | None, cluster: LocalKafkaCluster) -> None:
+    """The end of a run: the proxy stopped and its directory removed, the cluster stopped and removed."""
+    if proxy is not None:
+        proxy.stop()
+        shutil.rmtree(proxy.dir, ignore_errors=True)
+    cluster.stop()
+    cluster.cleanup()
 
 
 def json_default(value: object) -> object:
