@@ -27,13 +27,12 @@ SOURCE_FOLDERS = ("protocol", "audit", "proxy", "client", "pipeline", "devcluste
 STAGED = Path("build") / "src"
 
 #: The data path: framing, header peek, Produce walks, the connection core and the behaviours on it, with the
-#: generated version tables the walkers read (compiled with them, their Final ints become constants) and the
-#: generated message classes (their class attributes come from a table: protocolgen, MESSAGE_VERSIONS). The
-#: generic codec they are declared with (protocol/schema.py) stays interpreted: its Message declares the
-#: ClassVars, which a compiled dataclass would take for fields.
+#: generated version tables the walkers read (compiled with them, their Final ints become constants). The
+#: generated message classes are not here (yet): compiled, a slotted dataclass subclass of the interpreted
+#: Struct fails at import ("mypyc classes can't have __slots__"), and compiling protocol/schema.py with them
+#: turns Message's ClassVar declarations into dataclass fields (docs/protocol.md).
 COMPILED_MODULES = [
     "protocol/kafka_versions.py",
-    "protocol/kafka_messages.py",
     "protocol/api_keys.py",
     "protocol/addresses.py",
     "protocol/primitives.py",
