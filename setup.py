@@ -28,7 +28,9 @@ STAGED = Path("build") / "src"
 
 #: The data path: framing, header peek, Produce walks, the connection core and the behaviours on it, with the
 #: generated version tables the walkers read (compiled with them, their Final ints become constants). The
-#: generated message classes are not here: mypyc's dataclasses turn their ClassVars (API_KEY, ...) into slots.
+#: generated message classes are not here (yet): compiled, a slotted dataclass subclass of the interpreted
+#: Struct fails at import ("mypyc classes can't have __slots__"), and compiling protocol/schema.py with them
+#: turns Message's ClassVar declarations into dataclass fields (docs/protocol.md).
 COMPILED_MODULES = [
     "protocol/kafka_versions.py",
     "protocol/api_keys.py",

@@ -28,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.fetch_bench import cpu_seconds, say  # noqa: E402
+from benchmarks.shared import cpu_seconds, say  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
 from insync_proxy.proxy.datapath.budget import DEFAULT_MAX_BUFFERED_BYTES  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402

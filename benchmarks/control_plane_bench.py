@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -51,6 +50,7 @@ from benchmarks.proxy_bench import (  # noqa: E402
     say,
     table,
 )
+from benchmarks.shared import write_summary  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, broker_heap_for  # noqa: E402
 from insync_proxy.protocol import (  # noqa: E402
@@ -468,10 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         if cluster is not None:
             cluster.stop()
             cluster.cleanup()
-        args.output.mkdir(parents=True, exist_ok=True)
-        out = args.output / f"control-plane-{stamp}.json"
-        out.write_text(json.dumps(results, indent=2, default=str) + "\n")
-        say(f"wrote {out}")
+        say(f"wrote {write_summary(results, args.output, 'control-plane', stamp)}")
     return code
 
 

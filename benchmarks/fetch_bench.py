@@ -16,9 +16,7 @@ A JSON summary goes to bench-results/fetch-bench-<UTC timestamp>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import signal
 import socket
 import statistics
@@ -35,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.shared import cpu_seconds, say, stop_run, write_summary  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
     LocalKafkaCluster,
@@ -89,22 +88,6 @@ async def main():
 
 uvloop.run(main())
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of a process so far: its threads' run time in ns (schedstat), else utime + stime in ticks."""
-    total = 0
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            total += int((task / "schedstat").read_text().split()[0])
-        return total / 1e9
-    except (OSError, ValueError, IndexError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- fetch client
@@ -347,16 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         if relay is not None:
             relay.kill()
             relay.wait()
-        if proxy is not None:
-            proxy.stop()
-            shutil.rmtree(proxy.dir, ignore_errors=True)
-        cluster.stop()
-        cluster.cleanup()
-        results["loadavg_at_end"] = os.getloadavg()
-        args.output.mkdir(parents=True, exist_ok=True)
-        out = args.output / f"fetch-bench-{stamp}.json"
-        out.write_text(json.dumps(results, indent=2) + "\n")
-        say(f"wrote {out}")
+        stop_run(proxy, cluster)
+        say(f"wrote {write_summary(results, args.output, 'fetch-bench', stamp)}")
     return 0
 
 

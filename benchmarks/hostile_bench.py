@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -30,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.shared import say, stop_run, write_summary  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
 from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
@@ -49,10 +48,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def counted(proxy: ProxyProcess) -> dict[str, float]:
@@ -162,16 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         if healthy.errors:
             print("healthy-client errors, first ones:", *healthy.errors[:5], sep="\n  ")
     finally:
-        if proxy is not None:
-            proxy.stop()
-            shutil.rmtree(proxy.dir, ignore_errors=True)
-        cluster.stop()
-        cluster.cleanup()
-        results["loadavg_at_end"] = os.getloadavg()
-        args.output.mkdir(parents=True, exist_ok=True)
-        out = args.output / f"hostile-bench-{stamp}.json"
-        out.write_text(json.dumps(results, indent=2) + "\n")
-        say(f"wrote {out}")
+        stop_run(proxy, cluster)
+        say(f"wrote {write_summary(results, args.output, 'hostile-bench', stamp)}")
     return 0 if ok else 1
 
 

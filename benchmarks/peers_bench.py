@@ -45,7 +45,6 @@ built or started are skipped with one line. How to build the peers: docs/perform
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -58,7 +57,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +70,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import proxy_bench as pb  # noqa: E402
 
+from benchmarks.shared import run_threads, write_summary  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
@@ -848,29 +847,12 @@ def paced_produce(port: int, topic: str, partitions: Sequence[int], rate: float,
                     wait = next_send - now if due and sent - received < window else 30.0
                     if not select.select([client.sock], [], [], max(0.0, wait))[0]:
                         continue
-                    response = client.receive_frame()
                     received += 1
-                    (correlation_id,) = struct.unpack_from(">i", response, 0)
-                    if correlation_id != received:
-                        raise RuntimeError(f"correlation id {correlation_id}, expected {received}")
-                    codes = pb.produce_errors(response)
-                    if any(codes):
-                        result.errors += 1
-                        assert result.error_codes is not None
-                        result.error_codes.update(c for c in codes if c)
-                    else:
-                        result.requests += 1
-                        result.record_bytes += len(payload)
+                    result.add_response(client.receive_frame(), received, len(payload))
         except BaseException as exc:  # reported below
             failures.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(i, p), daemon=True) for i, p in enumerate(partitions)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(seconds + 120)
-    elapsed = time.perf_counter() - started
+    elapsed = run_threads(worker, list(enumerate(partitions)), seconds + 120)
     if failures:
         raise RuntimeError(f"paced load generator failed: {failures[0]!r}")
     requests = sum(r.requests for r in results)
@@ -1525,10 +1507,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.cleanup()
         shutil.rmtree(work, ignore_errors=True)
         results["total_seconds"] = round(time.monotonic() - started, 1)
-        results["loadavg_at_end"] = os.getloadavg()
-        args.output.mkdir(parents=True, exist_ok=True)
-        out = args.output / f"peers-bench-{stamp}.json"
-        out.write_text(json.dumps(results, indent=2, default=pb._json_default) + "\n")
+        out = write_summary(results, args.output, "peers-bench", stamp)
         pb.say(f"wrote {out} (total {results['total_seconds']:.0f}s)")
         signal.signal(signal.SIGINT, signal.default_int_handler)
     return code

@@ -43,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.shared import cpu_seconds, run_threads, say, write_summary  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.client.blocking_client import request_frame as encode_request_frame  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
@@ -109,10 +110,6 @@ QUICK = Plan(rounds=1, max_seconds=8, rate=5000, rate_seconds=8, warmup_records=
 
 
 # ---------------------------------------------------------------------------------------------- output
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """An aligned text table: text columns left-aligned, numbers right-aligned."""
     cells = [[_cell(v) for v in row] for row in rows]
@@ -173,28 +170,6 @@ class Processes:
 
 
 CHILDREN = Processes()
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of a process so far: the sum of its live threads' run time (Linux /proc/<pid>/task/*/schedstat).
-
-    Nanoseconds, where /proc/<pid>/stat counts 10 ms clock ticks: a 4 s round of a proxy at 1,000
-    requests costs ~0.1 s of CPU, 10 ticks, so a tick is 10% of the figure. Threads that exit in between
-    are not counted (the proxies' threads live as long as they do). Falls back to utime + stime.
-    """
-    total = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
-            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-                continue
-    except FileNotFoundError:
-        total = 0
-    if total:
-        return total / 1e9
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -398,6 +373,21 @@ class LoadResult:
     errors: int = 0
     error_codes: set[int] | None = None
 
+    def add_response(self, response: bytes, expected_correlation_id: int, record_bytes: int) -> None:
+        """One Produce response of the load: its correlation id checked, then counted as answered (with the
+        request's record bytes) or as an error response (with its error codes)."""
+        (correlation_id,) = struct.unpack_from(">i", response, 0)
+        if correlation_id != expected_correlation_id:
+            raise RuntimeError(f"correlation id {correlation_id}, expected {expected_correlation_id}")
+        codes = produce_errors(response)
+        if any(codes):
+            self.errors += 1
+            assert self.error_codes is not None
+            self.error_codes.update(c for c in codes if c)
+        else:
+            self.requests += 1
+            self.record_bytes += record_bytes
+
 
 def produce_load(port: int, topic: str, partitions: Sequence[int], acks: int, seconds: float, window: int,
                  batch_records: int) -> dict[str, float]:
@@ -419,19 +409,8 @@ def produce_load(port: int, topic: str, partitions: Sequence[int], acks: int, se
                     struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, sent)
                     client.send_bytes(frame)
                 while received < sent:
-                    response = client.receive_frame()
                     received += 1
-                    (correlation_id,) = struct.unpack_from(">i", response, 0)
-                    if correlation_id != received:
-                        raise RuntimeError(f"correlation id {correlation_id}, expected {received}")
-                    codes = produce_errors(response)
-                    if any(codes):
-                        result.errors += 1
-                        assert result.error_codes is not None
-                        result.error_codes.update(c for c in codes if c)
-                    else:
-                        result.requests += 1
-                        result.record_bytes += len(payload)
+                    result.add_response(client.receive_frame(), received, len(payload))
                     if time.perf_counter() < stop_at:
                         sent += 1
                         struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, sent)
@@ -439,13 +418,7 @@ def produce_load(port: int, topic: str, partitions: Sequence[int], acks: int, se
         except BaseException as exc:  # reported by the caller
             failures.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(p,), daemon=True) for p in partitions]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(seconds + 120)
-    elapsed = time.perf_counter() - started
+    elapsed = run_threads(worker, [(p,) for p in partitions], seconds + 120)
     if failures:
         raise RuntimeError(f"load generator failed: {failures[0]!r}")
     total = sum(r.record_bytes for r in results)
@@ -928,11 +901,7 @@ def paired_produce_load(variants: Sequence[tuple[str, ProxyProcess]], topic: str
         run["proxy_cpu_us_per_request"] = meter["cpu_s"] / max(1, run["requests"]) * 1e6
         out[name] = run
 
-    threads = [threading.Thread(target=one, args=variant, daemon=True) for variant in variants]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(plan.raw_seconds + 180)
+    run_threads(one, list(variants), plan.raw_seconds + 180)
     if failures or len(out) != len(variants):
         raise RuntimeError(f"paired load failed: {failures[0] if failures else 'a load thread did not finish'!r}")
     return out
@@ -1022,10 +991,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.cleanup()
         shutil.rmtree(work, ignore_errors=True)
         results["total_seconds"] = round(time.monotonic() - started, 1)
-        results["loadavg_at_end"] = os.getloadavg()
-        args.output.mkdir(parents=True, exist_ok=True)
-        out = args.output / f"proxy-bench-{stamp}.json"
-        out.write_text(json.dumps(results, indent=2, default=_json_default) + "\n")
+        out = write_summary(results, args.output, "proxy-bench", stamp)
         say(f"wrote {out} (total {results['total_seconds']:.0f}s)")
         signal.signal(signal.SIGINT, signal.default_int_handler)
     return code
@@ -1056,14 +1022,6 @@ def print_goals(results: dict[str, Any]) -> None:
     if rows:
         table(f"Goals (load average now {' '.join(f'{x:.1f}' for x in os.getloadavg())}, {os.cpu_count()} shared "
               "cores: numbers are noisy)", ("goal", "measured", "target", "result"), rows)
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, set):
-        return sorted(value)
-    if isinstance(value, Path):
-        return str(value)
-    return str(value)
 
 
 if __name__ == "__main__":

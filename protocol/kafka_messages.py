@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import ClassVar
 
 from .api_keys import ApiKey
 from .schema import (
@@ -67,6 +66,7 @@ __all__ = [
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
     "LeaderIdAndEpoch",
+    "MESSAGE_VERSIONS",
     "MetadataRequest",
     "MetadataRequestTopic",
     "MetadataResponse",
@@ -128,10 +128,6 @@ class TopicProduceData(Struct):
 class ProduceRequest(Message):
     """ProduceRequest v0-v13 (API key 0; Kafka 3-13, flexible 9+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.PRODUCE
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 13)
-    FLEXIBLE_FROM: ClassVar[int | None] = 9
-
     transactional_id: str | None = kfield(STRING, "3+", nullable="3+", default=None)
     acks: int = kfield(INT16, "0+", default=-1)
     timeout_ms: int = kfield(INT32, "0+", default=0)
@@ -191,10 +187,6 @@ class NodeEndpoint(Struct):
 class ProduceResponse(Message):
     """ProduceResponse v0-v13 (API key 0; Kafka 3-13, flexible 9+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.PRODUCE
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 13)
-    FLEXIBLE_FROM: ClassVar[int | None] = 9
-
     responses: tuple[TopicProduceResponse, ...] = kfield(ArrayOf(TopicProduceResponse), "0+", default=())
     throttle_time_ms: int = kfield(INT32, "1+", default=0)
     node_endpoints: tuple[NodeEndpoint, ...] = kfield(ArrayOf(NodeEndpoint), "10+", tag=0, default=())
@@ -211,10 +203,6 @@ class MetadataRequestTopic(Struct):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetadataRequest(Message):
     """MetadataRequest v0-v13 (API key 3; Kafka 0-13, flexible 9+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.METADATA
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 13)
-    FLEXIBLE_FROM: ClassVar[int | None] = 9
 
     topics: tuple[MetadataRequestTopic, ...] | None = kfield(ArrayOf(MetadataRequestTopic), "0+", nullable="1+", default=())
     allow_auto_topic_creation: bool = kfield(BOOL, "4+", default=True)
@@ -262,10 +250,6 @@ class MetadataResponseTopic(Struct):
 class MetadataResponse(Message):
     """MetadataResponse v0-v13 (API key 3; Kafka 0-13, flexible 9+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.METADATA
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 13)
-    FLEXIBLE_FROM: ClassVar[int | None] = 9
-
     throttle_time_ms: int = kfield(INT32, "3+", default=0)
     brokers: tuple[MetadataResponseBroker, ...] = kfield(ArrayOf(MetadataResponseBroker), "0+", default=())
     cluster_id: str | None = kfield(STRING, "2+", nullable="2+", default=None)
@@ -278,10 +262,6 @@ class MetadataResponse(Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FindCoordinatorRequest(Message):
     """FindCoordinatorRequest v0-v6 (API key 10; Kafka 0-6, flexible 3+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.FIND_COORDINATOR
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 6)
-    FLEXIBLE_FROM: ClassVar[int | None] = 3
 
     key: str = kfield(STRING, "0-3", default="")
     key_type: int = kfield(INT8, "1+", default=0)
@@ -304,10 +284,6 @@ class Coordinator(Struct):
 class FindCoordinatorResponse(Message):
     """FindCoordinatorResponse v0-v6 (API key 10; Kafka 0-6, flexible 3+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.FIND_COORDINATOR
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 6)
-    FLEXIBLE_FROM: ClassVar[int | None] = 3
-
     throttle_time_ms: int = kfield(INT32, "1+", default=0)
     error_code: int = kfield(INT16, "0-3", default=0)
     error_message: str | None = kfield(STRING, "1-3", nullable="1-3", default=None)
@@ -320,10 +296,6 @@ class FindCoordinatorResponse(Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApiVersionsRequest(Message):
     """ApiVersionsRequest v0-v4 (API key 18; Kafka 0-4, flexible 3+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.API_VERSIONS
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 4)
-    FLEXIBLE_FROM: ClassVar[int | None] = 3
 
     client_software_name: str = kfield(STRING, "3+", default="")
     client_software_version: str = kfield(STRING, "3+", default="")
@@ -360,10 +332,6 @@ class FinalizedFeatureKey(Struct):
 class ApiVersionsResponse(Message):
     """ApiVersionsResponse v0-v4 (API key 18; Kafka 0-4, flexible 3+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.API_VERSIONS
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 4)
-    FLEXIBLE_FROM: ClassVar[int | None] = 3
-
     error_code: int = kfield(INT16, "0+", default=0)
     api_keys: tuple[ApiVersion, ...] = kfield(ArrayOf(ApiVersion), "0+", default=())
     throttle_time_ms: int = kfield(INT32, "1+", default=0)
@@ -385,10 +353,6 @@ class DescribeConfigsResource(Struct):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeConfigsRequest(Message):
     """DescribeConfigsRequest v0-v4 (API key 32; Kafka 1-4, flexible 4+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_CONFIGS
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 4)
-    FLEXIBLE_FROM: ClassVar[int | None] = 4
 
     resources: tuple[DescribeConfigsResource, ...] = kfield(ArrayOf(DescribeConfigsResource), "0+", default=())
     include_synonyms: bool = kfield(BOOL, "1+", default=False)
@@ -434,10 +398,6 @@ class DescribeConfigsResult(Struct):
 class DescribeConfigsResponse(Message):
     """DescribeConfigsResponse v0-v4 (API key 32; Kafka 1-4, flexible 4+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_CONFIGS
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 4)
-    FLEXIBLE_FROM: ClassVar[int | None] = 4
-
     throttle_time_ms: int = kfield(INT32, "0+", default=0)
     results: tuple[DescribeConfigsResult, ...] = kfield(ArrayOf(DescribeConfigsResult), "0+", default=())
 
@@ -445,10 +405,6 @@ class DescribeConfigsResponse(Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeClusterRequest(Message):
     """DescribeClusterRequest v0-v2 (API key 60; Kafka 0-2, flexible 0+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_CLUSTER
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
 
     include_cluster_authorized_operations: bool = kfield(BOOL, "0+", default=False)
     endpoint_type: int = kfield(INT8, "1+", default=1)
@@ -469,10 +425,6 @@ class DescribeClusterBroker(Struct):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeClusterResponse(Message):
     """DescribeClusterResponse v0-v2 (API key 60; Kafka 0-2, flexible 0+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_CLUSTER
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
 
     throttle_time_ms: int = kfield(INT32, "0+", default=0)
     error_code: int = kfield(INT16, "0+", default=0)
@@ -515,10 +467,6 @@ class CreatableTopic(Struct):
 class CreateTopicsRequest(Message):
     """CreateTopicsRequest v0-v7 (API key 19; Kafka 2-7, flexible 5+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.CREATE_TOPICS
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 7)
-    FLEXIBLE_FROM: ClassVar[int | None] = 5
-
     topics: tuple[CreatableTopic, ...] = kfield(ArrayOf(CreatableTopic), "0+", default=())
     timeout_ms: int = kfield(INT32, "0+", default=60000)
     validate_only: bool = kfield(BOOL, "1+", default=False)
@@ -553,10 +501,6 @@ class CreatableTopicResult(Struct):
 class CreateTopicsResponse(Message):
     """CreateTopicsResponse v0-v7 (API key 19; Kafka 2-7, flexible 5+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.CREATE_TOPICS
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 7)
-    FLEXIBLE_FROM: ClassVar[int | None] = 5
-
     throttle_time_ms: int = kfield(INT32, "2+", default=0)
     topics: tuple[CreatableTopicResult, ...] = kfield(ArrayOf(CreatableTopicResult), "0+", default=())
 
@@ -565,20 +509,12 @@ class CreateTopicsResponse(Message):
 class SaslHandshakeRequest(Message):
     """SaslHandshakeRequest v0-v1 (API key 17; Kafka 0-1, flexible none)."""
 
-    API_KEY: ClassVar[int] = ApiKey.SASL_HANDSHAKE
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 1)
-    FLEXIBLE_FROM: ClassVar[int | None] = None
-
     mechanism: str = kfield(STRING, "0+", default="")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SaslHandshakeResponse(Message):
     """SaslHandshakeResponse v0-v1 (API key 17; Kafka 0-1, flexible none)."""
-
-    API_KEY: ClassVar[int] = ApiKey.SASL_HANDSHAKE
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 1)
-    FLEXIBLE_FROM: ClassVar[int | None] = None
 
     error_code: int = kfield(INT16, "0+", default=0)
     mechanisms: tuple[str, ...] = kfield(ArrayOf(STRING), "0+", default=())
@@ -588,20 +524,12 @@ class SaslHandshakeResponse(Message):
 class SaslAuthenticateRequest(Message):
     """SaslAuthenticateRequest v0-v2 (API key 36; Kafka 0-2, flexible 2+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.SASL_AUTHENTICATE
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 2
-
     auth_bytes: bytes = kfield(BYTES, "0+", default=b"")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SaslAuthenticateResponse(Message):
     """SaslAuthenticateResponse v0-v2 (API key 36; Kafka 0-2, flexible 2+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.SASL_AUTHENTICATE
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 2
 
     error_code: int = kfield(INT16, "0+", default=0)
     error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
@@ -627,10 +555,6 @@ class DescribeQuorumRequestTopic(Struct):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeQuorumRequest(Message):
     """DescribeQuorumRequest v0-v2 (API key 55; Kafka 0-2, flexible 0+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_QUORUM
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
 
     topics: tuple[DescribeQuorumRequestTopic, ...] = kfield(ArrayOf(DescribeQuorumRequestTopic), "0+", default=())
 
@@ -689,10 +613,6 @@ class DescribeQuorumNode(Struct):
 class DescribeQuorumResponse(Message):
     """DescribeQuorumResponse v0-v2 (API key 55; Kafka 0-2, flexible 0+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_QUORUM
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
-
     error_code: int = kfield(INT16, "0+", default=0)
     error_message: str | None = kfield(STRING, "2+", nullable="2+", default=None)
     topics: tuple[DescribeQuorumTopicData, ...] = kfield(ArrayOf(DescribeQuorumTopicData), "0+", default=())
@@ -736,10 +656,6 @@ class ShareFetchForgottenTopic(Struct):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShareFetchRequest(Message):
     """ShareFetchRequest v1-v2 (API key 78; Kafka 1-2, flexible 0+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.SHARE_FETCH
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
 
     group_id: str | None = kfield(STRING, "0+", nullable="0+", default=None)
     member_id: str | None = kfield(STRING, "0+", nullable="0+", default=None)
@@ -790,10 +706,6 @@ class ShareFetchTopicResponse(Struct):
 class ShareFetchResponse(Message):
     """ShareFetchResponse v1-v2 (API key 78; Kafka 1-2, flexible 0+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.SHARE_FETCH
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
-
     throttle_time_ms: int = kfield(INT32, "0+", default=0)
     error_code: int = kfield(INT16, "0+", default=0)
     error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
@@ -831,10 +743,6 @@ class ShareAcknowledgeTopic(Struct):
 class ShareAcknowledgeRequest(Message):
     """ShareAcknowledgeRequest v1-v2 (API key 79; Kafka 1-2, flexible 0+)."""
 
-    API_KEY: ClassVar[int] = ApiKey.SHARE_ACKNOWLEDGE
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
-
     group_id: str | None = kfield(STRING, "0+", nullable="0+", default=None)
     member_id: str | None = kfield(STRING, "0+", nullable="0+", default=None)
     share_session_epoch: int = kfield(INT32, "0+", default=0)
@@ -863,10 +771,6 @@ class ShareAcknowledgeTopicResponse(Struct):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShareAcknowledgeResponse(Message):
     """ShareAcknowledgeResponse v1-v2 (API key 79; Kafka 1-2, flexible 0+)."""
-
-    API_KEY: ClassVar[int] = ApiKey.SHARE_ACKNOWLEDGE
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 2)
-    FLEXIBLE_FROM: ClassVar[int | None] = 0
 
     throttle_time_ms: int = kfield(INT32, "0+", default=0)
     error_code: int = kfield(INT16, "0+", default=0)
@@ -906,3 +810,34 @@ RESPONSE_TYPES: dict[int, type[Message]] = {
     ApiKey.SHARE_FETCH: ShareFetchResponse,
     ApiKey.SHARE_ACKNOWLEDGE: ShareAcknowledgeResponse,
 }
+#: Every message's API key, versions (lowest, highest) and first flexible version (None: never), set on its
+#: class as Message's class attributes (API_KEY, VALID_VERSIONS, FLEXIBLE_FROM). Set here, not in the class
+#: body: compiled with mypyc, a dataclass takes every annotated name of its body for a field, ClassVars too.
+MESSAGE_VERSIONS: dict[type[Message], tuple[int, tuple[int, int], int | None]] = {
+    ProduceRequest: (ApiKey.PRODUCE, (0, 13), 9),
+    ProduceResponse: (ApiKey.PRODUCE, (0, 13), 9),
+    MetadataRequest: (ApiKey.METADATA, (0, 13), 9),
+    MetadataResponse: (ApiKey.METADATA, (0, 13), 9),
+    FindCoordinatorRequest: (ApiKey.FIND_COORDINATOR, (0, 6), 3),
+    FindCoordinatorResponse: (ApiKey.FIND_COORDINATOR, (0, 6), 3),
+    ApiVersionsRequest: (ApiKey.API_VERSIONS, (0, 4), 3),
+    ApiVersionsResponse: (ApiKey.API_VERSIONS, (0, 4), 3),
+    DescribeConfigsRequest: (ApiKey.DESCRIBE_CONFIGS, (0, 4), 4),
+    DescribeConfigsResponse: (ApiKey.DESCRIBE_CONFIGS, (0, 4), 4),
+    DescribeClusterRequest: (ApiKey.DESCRIBE_CLUSTER, (0, 2), 0),
+    DescribeClusterResponse: (ApiKey.DESCRIBE_CLUSTER, (0, 2), 0),
+    CreateTopicsRequest: (ApiKey.CREATE_TOPICS, (0, 7), 5),
+    CreateTopicsResponse: (ApiKey.CREATE_TOPICS, (0, 7), 5),
+    SaslHandshakeRequest: (ApiKey.SASL_HANDSHAKE, (0, 1), None),
+    SaslHandshakeResponse: (ApiKey.SASL_HANDSHAKE, (0, 1), None),
+    SaslAuthenticateRequest: (ApiKey.SASL_AUTHENTICATE, (0, 2), 2),
+    SaslAuthenticateResponse: (ApiKey.SASL_AUTHENTICATE, (0, 2), 2),
+    DescribeQuorumRequest: (ApiKey.DESCRIBE_QUORUM, (0, 2), 0),
+    DescribeQuorumResponse: (ApiKey.DESCRIBE_QUORUM, (0, 2), 0),
+    ShareFetchRequest: (ApiKey.SHARE_FETCH, (1, 2), 0),
+    ShareFetchResponse: (ApiKey.SHARE_FETCH, (1, 2), 0),
+    ShareAcknowledgeRequest: (ApiKey.SHARE_ACKNOWLEDGE, (1, 2), 0),
+    ShareAcknowledgeResponse: (ApiKey.SHARE_ACKNOWLEDGE, (1, 2), 0),
+}
+for _message, (_api_key, _versions, _flexible_from) in MESSAGE_VERSIONS.items():
+    _message.API_KEY, _message.VALID_VERSIONS, _message.FLEXIBLE_FROM = _api_key, _versions, _flexible_from

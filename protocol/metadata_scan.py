@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from .api_keys import ApiKey
 from .errors import MalformedFrame, ProtocolError, TruncatedData, UnsupportedVersion
@@ -432,7 +433,49 @@ def _scan_flexible_topic(data: bytes, r: Reader, v: int, offsets: dict[int, list
                                         partitions_start, partitions_end, tags_start, p))
 
 
-class MetadataScanner:
+#: What a stepwise walk gives when done.
+R = TypeVar("R")
+
+
+class MetadataSteps(Generic[R]):
+    """A walk of a MetadataResponse done in steps, for a caller that must not hold its thread for a whole
+    10,000-topic answer: :meth:`step` goes on until :attr:`done`, then the result is there (the scan, the
+    splice's frame)."""
+
+    def __init__(self, api_version: int, what: str) -> None:
+        self._version = api_version
+        self._what = what
+        self._result: R | None = None
+        #: Every topic walked and the answer's end read: the result is ready.
+        self.done = False
+
+    def _advance(self, max_topics: int) -> None:
+        """Walk up to ``max_topics`` more topics (the end too after the last: then `_finish`)."""
+        raise NotImplementedError
+
+    def _progress(self) -> tuple[int, int]:
+        """(topics walked, topics in all)."""
+        raise NotImplementedError
+
+    def _finish(self, result: R) -> None:
+        self._result = result
+        self.done = True
+
+    def _finished(self) -> R:
+        """The result, once :attr:`done`."""
+        if self._result is None:
+            walked, of = self._progress()
+            raise RuntimeError(f"the {self._what} has done {walked} of {of} topics")
+        return self._result
+
+    def step(self, max_topics: int) -> bool:
+        """Walk up to ``max_topics`` more topics (the answer's end too once they are all walked); True when done."""
+        if not self.done:
+            run_walk(self._version, lambda: self._advance(max_topics))
+        return self.done
+
+
+class MetadataScanner(MetadataSteps[MetadataScan]):
     """A MetadataResponse scan in steps: :meth:`step` walks up to ``max_topics`` more topics, :meth:`scan` gives
     the result once :attr:`done`. For a caller that must not hold its thread for a whole 10,000-topic answer
     (the proxy lets its event loop run other connections' work between steps);
@@ -445,17 +488,12 @@ class MetadataScanner:
         if not 0 <= api_version <= METADATA_MAX_VERSION:
             raise UnsupportedVersion(
                 f"MetadataResponse v{api_version} is not supported (known: v0-v{METADATA_MAX_VERSION})")
+        super().__init__(api_version, "scan")
         self.api_version = api_version
         self._record = partition_offsets
         self._topics: list[ScannedTopic] = []
         self._offsets: dict[int, list[int]] = {}
-        self._scan: MetadataScan | None = None
-        try:
-            self._read_head(frame)
-        except ProtocolError:
-            raise
-        except (IndexError, struct.error, ValueError, UnicodeError) as e:
-            raise truncated_response(api_version, e) from None
+        run_walk(api_version, lambda: self._read_head(frame))
 
     def _read_head(self, frame: Buffer) -> None:
         v = self.api_version
@@ -496,29 +534,14 @@ class MetadataScanner:
         # One copy of the frame (~30 us for 364 KB) makes every byte read of the walk a native one.
         self._frame_bytes = bytes(r.buf) if flexible else b""
 
-    @property
-    def done(self) -> bool:
-        """Every topic walked and the answer's end read: :meth:`scan` is ready."""
-        return self._scan is not None
-
-    def step(self, max_topics: int) -> bool:
-        """Walk up to ``max_topics`` more topics (the answer's end too once they are all walked); True when done."""
-        if self._scan is None:
-            try:
-                self._walk(max_topics)
-            except ProtocolError:
-                raise
-            except (IndexError, struct.error, ValueError, UnicodeError) as e:
-                raise truncated_response(self.api_version, e) from None
-        return self._scan is not None
-
     def scan(self) -> MetadataScan:
         """The finished scan (after :meth:`step` returned True)."""
-        if self._scan is None:
-            raise RuntimeError(f"the scan has walked {len(self._topics)} of {self.topic_count} topics")
-        return self._scan
+        return self._finished()
 
-    def _walk(self, max_topics: int) -> None:
+    def _progress(self) -> tuple[int, int]:
+        return len(self._topics), self.topic_count
+
+    def _advance(self, max_topics: int) -> None:
         r = self._r
         buf = r.buf
         v = self.api_version
@@ -562,7 +585,18 @@ class MetadataScanner:
                             self._body_start, topics_end, tags_start, self.controller_id_start)
         if self._offsets:
             scan._partition_starts.update(self._offsets)
-        self._scan = scan
+        self._finish(scan)
+
+
+def run_walk(api_version: int, walk: Callable[[], None]) -> None:
+    """Run (a part of) a walk of a MetadataResponse frame: what the frame's bytes make it raise below the
+    protocol's errors (a read past the end, a bad string) becomes :class:`~protocol.errors.TruncatedData`."""
+    try:
+        walk()
+    except ProtocolError:
+        raise
+    except (IndexError, struct.error, ValueError, UnicodeError) as e:
+        raise truncated_response(api_version, e) from None
 
 
 def truncated_response(api_version: int, e: BaseException) -> TruncatedData:

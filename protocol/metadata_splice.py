@@ -14,13 +14,13 @@ import functools
 import struct
 import uuid
 from collections.abc import Container, Mapping
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from .addresses import rewrite_endpoints
-from .errors import MalformedFrame, ProtocolError, UnsupportedVersion
+from .errors import MalformedFrame, UnsupportedVersion
 from .kafka_versions import METADATA_FLEXIBLE_SINCE
 from .messages import MIN_INSYNC_REPLICAS_TAG
-from .metadata_scan import MetadataScan, scan_metadata_response, truncated_response
+from .metadata_scan import MetadataScan, MetadataSteps, scan_metadata_response
 from .primitives import Buffer, Reader, Writer, encode_uvarint
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "MIN_INSYNC_REPLICAS_TAG",
     "Layout",
     "MetadataSplicer",
+    "SpliceOptions",
     "enrich_metadata_response",
     "splice_metadata_response",
 ]
@@ -80,14 +81,16 @@ def enrich_metadata_response(
                                     broker_addresses=broker_addresses, leaderless=leaderless)
 
 
-def splice_metadata_response(
-    scan: MetadataScan,
-    *,
-    min_insync_replicas: Mapping[str | uuid.UUID, int] | None = None,
-    broker_addresses: Mapping[int, tuple[str, int]] | None = None,
-    leaderless: Container[tuple[str, int]] | None = None,
-    layout: Layout = "kafka",
-) -> bytes:
+class SpliceOptions(TypedDict, total=False):
+    """What a splice changes: :class:`MetadataSplicer`'s keyword arguments (see :func:`enrich_metadata_response`)."""
+
+    min_insync_replicas: Mapping[str | uuid.UUID, int] | None
+    broker_addresses: Mapping[int, tuple[str, int]] | None
+    leaderless: Container[tuple[str, int]] | None
+    layout: Layout
+
+
+def splice_metadata_response(scan: MetadataScan, **options: Unpack[SpliceOptions]) -> bytes:
     """Rewrite the scanned frame without walking it again (options as :func:`enrich_metadata_response`).
 
     ``layout="kafka"`` keeps the scanned version's layout (tag 637 in v9+). ``layout="kip637"``
@@ -98,13 +101,12 @@ def splice_metadata_response(
     A tag 637 the broker sent counts as the topic's value when the mapping has none.
     :class:`MetadataSplicer` does the same in steps.
     """
-    splicer = MetadataSplicer(scan, min_insync_replicas=min_insync_replicas, broker_addresses=broker_addresses,
-                              leaderless=leaderless, layout=layout)
+    splicer = MetadataSplicer(scan, **options)
     splicer.step(len(scan.topics))
     return splicer.frame()
 
 
-class MetadataSplicer:
+class MetadataSplicer(MetadataSteps[bytes]):
     """The splice of :func:`splice_metadata_response` in steps: :meth:`step` splices up to ``max_topics`` more
     topics, :meth:`frame` gives the new frame once :attr:`done` (for a caller that must not hold its thread for a
     whole 10,000-topic answer). The constructor checks the options and rewrites the brokers' addresses. The
@@ -125,6 +127,7 @@ class MetadataSplicer:
                 f"the KIP-637 layout is built from a v{KIP637_LAYOUT_SOURCE_VERSION} response, not v{scan.api_version}")
         if layout != "kafka" and not kip637:
             raise ValueError(f"unknown Metadata layout {layout!r}")
+        super().__init__(scan.api_version, "splice")
         self._scan = scan
         self._min_isr: Mapping[str | uuid.UUID, int] = min_insync_replicas or {}
         self._leaderless = leaderless
@@ -132,7 +135,6 @@ class MetadataSplicer:
         self._next_topic = 0
         self._out: list[bytes | memoryview] = []
         self._copied = 0  # everything before this offset is already in ``_out``
-        self._frame: bytes | None = None
         buf = scan.frame
         out = self._out
         if kip637:
@@ -148,29 +150,14 @@ class MetadataSplicer:
                     out.append(_encoded_address(new.host, new.port, flexible))
                     self._copied = port_end
 
-    @property
-    def done(self) -> bool:
-        """Every topic spliced: :meth:`frame` is ready."""
-        return self._frame is not None
-
-    def step(self, max_topics: int) -> bool:
-        """Splice up to ``max_topics`` more topics (and finish the frame after the last); True when done."""
-        if self._frame is None:
-            try:
-                self._splice(max_topics)
-            except ProtocolError:
-                raise
-            except (IndexError, struct.error, ValueError, UnicodeError) as e:
-                raise truncated_response(self._scan.api_version, e) from None
-        return self._frame is not None
-
     def frame(self) -> bytes:
         """The new frame payload (after :meth:`step` returned True)."""
-        if self._frame is None:
-            raise RuntimeError(f"the splice has done {self._next_topic} of {len(self._scan.topics)} topics")
-        return self._frame
+        return self._finished()
 
-    def _splice(self, max_topics: int) -> None:
+    def _progress(self) -> tuple[int, int]:
+        return self._next_topic, len(self._scan.topics)
+
+    def _advance(self, max_topics: int) -> None:
         scan = self._scan
         buf = scan.frame
         flexible = scan.api_version >= METADATA_FLEXIBLE_SINCE
@@ -225,12 +212,12 @@ class MetadataSplicer:
         if kip637:
             out.append(buf[copied:scan.tags_start])
             out.append(b"\x00")  # no top-level tagged fields
-            self._frame = b"".join(out)
+            self._finish(b"".join(out))
         elif not out:
-            self._frame = bytes(buf)
+            self._finish(bytes(buf))
         else:
             out.append(buf[copied:])
-            self._frame = b"".join(out)
+            self._finish(b"".join(out))
         self._out = []
 
 

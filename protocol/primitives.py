@@ -270,65 +270,51 @@ class Reader:
         except UnicodeDecodeError as e:
             raise MalformedFrame(f"invalid UTF-8 in string at offset {pos}: {e.reason}") from None
 
+    def _length(self, width: int, nullable: bool, kind: str) -> int:
+        """The length before a string or bytes: an int16 or int32 (`width` 2 or 4), or with `width` 0 a compact
+        uvarint (length + 1). -1 is null, which only a nullable field may hold; less is malformed."""
+        start = self.pos
+        n = self.int16() if width == 2 else self.int32() if width == 4 else self.uvarint() - 1
+        if n < -1 or (n == -1 and not nullable):
+            what = "null" if n == -1 else f"negative length {n}"
+            raise MalformedFrame(f"{what} for a {'' if nullable else 'non-'}nullable {kind} at offset {start}")
+        return n
+
     def string(self) -> str:
         """STRING: int16 length then UTF-8; null is malformed."""
-        n = self.int16()
-        if n < 0:
-            raise MalformedFrame(f"null (length {n}) for a non-nullable string at offset {self.pos - 2}")
-        return self._text(n)
+        return self._text(self._length(2, False, "string"))
 
     def nullable_string(self) -> str | None:
         """NULLABLE_STRING: int16 length (-1 = null) then UTF-8."""
-        n = self.int16()
-        if n == -1:
-            return None
-        if n < 0:
-            raise MalformedFrame(f"negative string length {n} at offset {self.pos - 2}")
-        return self._text(n)
+        n = self._length(2, True, "string")
+        return None if n < 0 else self._text(n)
 
     def compact_string(self) -> str:
         """COMPACT_STRING: uvarint (length + 1) then UTF-8; null is malformed."""
-        n = self.uvarint() - 1
-        if n < 0:
-            raise MalformedFrame(f"null for a non-nullable compact string at offset {self.pos - 1}")
-        return self._text(n)
+        return self._text(self._length(0, False, "compact string"))
 
     def compact_nullable_string(self) -> str | None:
         """COMPACT_NULLABLE_STRING: uvarint (length + 1, 0 = null) then UTF-8."""
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        return self._text(n)
+        n = self._length(0, True, "compact string")
+        return None if n < 0 else self._text(n)
 
     def bytes_(self) -> memoryview:
-        """BYTES: int32 length then raw bytes (zero-copy view)."""
-        n = self.int32()
-        if n < 0:
-            raise MalformedFrame(f"null (length {n}) for non-nullable bytes at offset {self.pos - 4}")
-        return self.take(n)
+        """BYTES: int32 length then raw bytes (zero-copy view); null is malformed."""
+        return self.take(self._length(4, False, "bytes"))
 
     def nullable_bytes(self) -> memoryview | None:
         """NULLABLE_BYTES / RECORDS: int32 length (-1 = null) then raw bytes."""
-        n = self.int32()
-        if n == -1:
-            return None
-        if n < 0:
-            raise MalformedFrame(f"negative bytes length {n} at offset {self.pos - 4}")
-        return self.take(n)
+        n = self._length(4, True, "bytes")
+        return None if n < 0 else self.take(n)
 
     def compact_bytes(self) -> memoryview:
-        """COMPACT_BYTES: uvarint (length + 1) then raw bytes."""
-        n = self.uvarint() - 1
-        if n < 0:
-            raise MalformedFrame(f"null for non-nullable compact bytes at offset {self.pos - 1}")
-        return self.take(n)
+        """COMPACT_BYTES: uvarint (length + 1) then raw bytes; null is malformed."""
+        return self.take(self._length(0, False, "compact bytes"))
 
     def compact_nullable_bytes(self) -> memoryview | None:
         """COMPACT_NULLABLE_BYTES / COMPACT_RECORDS: uvarint (length + 1, 0 = null)."""
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        return self.take(n)
+        n = self._length(0, True, "compact bytes")
+        return None if n < 0 else self.take(n)
 
     def array_length(self, compact: bool) -> int:
         """Element count of an ARRAY (int32, -1 = null) or COMPACT_ARRAY (uvarint N+1, 0 = null)."""

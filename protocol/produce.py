@@ -90,22 +90,28 @@ def _request_head(frame: Buffer) -> tuple[int, int, int]:
         pos = 10 + n if n > 0 else 10
         if version >= PRODUCE_FLEXIBLE_SINCE:
             pos = skip_tagged_fields_at(frame, pos)  # request header v2
-            header_size = pos
-            length, pos = read_uvarint_at(frame, pos)
-            if length:
-                pos += length - 1
-        else:
-            header_size = pos
-            if version >= PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE:
-                tl: int = _I16.unpack_from(frame, pos)[0]
-                if tl < -1:
-                    raise MalformedFrame(f"negative transactional_id length {tl}")
-                pos += 2 + tl if tl > 0 else 2
+        header_size = pos
+        pos = _acks_at(frame, version, pos)
     except (struct.error, IndexError):
         raise TruncatedData("Produce request ends before acks") from None
+    return version, header_size, pos
+
+
+def _acks_at(frame: Buffer, version: int, pos: int) -> int:
+    """Where ``acks`` starts, from the body's start ``pos``: past ``transactional_id`` (v3+), checked to be
+    in the frame (struct.error / IndexError on a cut frame: the caller's to turn into TruncatedData)."""
+    if version >= PRODUCE_FLEXIBLE_SINCE:
+        length, pos = read_uvarint_at(frame, pos)
+        if length:
+            pos += length - 1
+    elif version >= PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE:
+        tl: int = _I16.unpack_from(frame, pos)[0]
+        if tl < -1:
+            raise MalformedFrame(f"negative transactional_id length {tl}")
+        pos += 2 + tl if tl > 0 else 2
     if pos + 2 > len(frame):
         raise TruncatedData("Produce request ends before acks")
-    return version, header_size, pos
+    return pos
 
 
 def produce_acks_offset(frame: Buffer, header_size: int = -1) -> int:
@@ -123,21 +129,9 @@ def produce_acks_offset(frame: Buffer, header_size: int = -1) -> int:
         version = _I16.unpack_from(frame, 2)[0]
         if version < 0 or version > PRODUCE_MAX_VERSION:
             raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{PRODUCE_MAX_VERSION})")
-        pos = header_size
-        if version >= PRODUCE_FLEXIBLE_SINCE:
-            length, pos = read_uvarint_at(frame, pos)
-            if length:
-                pos += length - 1
-        elif version >= PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE:
-            tl: int = _I16.unpack_from(frame, pos)[0]
-            if tl < -1:
-                raise MalformedFrame(f"negative transactional_id length {tl}")
-            pos += 2 + tl if tl > 0 else 2
+        return _acks_at(frame, version, header_size)
     except (struct.error, IndexError):
         raise TruncatedData("Produce request ends before acks") from None
-    if pos + 2 > len(frame):
-        raise TruncatedData("Produce request ends before acks")
-    return pos
 
 
 def read_produce_acks(frame: Buffer) -> int:

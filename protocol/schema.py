@@ -81,19 +81,12 @@ class Prim:
     name: str
 
 
-BOOL = Prim("bool")
-INT8 = Prim("int8")
-INT16 = Prim("int16")
-INT32 = Prim("int32")
-INT64 = Prim("int64")
-UINT16 = Prim("uint16")
-UINT32 = Prim("uint32")
-FLOAT64 = Prim("float64")
-UUID = Prim("uuid")
-STRING = Prim("string")
-BYTES = Prim("bytes")
-#: Record batches: decoded as a zero-copy memoryview and never parsed.
-RECORDS = Prim("records")
+#: Kafka's primitive types, by their names in the specs (RECORDS: record batches, decoded as a zero-copy
+#: memoryview and never parsed).
+BOOL, INT8, INT16, INT32, INT64, UINT16, UINT32, FLOAT64, UUID, STRING, BYTES, RECORDS = (
+    Prim(name) for name in
+    ("bool", "int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "uuid", "string", "bytes", "records")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,27 +167,11 @@ def schema_fields(cls: type[Struct]) -> list[tuple[str, FieldSpec, Any]]:
 ReadFn = Callable[[Reader], Any]
 WriteFn = Callable[[Writer, Any], None]
 
-_FIXED_READERS: dict[Prim, ReadFn] = {
-    BOOL: Reader.boolean,
-    INT8: Reader.int8,
-    INT16: Reader.int16,
-    INT32: Reader.int32,
-    INT64: Reader.int64,
-    UINT16: Reader.uint16,
-    UINT32: Reader.uint32,
-    FLOAT64: Reader.float64,
-    UUID: Reader.uuid,
-}
-_FIXED_WRITERS: dict[Prim, WriteFn] = {
-    BOOL: Writer.boolean,
-    INT8: Writer.int8,
-    INT16: Writer.int16,
-    INT32: Writer.int32,
-    INT64: Writer.int64,
-    UINT16: Writer.uint16,
-    UINT32: Writer.uint32,
-    FLOAT64: Writer.float64,
-    UUID: Writer.uuid,
+#: The fixed-width types: their Reader and Writer methods (named alike: the type's name, BOOL's `boolean`).
+_FIXED: dict[Prim, tuple[ReadFn, WriteFn]] = {
+    t: (getattr(Reader, name), getattr(Writer, name))
+    for t in (BOOL, INT8, INT16, INT32, INT64, UINT16, UINT32, FLOAT64, UUID)
+    for name in ("boolean" if t is BOOL else t.name,)
 }
 
 
@@ -205,50 +182,12 @@ _STRUCT_CODES: dict[Prim, str] = {
 }
 
 
-def _reader_for(t: KType, version: int, flexible: bool, nullable: bool) -> ReadFn:
-    if isinstance(t, Prim):
-        fixed = _FIXED_READERS.get(t)
-        if fixed is not None:
-            return fixed
-        if t is STRING:
-            if flexible:
-                return Reader.compact_nullable_string if nullable else Reader.compact_string
-            return Reader.nullable_string if nullable else Reader.string
-        if t is RECORDS:
-            return Reader.compact_nullable_bytes if flexible else Reader.nullable_bytes
-        if flexible:
-            cb = Reader.compact_nullable_bytes if nullable else Reader.compact_bytes
-            return lambda r: None if (v := cb(r)) is None else bytes(v)
-        nb = Reader.nullable_bytes if nullable else Reader.bytes_
-        return lambda r: None if (v := nb(r)) is None else bytes(v)
-    if isinstance(t, ArrayOf):
-        code = _STRUCT_CODES.get(t.element) if isinstance(t.element, Prim) else None
-        if code is not None:
-            width = struct.calcsize(">" + code)
-
-            def read_number_array(r: Reader) -> tuple[Any, ...] | None:
-                n = r.array_length(flexible)
-                if n < 0:
-                    if not nullable:
-                        raise MalformedFrame(f"null array for a non-nullable field at offset {r.pos}")
-                    return None
-                # One unpack for the whole array: per-element calls dominate big responses.
-                return struct.unpack_from(f">{n}{code}", r.buf, r._need(n * width))
-
-            return read_number_array
-        elem = _reader_for(t.element, version, flexible, False)
-
-        def read_array(r: Reader) -> tuple[Any, ...] | None:
-            n = r.array_length(flexible)
-            if n < 0:
-                if not nullable:
-                    raise MalformedFrame(f"null array for a non-nullable field at offset {r.pos}")
-                return None
-            return tuple([elem(r) for _ in range(n)])
-
-        return read_array
-    struct_cls = t
-    return lambda r: _codec(struct_cls, version, flexible).decode(r)
+def _read_array_length(r: Reader, nullable: bool, flexible: bool) -> int:
+    """Read an array's length: -1 for null (malformed unless ``nullable``)."""
+    n = r.array_length(flexible)
+    if n < 0 and not nullable:
+        raise MalformedFrame(f"null array for a non-nullable field at offset {r.pos}")
+    return n
 
 
 def _write_array_length(w: Writer, v: tuple[Any, ...] | None, nullable: bool, flexible: bool) -> bool:
@@ -262,37 +201,60 @@ def _write_array_length(w: Writer, v: tuple[Any, ...] | None, nullable: bool, fl
     return True
 
 
-def _writer_for(t: KType, version: int, flexible: bool, nullable: bool) -> WriteFn:
+def _functions_for(t: KType, version: int, flexible: bool, nullable: bool) -> tuple[ReadFn, WriteFn]:
+    """How a value of type ``t`` is read and written at ``version``."""
     if isinstance(t, Prim):
-        fixed = _FIXED_WRITERS.get(t)
+        fixed = _FIXED.get(t)
         if fixed is not None:
             return fixed
         if t is STRING:
-            return lambda w, v: w.string(v, nullable, flexible)
+            if flexible:
+                rs = Reader.compact_nullable_string if nullable else Reader.compact_string
+            else:
+                rs = Reader.nullable_string if nullable else Reader.string
+            return rs, lambda w, v: w.string(v, nullable, flexible)
         if t is RECORDS:
-            return lambda w, v: w.bytes_(v, True, flexible)
-        return lambda w, v: w.bytes_(v, nullable, flexible)
+            return (Reader.compact_nullable_bytes if flexible else Reader.nullable_bytes,
+                    lambda w, v: w.bytes_(v, True, flexible))
+        if flexible:
+            rb = Reader.compact_nullable_bytes if nullable else Reader.compact_bytes
+        else:
+            rb = Reader.nullable_bytes if nullable else Reader.bytes_
+        return (lambda r: None if (v := rb(r)) is None else bytes(v)), lambda w, v: w.bytes_(v, nullable, flexible)
     if isinstance(t, ArrayOf):
         code = _STRUCT_CODES.get(t.element) if isinstance(t.element, Prim) else None
         if code is not None:
+            width = struct.calcsize(">" + code)
+
+            def read_number_array(r: Reader) -> tuple[Any, ...] | None:
+                n = _read_array_length(r, nullable, flexible)
+                if n < 0:
+                    return None
+                # One unpack for the whole array: per-element calls dominate big responses.
+                return struct.unpack_from(f">{n}{code}", r.buf, r._need(n * width))
 
             def write_number_array(w: Writer, v: tuple[Any, ...] | None) -> None:
                 if _write_array_length(w, v, nullable, flexible):
                     assert v is not None
                     w.out += struct.pack(f">{len(v)}{code}", *v)
 
-            return write_number_array
-        elem = _writer_for(t.element, version, flexible, False)
+            return read_number_array, write_number_array
+        elem_read, elem_write = _functions_for(t.element, version, flexible, False)
+
+        def read_array(r: Reader) -> tuple[Any, ...] | None:
+            n = _read_array_length(r, nullable, flexible)
+            return None if n < 0 else tuple([elem_read(r) for _ in range(n)])
 
         def write_array(w: Writer, v: tuple[Any, ...] | None) -> None:
             if _write_array_length(w, v, nullable, flexible):
                 assert v is not None
                 for item in v:
-                    elem(w, item)
+                    elem_write(w, item)
 
-        return write_array
+        return read_array, write_array
     struct_cls = t
-    return lambda w, v: _codec(struct_cls, version, flexible).encode(w, v)
+    return (lambda r: _codec(struct_cls, version, flexible).decode(r),
+            lambda w, v: _codec(struct_cls, version, flexible).encode(w, v))
 
 
 class _StructCodec:
@@ -309,8 +271,7 @@ class _StructCodec:
             if version not in spec.versions:
                 continue
             nullable = version in spec.nullable
-            rd = _reader_for(spec.type, version, flexible, nullable)
-            wr = _writer_for(spec.type, version, flexible, nullable)
+            rd, wr = _functions_for(spec.type, version, flexible, nullable)
             if spec.tag is not None:
                 if flexible and version in spec.tagged_versions:
                     self.tagged.append((spec.tag, name, rd, wr, default))
@@ -404,20 +365,26 @@ _LOW_LEVEL = (struct.error, IndexError, ValueError, TypeError, OverflowError, Un
               RecursionError)
 
 
-def decode_struct(cls: type[S], version: int, data: Buffer | Reader, flexible: bool) -> S:
-    """Decode ``cls`` at ``version``; with a buffer, every byte must be consumed."""
+def _decoded(read: Callable[[Reader], Any], data: Buffer | Reader, what: Callable[[], str]) -> Any:
+    """``read`` from ``data`` (a buffer: every byte must be consumed); the codec's low-level errors become
+    :class:`MalformedFrame`, naming ``what()``."""
     try:
         if isinstance(data, Reader):
-            obj: S = _codec(cls, version, flexible).decode(data)
-            return obj
+            return read(data)
         r = Reader(data)
-        obj = _codec(cls, version, flexible).decode(r)
+        value = read(r)
         r.expect_end()
-        return obj
+        return value
     except ProtocolError:
         raise
     except _LOW_LEVEL as e:
-        raise MalformedFrame(f"cannot decode {cls.__name__} v{version}: {e!r}") from None
+        raise MalformedFrame(f"cannot decode {what()}: {e!r}") from None
+
+
+def decode_struct(cls: type[S], version: int, data: Buffer | Reader, flexible: bool) -> S:
+    """Decode ``cls`` at ``version``; with a buffer, every byte must be consumed."""
+    obj: S = _decoded(lambda r: _codec(cls, version, flexible).decode(r), data, lambda: f"{cls.__name__} v{version}")
+    return obj
 
 
 def encode_struct(obj: Struct, version: int, flexible: bool, w: Writer | None = None) -> bytes:
@@ -447,22 +414,14 @@ def is_flexible_version(cls: type[Message], version: int) -> bool:
 
 def decode_value(type_: KType, version: int, flexible: bool, data: Buffer, nullable: bool = False) -> Any:
     """Decode one standalone value (e.g. the content of a tagged field); all bytes must be used."""
-    try:
-        r = Reader(data)
-        value = _reader_for(type_, version, flexible, nullable)(r)
-        r.expect_end()
-        return value
-    except ProtocolError:
-        raise
-    except _LOW_LEVEL as e:
-        raise MalformedFrame(f"cannot decode value: {e!r}") from None
+    return _decoded(lambda r: _functions_for(type_, version, flexible, nullable)[0](r), data, lambda: "value")
 
 
 def encode_value(type_: KType, version: int, flexible: bool, value: Any, nullable: bool = False) -> bytes:
     """Encode one standalone value."""
     w = Writer()
     try:
-        _writer_for(type_, version, flexible, nullable)(w, value)
+        _functions_for(type_, version, flexible, nullable)[1](w, value)
     except ProtocolError:
         raise
     except _LOW_LEVEL as e:

@@ -272,7 +272,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import ClassVar
 
 from .api_keys import ApiKey
 from .schema import (
@@ -285,6 +284,19 @@ from .schema import (
 
 NULL_UUID = uuid.UUID(int=0)
 '''
+
+#: The table of the messages' class attributes (Message.API_KEY, VALID_VERSIONS, FLEXIBLE_FROM), set on the classes
+#: after they are made: mypyc gives a compiled dataclass every annotated name of its body as a field, ClassVars too.
+MESSAGE_VERSIONS_HEAD = [
+    "#: Every message's API key, versions (lowest, highest) and first flexible version (None: never), set on its",
+    "#: class as Message's class attributes (API_KEY, VALID_VERSIONS, FLEXIBLE_FROM). Set here, not in the class",
+    "#: body: compiled with mypyc, a dataclass takes every annotated name of its body for a field, ClassVars too.",
+    "MESSAGE_VERSIONS: dict[type[Message], tuple[int, tuple[int, int], int | None]] = {",
+]
+MESSAGE_VERSIONS_TAIL = [
+    "for _message, (_api_key, _versions, _flexible_from) in MESSAGE_VERSIONS.items():",
+    "    _message.API_KEY, _message.VALID_VERSIONS, _message.FLEXIBLE_FROM = _api_key, _versions, _flexible_from",
+]
 
 
 def _annotation(f: Field) -> str:
@@ -384,22 +396,21 @@ def _class_code(struct: Struct, lines: list[str]) -> str:
     out = ["", "", "@dataclass(frozen=True, slots=True, kw_only=True)"]
     if m is not None:
         lo, hi = m.caps
-        flexible = "None" if m.flexible.empty else str(m.flexible.low)
-        api_member = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", m.api).upper()
         out += [f"class {struct.name}(Message):",
                 f'    """{m.api}{m.kind} v{lo}-v{hi} (API key {m.api_key}; Kafka {m.spec_versions.text()},'
-                f' flexible {m.flexible.text()})."""',
-                "",
-                f"    API_KEY: ClassVar[int] = ApiKey.{api_member}",
-                f"    VALID_VERSIONS: ClassVar[tuple[int, int]] = ({lo}, {hi})",
-                f"    FLEXIBLE_FROM: ClassVar[int | None] = {flexible}"]
-        if lines:
-            out.append("")
+                f' flexible {m.flexible.text()})."""']
     else:
         out += [f"class {struct.name}(Struct):", f'    """{_docstring(struct.about or struct.kafka_name)}"""']
-        if lines:
-            out.append("")
+    if lines:
+        out.append("")
     return "\n".join(out + lines)
+
+
+def _message_versions_row(m: Message) -> str:
+    """A message's row of MESSAGE_VERSIONS: its class, API key, versions and first flexible version."""
+    lo, hi = m.caps
+    flexible = "None" if m.flexible.empty else str(m.flexible.low)
+    return f"    {m.root.name}: (ApiKey.{_api_member(m.api)}, ({lo}, {hi}), {flexible}),"
 
 
 def generate_messages(messages: list[Message], kafka: str) -> str:
@@ -434,8 +445,10 @@ def generate_messages(messages: list[Message], kafka: str) -> str:
     registry += [f"    ApiKey.{_api_member(m.api)}: {m.root.name}," for m in messages if m.kind == "Request"]
     registry += ["}", "#: Every message class by API key (responses).", "RESPONSE_TYPES: dict[int, type[Message]] = {"]
     registry += [f"    ApiKey.{_api_member(m.api)}: {m.root.name}," for m in messages if m.kind == "Response"]
-    registry += ["}"]
-    names = sorted([*order, "NULL_UUID", "REQUEST_TYPES", "RESPONSE_TYPES"])
+    registry += ["}", *MESSAGE_VERSIONS_HEAD]
+    registry += [_message_versions_row(m) for m in messages]
+    registry += ["}", *MESSAGE_VERSIONS_TAIL]
+    names = sorted([*order, "MESSAGE_VERSIONS", "NULL_UUID", "REQUEST_TYPES", "RESPONSE_TYPES"])
     all_ = ["", "__all__ = ["] + [f'    "{n}",' for n in names] + ["]"]
     return HEADER.format(kafka=kafka, imports=imports) + "\n".join([*all_, *blocks, *registry]) + "\n"
 

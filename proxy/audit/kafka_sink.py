@@ -13,6 +13,7 @@ import collections
 import logging
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from insync_proxy.protocol import ProduceRequest, ProduceResponse
@@ -30,32 +31,27 @@ MAX_RECORDS_PER_BATCH = 500
 FLUSH_SECONDS = 1.0
 
 
+@dataclass(eq=False)
 class KafkaAuditSink:
-    def __init__(
-        self,
-        topic: str,
-        queue_size: int,
-        *,
-        proxy_id: str,
-        cluster_view: ClusterView,
-        refresh_topics: Callable[[Iterable[str]], Awaitable[None]],
-        connect: Callable[[tuple[str, int]], ControlConnection],
-        metrics: ProxyMetrics,
-    ) -> None:
-        self.topic = topic
-        self.proxy_id = proxy_id
-        self.cluster_view = cluster_view
-        self.refresh_topics = refresh_topics
-        self.connect = connect
-        self.metrics = metrics
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.queue: collections.deque[bytes] = collections.deque()
-        self.queue_size = queue_size
-        self._leaders: dict[int, ControlConnection] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._written = metrics.audit_events_written_total.labels("kafka")
-        self._dropped = metrics.audit_events_dropped_total.labels("kafka_queue_full")
-        self._warned = False
+    """The audit events' queue (at most `queue_size`) and the task that produces them to `topic`."""
+
+    topic: str
+    queue_size: int
+    _: KW_ONLY
+    proxy_id: str
+    cluster_view: ClusterView
+    refresh_topics: Callable[[Iterable[str]], Awaitable[None]]
+    connect: Callable[[tuple[str, int]], ControlConnection]
+    metrics: ProxyMetrics
+    loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    queue: collections.deque[bytes] = field(default_factory=collections.deque, init=False)
+    _leaders: dict[int, ControlConnection] = field(default_factory=dict, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _warned: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self._written = self.metrics.audit_events_written_total.labels("kafka")
+        self._dropped = self.metrics.audit_events_dropped_total.labels("kafka_queue_full")
 
     def offer(self, lines: list[bytes]) -> None:
         """From the audit writer thread: hand JSON lines over (thread-safe, one loop callback per batch)."""

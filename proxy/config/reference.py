@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -166,20 +167,27 @@ def reference_path() -> Path:
     return Path(__file__).resolve().parents[2] / DOCS
 
 
+def page_command(argv: list[str] | None, *, module: str, description: str, text: Callable[[], str],
+                 path: Path, page: Callable[[str, str], str]) -> int:
+    """The command line of a reference made from the code (`python -m <module> [--write]`): print `text()`, or
+    write it into `path` (`page(old page, text)`: the page as it is to be)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", allow_abbrev=False, description=description)
+    parser.add_argument("--write", action="store_true", help=f"write it into {path.name}")
+    args = parser.parse_args(argv)
+    made = text()
+    if not args.write:
+        sys.stdout.write(made if made.endswith("\n") else made + "\n")
+        return 0
+    path.write_text(page(path.read_text() if path.exists() else "", made))
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m insync_proxy.proxy.config.reference [--write]`: print docs/configuration.md, or write it."""
-    parser = argparse.ArgumentParser(prog="python -m insync_proxy.proxy.config.reference", allow_abbrev=False,
-                                     description=f"Print the configuration reference made from the settings; "
-                                                 f"--write writes it to {DOCS}.")
-    parser.add_argument("--write", action="store_true", help=f"write {DOCS}")
-    args = parser.parse_args(argv)
-    text = reference_markdown()
-    if args.write:
-        reference_path().write_text(text)
-        print(f"wrote {reference_path()}")
-        return 0
-    sys.stdout.write(text)
-    return 0
+    return page_command(argv, module="insync_proxy.proxy.config.reference", text=reference_markdown,
+                        description=f"Print the configuration reference made from the settings; --write writes "
+                                    f"it to {DOCS}.", path=reference_path(), page=lambda _, made: made)
 
 
 if __name__ == "__main__":

@@ -147,34 +147,29 @@ def _failure_text(exc: BaseException) -> str:
     return error_text(exc)
 
 
+@dataclass(eq=False)
 class ControlConnection:
-    """Request/response client over one connection to any broker; pipelined by correlation id."""
+    """Request/response client over one connection to any broker; pipelined by correlation id.
 
-    def __init__(
-        self,
-        addresses: list[tuple[str, int]],
-        ssl_context: ssl.SSLContext | None = None,
-        sasl: Any = None,
-        timeout: float = 10.0,
-        max_frame_bytes: int = 104_857_600,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        metrics: ProxyMetrics | None = None,
-    ) -> None:
-        """`timeout` bounds writes (Produce) and connecting; `request_timeout` bounds each read on one broker."""
-        self.addresses = list(addresses)
-        self.metrics = metrics
-        self.ssl_context = ssl_context
-        self.sasl = sasl
-        self.timeout = timeout
-        self.request_timeout = request_timeout
-        self.max_frame_bytes = max_frame_bytes
-        self._link: _Link | None = None
-        self._correlation = itertools.count(1)
-        self._connect_lock = asyncio.Lock()
-        self._learned: list[tuple[str, int]] = []
-        self._suspect_until: dict[tuple[str, int], float] = {}
-        #: Failovers so far: a request that gave up on one broker and went on to the next.
-        self.failovers = 0
+    `timeout` bounds writes (Produce) and connecting; `request_timeout` bounds each read on one broker."""
+
+    addresses: list[tuple[str, int]]
+    ssl_context: ssl.SSLContext | None = None
+    sasl: Any = None
+    timeout: float = 10.0
+    max_frame_bytes: int = 104_857_600
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    metrics: ProxyMetrics | None = None
+    _link: _Link | None = field(default=None, init=False)
+    _correlation: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
+    _connect_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _learned: list[tuple[str, int]] = field(default_factory=list, init=False)
+    _suspect_until: dict[tuple[str, int], float] = field(default_factory=dict, init=False)
+    #: Failovers so far: a request that gave up on one broker and went on to the next.
+    failovers: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.addresses = list(self.addresses)  # the caller's list stays the caller's
 
     # ------------------------------------------------------------------ connection
     @property

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from insync_proxy.protocol import MetadataResponse
@@ -34,30 +34,30 @@ from insync_proxy.proxy.observability.metrics import ProxyMetrics
 log = logging.getLogger("insync_proxy")
 
 
+@dataclass(eq=False)
 class MetadataRefresh:
     """Keeps the cluster view current from the control connection."""
 
-    def __init__(self, control: ControlConnection, cluster_view: ClusterView, min_insync: MinInsyncCache,
-                 metrics: ProxyMetrics, listeners: Listeners, readiness: PartitionReadiness,
-                 interval_seconds: float, warm_up: bool = False) -> None:
-        self.control = control
-        self.cluster_view = cluster_view
-        self.min_insync = min_insync
-        self.metrics = metrics
-        self.listeners = listeners
-        self.readiness = readiness
-        self.interval_seconds = interval_seconds
-        self._background: set[asyncio.Task[Any]] = set()
-        #: The start's warm-up (min_insync_warm_up): the min.insync.replicas read of every topic, once the
-        #: first Metadata has named them.
-        self.warm_up = warm_up
-        self._warm_up: asyncio.Future[None] | None = None
-        #: Topics that came into use in this loop turn, read in one Metadata request.
-        self._new_topics: list[str] = []
-        #: Why the last Metadata of the control connection failed (none since it last worked), secrets masked:
-        #: /readyz says it beside "no broker metadata yet", as the log does.
-        self.last_upstream_error: str | None = None
-        min_insync.demand.on_new.append(self._topic_in_use)
+    control: ControlConnection
+    cluster_view: ClusterView
+    min_insync: MinInsyncCache
+    metrics: ProxyMetrics
+    listeners: Listeners
+    readiness: PartitionReadiness
+    interval_seconds: float
+    #: The start's warm-up (min_insync_warm_up): the min.insync.replicas read of every topic, once the
+    #: first Metadata has named them.
+    warm_up: bool = False
+    _background: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
+    _warm_up: asyncio.Future[None] | None = field(default=None, init=False)
+    #: Topics that came into use in this loop turn, read in one Metadata request.
+    _new_topics: list[str] = field(default_factory=list, init=False)
+    #: Why the last Metadata of the control connection failed (none since it last worked), secrets masked:
+    #: /readyz says it beside "no broker metadata yet", as the log does.
+    last_upstream_error: str | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.min_insync.demand.on_new.append(self._topic_in_use)
 
     def _topic_in_use(self, topic: str) -> None:
         """A topic came into use: read its partitions soon (with the others of this loop turn) unless known."""

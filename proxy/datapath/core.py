@@ -167,24 +167,43 @@ class ConnectionCore:
         """Bytes from the client: every whole request frame is handled in order."""
         if self.closed:
             return
-        stream = self.client_frames
+        self._handle_chunk(data, self.client_frames, True)
+
+    def _handle_chunk(self, data: Frame, stream: FrameStream, requests: bool) -> None:
+        """One read's bytes, the client's (`requests`) or the broker's: each frame event handled in order, a
+        failure closing the connection; what was gathered meanwhile goes out at the end, before a close too."""
         self._to_client, self._to_upstream = [], []
         try:
+            if not requests and self._through is not None and len(data) < stream.passing:
+                # The middle of a response a tap watches: no frame events either.
+                stream.passing -= len(data)
+                self._pass_response_part(data if isinstance(data, memoryview) else memoryview(data))
+                return
             stream.feed(data)
             while (event := stream.next()) is not None:
                 kind, value = event
                 if kind == FRAME:
-                    self._on_request(value, stream.framed)
+                    if requests:
+                        self._on_request(value, stream.framed)
+                    else:
+                        self._on_response(value, stream.framed)
                 elif kind == PART:
-                    self._to_upstream.append(value)
-                else:
+                    if requests:
+                        self._to_upstream.append(value)
+                    else:
+                        self._pass_response_part(value)
+                elif requests:
                     self._offer_request(value)
+                else:
+                    self._offer_response(value)
                 if self.closed:
                     return
         except ProtocolError as exc:
-            self._close(CloseReason("client_bad_frame", str(exc), frame_error_kind(exc)))
+            side = "client" if requests else "upstream"
+            self._close(CloseReason(f"{side}_bad_frame", str(exc), frame_error_kind(exc)))
         except Exception as exc:  # a bug must cost one connection, never the process
-            self._close(CloseReason("internal", f"request handling failed: {exc!r}", error=exc))
+            what = "request" if requests else "response"
+            self._close(CloseReason("internal", f"{what} handling failed: {exc!r}", error=exc))
         finally:
             self._send_gathered()
 
@@ -197,19 +216,15 @@ class ConnectionCore:
         if to_client:
             self.io.write_client(*to_client)
 
-    def _send_upstream(self, *data: Frame) -> None:
-        gathered = self._to_upstream
-        if gathered is None:
+    def _send(self, upstream: bool, *data: Frame) -> None:
+        """To the broker (`upstream`) or the client: gathered while a chunk is handled, else written at once."""
+        gathered = self._to_upstream if upstream else self._to_client
+        if gathered is not None:
+            gathered.extend(data)
+        elif upstream:
             self.io.write_upstream(*data)
         else:
-            gathered.extend(data)
-
-    def _send_client(self, *data: Frame) -> None:
-        gathered = self._to_client
-        if gathered is None:
             self.io.write_client(*data)
-        else:
-            gathered.extend(data)
 
     def _on_request(self, frame: memoryview, framed: memoryview | None = None) -> None:
         """A whole request; `framed`: the same bytes with their size prefix, as they came."""
@@ -283,22 +298,21 @@ class ConnectionCore:
         if isinstance(frame, list):
             size = sum(len(c) for c in frame)
             if size < _JOIN_BELOW:
-                self._send_upstream(b"".join([_SIZE.pack(size), *frame]))
+                self._send(True, b"".join([_SIZE.pack(size), *frame]))
             else:
-                self._send_upstream(_SIZE.pack(size), *frame)
+                self._send(True, _SIZE.pack(size), *frame)
         elif frame is exchange.request_frame and exchange.request_framed is not None:
-            self._send_upstream(exchange.request_framed)  # unchanged: as it came, no copy
+            self._send(True, exchange.request_framed)  # unchanged: as it came, no copy
         else:
-            self._write_frame(self._send_upstream, frame)
+            self._write_frame(True, frame)
 
-    @staticmethod
-    def _write_frame(write: Callable[..., None], payload: Frame) -> None:
+    def _write_frame(self, upstream: bool, payload: Frame) -> None:
         """One frame, its size prefix first, in one write: small ones as one buffer, large ones as two."""
         size = len(payload)
         if size < _JOIN_BELOW:
-            write(_SIZE.pack(size) + payload)
+            self._send(upstream, _SIZE.pack(size) + payload)
         else:
-            write(_SIZE.pack(size), payload)
+            self._send(upstream, _SIZE.pack(size), payload)
 
     # ------------------------------------------------------------------ upstream side
     def receive_upstream_data(self, data: Frame) -> None:
@@ -312,30 +326,7 @@ class ConnectionCore:
             stream.passing -= len(data)
             self.io.write_client(data)
             return
-        self._to_client, self._to_upstream = [], []
-        try:
-            if through is not None and len(data) < stream.passing:
-                # The middle of a response a tap watches: no frame events either.
-                stream.passing -= len(data)
-                self._pass_response_part(data if isinstance(data, memoryview) else memoryview(data))
-                return
-            stream.feed(data)
-            while (event := stream.next()) is not None:
-                kind, value = event
-                if kind == PART:
-                    self._pass_response_part(value)
-                elif kind == FRAME:
-                    self._on_response(value, stream.framed)
-                else:
-                    self._offer_response(value)
-                if self.closed:
-                    return
-        except ProtocolError as exc:
-            self._close(CloseReason("upstream_bad_frame", str(exc), frame_error_kind(exc)))
-        except Exception as exc:  # a bug must cost one connection, never the process
-            self._close(CloseReason("internal", f"response handling failed: {exc!r}", error=exc))
-        finally:
-            self._send_gathered()
+        self._handle_chunk(data, stream, False)
 
     def _next_awaited(self, frame: memoryview) -> Exchange:
         """The exchange this response answers (the oldest forwarded one), checked by correlation id."""
@@ -391,7 +382,7 @@ class ConnectionCore:
         through.first = False
         through.plain = through.tap is None and through.kept is None
         if send:
-            self._send_client(send)
+            self._send(False, send)
             if through.kept is not None:
                 through.kept.append(bytes(send))
         if not self.upstream_frames.passing:
@@ -407,7 +398,7 @@ class ConnectionCore:
             if len(tail) != len(held):
                 raise RuntimeError(f"a response tap turned a {len(held)}-byte tail into {len(tail)} bytes")
         if tail:
-            self._send_client(tail)
+            self._send(False, tail)
         popped = self.pending.popleft()
         assert popped is exchange
         exchange.response = through.head
@@ -502,9 +493,9 @@ class ConnectionCore:
             assert payload is not None
             framed = done.response_framed
             if framed is not None:
-                self._send_client(framed)  # the broker's frame unchanged: as it came, no copy
+                self._send(False, framed)  # the broker's frame unchanged: as it came, no copy
             else:
-                self._write_frame(self._send_client, payload)
+                self._write_frame(False, payload)
             latency = now - done.received_at
             self.observer.response_written(done, payload, latency)
             self._completed(done, latency)

@@ -21,6 +21,7 @@ import resource
 import ssl
 import time
 from collections.abc import Callable, Container, Iterable
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Final
 
 from insync_proxy.proxy.config.broker_ports import NO_PORT, BrokerPorts
@@ -164,25 +165,27 @@ class _SettledNodeIds(Container[int]):
         return node_id in self.group.brokers or node_id in self.group.unmapped
 
 
+@dataclass(eq=False)
 class Listeners:
     """Every client listener of the process, opened and closed as the cluster view's brokers come and go."""
 
-    def __init__(self, configs: Iterable[ListenerConfig], *, bind_host: str, advertised_host: str,
-                 ssl_context: Callable[[], ssl.SSLContext | None], cluster_view: ClusterView,
-                 metrics: ProxyMetrics, connection_factory: ConnectionFactory,
-                 file_descriptors: FileDescriptors | None = None) -> None:
-        self.groups = [ListenerGroup(c, advertised_host) for c in configs]
-        self.bind_host = bind_host
-        self.advertised_host = advertised_host
-        #: The downstream TLS context new listeners use (None: plaintext).
-        self.ssl_context = ssl_context
-        self.cluster_view = cluster_view
-        self.metrics = metrics
-        self.connection_factory = connection_factory
-        self.file_descriptors = file_descriptors or FileDescriptors()
-        self._lock = asyncio.Lock()
-        self._closed = False
-        self._missing_since: dict[int, float] = {}
+    configs: InitVar[Iterable[ListenerConfig]]
+    _: KW_ONLY
+    bind_host: str
+    advertised_host: str
+    #: The downstream TLS context new listeners use (None: plaintext).
+    ssl_context: Callable[[], ssl.SSLContext | None]
+    cluster_view: ClusterView
+    metrics: ProxyMetrics
+    connection_factory: ConnectionFactory
+    file_descriptors: FileDescriptors = field(default_factory=FileDescriptors)
+    groups: list[ListenerGroup] = field(init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _closed: bool = field(default=False, init=False)
+    _missing_since: dict[int, float] = field(default_factory=dict, init=False)
+
+    def __post_init__(self, configs: Iterable[ListenerConfig]) -> None:
+        self.groups = [ListenerGroup(c, self.advertised_host) for c in configs]
 
     @property
     def bootstrap_port(self) -> int:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -19,16 +20,16 @@ from insync_proxy.proxy.observability.metrics import ProxyMetrics
 log = logging.getLogger("insync_proxy.admin")
 
 
+@dataclass(eq=False)
 class AdminServer:
-    def __init__(self, metrics: ProxyMetrics, ready: Callable[[], tuple[bool, str]], host: str, port: int,
-                 reload: Callable[[], dict[str, Any]] | None = None) -> None:
-        """`reload` answers POST /reload (None: 404); the port is loopback by default (admin_host)."""
-        self.metrics = metrics
-        self.reload = reload
-        self.ready = ready
-        self.host = host
-        self.port = port
-        self.server: asyncio.Server | None = None
+    """`reload` answers POST /reload (None: 404); the port is loopback by default (admin_host)."""
+
+    metrics: ProxyMetrics
+    ready: Callable[[], tuple[bool, str]]
+    host: str
+    port: int
+    reload: Callable[[], dict[str, Any]] | None = None
+    server: asyncio.Server | None = None
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._handle, self.host, self.port)

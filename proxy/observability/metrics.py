@@ -11,7 +11,7 @@ from __future__ import annotations
 import platform
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -55,60 +55,6 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-class TopicCounterChild:
-    __slots__ = ("line_prefix", "value")
-
-    def __init__(self, line_prefix: str) -> None:
-        self.line_prefix = line_prefix
-        self.value = 0.0
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.value += amount
-
-
-class TopicCounter:
-    """A counter with a per-topic label, rendered by hand: thousands of series in about a millisecond.
-
-    prometheus-client formats every sample anew on each scrape (tens of ms at 1,000 topics, measured);
-    here each series' text up to its value is built once. Also a prometheus-client collector (`collect`),
-    so the registry, tests and tools see it like any other counter. Updated from the event loop only
-    (`child.inc(n)`, or `child.value += n` where a method call per update matters).
-    """
-
-    def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
-        self._name = name
-        self._labelnames = tuple(labelnames)
-        self.documentation = documentation
-        self.sample_name = name + "_total"
-        self._children: dict[tuple[str, ...], TopicCounterChild] = {}
-        self._header = (
-            f"# HELP {self.sample_name} {documentation}\n# TYPE {self.sample_name} counter\n"
-        )
-
-    def labels(self, *values: str) -> TopicCounterChild:
-        child = self._children.get(values)
-        if child is None:
-            pairs = sorted(zip(self._labelnames, values, strict=True))
-            labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in pairs)
-            child = self._children[values] = TopicCounterChild(f"{self.sample_name}{{{labels}}} ")
-        return child
-
-    def render(self) -> str:
-        """Exposition text, as prometheus-client writes it."""
-        if not self._children:
-            return ""
-        lines = [self._header]
-        for child in list(self._children.values()):
-            lines.append(f"{child.line_prefix}{float(child.value)!r}\n")
-        return "".join(lines)
-
-    def collect(self) -> list[CounterMetricFamily]:
-        family = CounterMetricFamily(self._name, self.documentation, labels=list(self._labelnames))
-        for values, child in list(self._children.items()):
-            family.add_metric(list(values), child.value)
-        return [family]
-
-
 class LockFreeCounterChild:
     __slots__ = ("value",)
 
@@ -119,7 +65,65 @@ class LockFreeCounterChild:
         self.value += amount
 
 
-class LockFreeCounter:
+class TopicCounterChild(LockFreeCounterChild):
+    __slots__ = ("line_prefix",)
+
+    def __init__(self, line_prefix: str) -> None:
+        super().__init__()
+        self.line_prefix = line_prefix
+
+
+class _CounterFamily:
+    """A labelled counter's name, labels and children, collected as a prometheus-client counter family."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self._name = name
+        self._labelnames = tuple(labelnames)
+        self.documentation = documentation
+        self._children: dict[tuple[str, ...], LockFreeCounterChild] = {}
+
+    def collect(self) -> list[CounterMetricFamily]:
+        family = CounterMetricFamily(self._name, self.documentation, labels=list(self._labelnames))
+        for values, child in list(self._children.items()):
+            family.add_metric(list(values), child.value)
+        return [family]
+
+
+class TopicCounter(_CounterFamily):
+    """A counter with a per-topic label, rendered by hand: thousands of series in about a millisecond.
+
+    prometheus-client formats every sample anew on each scrape (tens of ms at 1,000 topics, measured);
+    here each series' text up to its value is built once. Also a prometheus-client collector (`collect`),
+    so the registry, tests and tools see it like any other counter. Updated from the event loop only
+    (`child.inc(n)`, or `child.value += n` where a method call per update matters).
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
+        super().__init__(name, documentation, labelnames)
+        self.sample_name = name + "_total"
+        self._header = (
+            f"# HELP {self.sample_name} {documentation}\n# TYPE {self.sample_name} counter\n"
+        )
+
+    def labels(self, *values: str) -> TopicCounterChild:
+        child = self._children.get(values)
+        if child is None:
+            pairs = sorted(zip(self._labelnames, values, strict=True))
+            labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in pairs)
+            child = self._children[values] = TopicCounterChild(f"{self.sample_name}{{{labels}}} ")
+        return cast(TopicCounterChild, child)  # every child of a TopicCounter is one
+
+    def render(self) -> str:
+        """Exposition text, as prometheus-client writes it."""
+        if not self._children:
+            return ""
+        lines = [self._header]
+        for child in list(self._children.values()):
+            lines.append(f"{cast(TopicCounterChild, child).line_prefix}{float(child.value)!r}\n")
+        return "".join(lines)
+
+
+class LockFreeCounter(_CounterFamily):
     """A labelled counter for per-request series, updated from the event loop thread only.
 
     prometheus-client takes a lock on every increment (about a microsecond each, several per request);
@@ -128,10 +132,7 @@ class LockFreeCounter:
     """
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
-        self._name = name
-        self._labelnames = tuple(labelnames)
-        self.documentation = documentation
-        self._children: dict[tuple[str, ...], LockFreeCounterChild] = {}
+        super().__init__(name, documentation, labelnames)
         registry.register(self)
 
     def labels(self, *values: str) -> LockFreeCounterChild:
@@ -141,12 +142,6 @@ class LockFreeCounter:
                 raise ValueError(f"{self._name} takes labels {self._labelnames}, got {values}")
             child = self._children[values] = LockFreeCounterChild()
         return child
-
-    def collect(self) -> list[CounterMetricFamily]:
-        family = CounterMetricFamily(self._name, self.documentation, labels=list(self._labelnames))
-        for values, child in list(self._children.items()):
-            family.add_metric(list(values), child.value)
-        return [family]
 
 
 class LockFreeHistogramChild:

@@ -7,10 +7,10 @@ COMPILED_MODULES), and `python -m` cannot run a compiled module ("No code object
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from insync_proxy.proxy.config.reference import page_command
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 #: The page the table lives on, from the source tree's root; the table stands between the two markers.
@@ -59,19 +59,9 @@ def with_table(page: str, table: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the table, or write it into docs/metrics.md (`--write`)."""
-    parser = argparse.ArgumentParser(prog="python -m insync_proxy.proxy.observability.metrics_reference", allow_abbrev=False,
-                                     description=f"Print the metrics reference table made from the code; --write "
-                                                 f"puts it into {PAGE} between its markers.")
-    parser.add_argument("--write", action="store_true", help=f"write the table into {PAGE}")
-    args = parser.parse_args(argv)
-    table = reference_table()
-    if not args.write:
-        print(table)
-        return 0
-    path = reference_path()
-    path.write_text(with_table(path.read_text(), table))
-    print(f"wrote the metrics table into {path}")
-    return 0
+    return page_command(argv, module="insync_proxy.proxy.observability.metrics_reference", text=reference_table,
+                        description=f"Print the metrics reference table made from the code; --write puts it into "
+                                    f"{PAGE} between its markers.", path=reference_path(), page=with_table)
 
 
 if __name__ == "__main__":

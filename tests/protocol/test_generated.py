@@ -101,7 +101,7 @@ def test_a_new_kafka_version_is_served_only_once_its_cap_is_raised(monkeypatch: 
     monkeypatch.setitem(config.DECODED_APIS, "Metadata", (0, 14))
     generated = generate(specs)
     assert "METADATA_MAX_VERSION: Final = 14" in generated[VERSIONS_OUT]
-    assert re.search(r"class MetadataResponse\(Message\):.*?VALID_VERSIONS: ClassVar\[tuple\[int, int\]\] = \(0, 14\)",
+    assert re.search(r"class MetadataResponse\(Message\):.*?MetadataResponse: \(ApiKey.METADATA, \(0, 14\), 9\)",
                      generated[MESSAGES_OUT], re.S)
     assert 'new_field: int = kfield(INT32, "14+", default=0)' in generated[MESSAGES_OUT]
 
