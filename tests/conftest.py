@@ -8,7 +8,8 @@ or the `every_kafka_version` marker) run once per supported version: 4.x, 3.9, a
 
 Tests are grouped by the cluster they need (`work_unit`): `./scripts/test` spreads the groups over three
 pytest-xdist workers (`-n 3`; `-n 0` runs them in one process), so at most three clusters run at once, each
-starts once per run, and a worker that finishes its group takes the next, the biggest first.
+starts once per run, and a worker that finishes its group takes the next: the 5-minute scenario first (on a
+worker of its own, beside the rest), then the biggest.
 """
 
 from __future__ import annotations
@@ -256,27 +257,57 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # starts each once; the biggest groups first (workers take the next group when theirs is done); within a
     # group, the tests that bounce brokers last.
     units = {item: work_unit(item) for item in items}
-    items.sort(key=lambda item: (_unit_rank(units[item]), units[item], bool(item.get_closest_marker("bounces_brokers"))))
+    order = _unit_order(set(units.values()))
+    items.sort(key=lambda item: (order[units[item]], bool(item.get_closest_marker("bounces_brokers"))))
     for item in items:
         item.add_marker(pytest.mark.xdist_group(units[item]))
 
 
+#: Groups of one test that runs for minutes (the scenario runner's 5-minute schedule, 320 s): started first,
+#: on a worker of their own, so the rest of the suite runs beside them instead of after them. Last in the
+#: queue, the year's group ran alone for its last few minutes while the other workers idled (one core of two).
+LONG_UNITS = ("own:year",)
+
+
+def _unit_order(units: set[str]) -> dict[str, int]:
+    """The order the groups are handed to the workers in: the long groups first, then by `_unit_rank`.
+
+    pytest-xdist gives a worker its next group as soon as it has two tests or fewer left, so a one-test group
+    takes another group at once, to run after it: the first worker's is the group after the first N (N
+    workers), and there goes a light one (the first without JVMs), not a cluster's group held for minutes
+    behind the long one while another worker could run it."""
+    ranked = sorted(units, key=lambda unit: (_unit_rank(unit), unit))
+    long_units = [unit for unit in ranked if unit in LONG_UNITS]
+    if long_units:
+        light = [unit for unit in ranked if _unit_rank(unit) == NO_JVM_RANK][:len(long_units)]
+        rest = [unit for unit in ranked if unit not in long_units and unit not in light]
+        workers = max(len(long_units), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+        others = workers - len(long_units)
+        ranked = long_units + rest[:others] + light + rest[others:]
+    return {unit: index for index, unit in enumerate(ranked)}
+
+
+#: The rank of the groups without JVMs (`_unit_rank`): the last.
+NO_JVM_RANK = 4 + len(EVERY_KAFKA_VERSION) + 1
+
+
 def _unit_rank(unit: str) -> int:
-    """Order of the groups: the selected version's shared cluster (the longest), Spark, the image (its
-    build takes minutes on a fresh machine) and the pipeline's tests over that cluster, the other clusters
-    (newest version first), then the groups without JVMs, which fill the workers' last minutes."""
+    """Order of the groups (after the long ones, LONG_UNITS): the selected version's shared cluster (the
+    longest), the image (its build takes minutes on a fresh machine), Spark and the pipeline's tests over that
+    cluster, the other clusters (newest version first), then the groups without JVMs, which fill the workers'
+    last minutes."""
     if unit == f"kafka:{selected_version()}":
         return 0
-    if unit == "spark":
+    if unit == IMAGE_UNIT:
         return 1
-    if unit in (IMAGE_UNIT, f"kafka:{selected_version()}{SPARK_SUFFIX}"):
+    if unit in ("spark", f"kafka:{selected_version()}{SPARK_SUFFIX}"):
         return 2
     versions = [f"kafka:{v}" for v in EVERY_KAFKA_VERSION if v]
     if unit in versions:
         return 3 + versions.index(unit)
     if unit.startswith("kafka:"):
         return 3 + len(versions)
-    return 4 + len(versions) if unit.startswith("own:") else 5 + len(versions)
+    return 4 + len(versions) if unit.startswith("own:") else NO_JVM_RANK
 
 
 def work_unit(item: pytest.Item) -> str:

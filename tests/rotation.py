@@ -1,4 +1,4 @@
-"""A certificate rotation under load, for the suite (60 s, tests/integration/test_reload.py) and as a command
+"""A certificate rotation under load, for the suite (30 s, tests/integration/test_reload.py) and as a command
 (benchmarks/rotation_soak.py, 10 minutes): the proxy's upstream client certificate is replaced every `period`
 seconds by a new one from the same CA, each valid `validity` seconds, while Kafka's Java producer and
 librdkafka produce through the proxy without pause.

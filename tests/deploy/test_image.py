@@ -10,8 +10,10 @@ image's ENV, in its WORKDIR: what `docker run` would run. The network is the hos
 the proxy reaches the test cluster on loopback and the test reaches the proxy there.
 
 The image is built once per test session (podman's layer cache makes a rebuild after a source change
-quick), by one worker: the four tests are one group (tests/conftest.py work_unit), as two builds at once
-collide. The build's duration and the image's size are printed. Skipped, with the reason printed, where
+quick), by one worker: the four tests are one group (tests/conftest.py work_unit). `./scripts/test` starts
+the same build in the background before pytest (beside pip, on a bare machine); scripts/build-image takes a
+lock, so the build here waits for that one and finds every layer cached. The base, once made, stays in
+podman's image store: a second run (even from a fresh clone) builds in about 10 s. The build's duration and the image's size are printed. Skipped, with the reason printed, where
 podman cannot be installed or chroot is not allowed (not root, no apt-get, not Linux).
 """
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from insync_proxy.devcluster.distribution import selected_version
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: A plugin for the collecting pytest: each test's xdist_group, as the conftest marked it.
@@ -21,11 +23,13 @@ def pytest_collection_finish(session):
 '''
 
 
-def _groups(tmp_path: Path, *paths: str) -> dict[str, str]:
-    """Collects the given test files (nothing runs, no JVM starts) and returns each test's group."""
+def _groups(tmp_path: Path, *paths: str, workers: int | None = None) -> dict[str, str]:
+    """Collects the given test files (nothing runs, no JVM starts) and returns each test's group, in the
+    order the tests were sorted into (`workers`: as a pytest-xdist worker of a run with that many collects)."""
     (tmp_path / "work_units_plugin.py").write_text(_GROUPS_PLUGIN)
     out = tmp_path / "groups.json"
     env = {**os.environ, "WORK_UNITS_OUT": str(out),
+           **({"PYTEST_XDIST_WORKER_COUNT": str(workers)} if workers else {}),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-m", "pytest", "-p", "work_units_plugin", "--collect-only", "-q",
                              "-n", "0", *paths], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -44,6 +48,21 @@ def test_the_image_tests_run_in_one_group_apart_from_the_shared_cluster(tmp_path
     assert len(image) == 4, image
     assert set(image.values()) == {"image"}, image
     assert shared and all(group.startswith("kafka:") for group in shared), shared
+
+
+def test_the_five_minute_scenario_starts_first_and_a_group_without_jvms_waits_behind_it(tmp_path: Path) -> None:
+    # Given the scenario test (one test, 320 s), tests on the shared cluster, the image's and some without JVMs
+    groups = _groups(tmp_path, "tests/deploy/test_compose.py", "tests/deploy/test_dockerfile.py",
+                     "tests/deploy/test_image.py", "tests/integration/test_acks.py",
+                     "tests/integration/test_year_in_an_hour.py", workers=3)
+    # When three workers take the groups in order (pytest-xdist: a worker with two tests or fewer left takes
+    # the next group at once, so the scenario's worker takes the fourth, to run after the scenario)
+    order = list(dict.fromkeys(groups.values()))
+    # Then the scenario goes first, the two other workers get the shared cluster and the image, and the group
+    # queued behind the scenario is one without JVMs, not a cluster's
+    assert order[0] == "own:year", order
+    assert order[1:3] == [f"kafka:{selected_version()}", "image"], order
+    assert order[3] == "tests/deploy/test_compose.py", order
 
 
 def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
