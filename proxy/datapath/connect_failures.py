@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 Address = tuple[str, int]
@@ -45,21 +46,19 @@ class _Failures:
         self.latest = latest
 
 
+@dataclass(eq=False, kw_only=True)
 class ConnectFailures:
     """Failed connects per upstream address, bounded; see the module's docstring."""
 
-    def __init__(self, *, recent_seconds: float = RECENT_FAILURE_SECONDS, hold_initial: float = HOLD_INITIAL_SECONDS,
-                 hold_max: float = HOLD_MAX_SECONDS, max_held: int = MAX_HELD_CONNECTIONS,
-                 max_addresses: int = MAX_ADDRESSES, clock: Callable[[], float] = time.monotonic) -> None:
-        self.recent_seconds = recent_seconds
-        self.hold_initial = hold_initial
-        self.hold_max = hold_max
-        self.max_held = max_held
-        self.max_addresses = max_addresses
-        self.clock = clock
-        self._failures: OrderedDict[Address, _Failures] = OrderedDict()
-        #: Client connections held now.
-        self.held = 0
+    recent_seconds: float = RECENT_FAILURE_SECONDS
+    hold_initial: float = HOLD_INITIAL_SECONDS
+    hold_max: float = HOLD_MAX_SECONDS
+    max_held: int = MAX_HELD_CONNECTIONS
+    max_addresses: int = MAX_ADDRESSES
+    clock: Callable[[], float] = time.monotonic
+    _failures: OrderedDict[Address, _Failures] = field(default_factory=OrderedDict, init=False)
+    #: Client connections held now.
+    held: int = field(default=0, init=False)
 
     def __len__(self) -> int:
         return len(self._failures)
