@@ -25,6 +25,9 @@ _STALE_LEADER_ERRORS: Final = frozenset(int(c) for c in (
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 ))
 
+#: Topics the re-reads remember (when each was last re-read); past it, those re-read over a second ago go.
+REREADS_KEPT: Final = 1024
+
 
 class IsrRereads:
     """Re-reads a topic's partitions (leader, ISR) at most once a second: for a failed acks precheck and for
@@ -36,12 +39,19 @@ class IsrRereads:
         #: A parameter, not a patched module global: tests step it by hand (and the compiled build binds globals).
         self._clock = clock
         self._last: dict[str, float] = {}
+        self._prune_at = REREADS_KEPT
 
     def soon(self, topic: str) -> None:
         now = self._clock()
         if now - self._last.get(topic, 0.0) < 1.0:
             return
-        self._last[topic] = now
+        last = self._last
+        if len(last) >= self._prune_at and topic not in last:
+            # Only a topic re-read within the last second matters: the rest go (topics deleted, names made up).
+            # The next pass waits for twice what stays, so a flood of new names costs amortised O(1) each.
+            self._last = last = {t: at for t, at in last.items() if now - at < 1.0}
+            self._prune_at = max(REREADS_KEPT, 2 * len(last))
+        last[topic] = now
         self._refresh_topics([topic])
 
 
