@@ -24,6 +24,7 @@ _STALE_LEADER_ERRORS: Final = frozenset(int(c) for c in (
     ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 ))
+_UNKNOWN_TOPIC_OR_PARTITION: Final = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 #: Topics the re-reads remember (when each was last re-read); past it, those re-read over a second ago go.
 REREADS_KEPT: Final = 1024
@@ -83,4 +84,6 @@ class IsrLearning(BehaviourBase):
                 view.broker_said_below_min_isr(name, partition)
                 self.rereads.soon(name)
             elif code in _STALE_LEADER_ERRORS:
+                if code == _UNKNOWN_TOPIC_OR_PARTITION and name not in view.topic_partition_counts:
+                    continue  # a name the proxy never saw (made up, or gone already): nothing of it to re-read
                 self.rereads.soon(name)

@@ -35,17 +35,34 @@ def _produce_to_names(proxy: Sidecar, names: list[str], acks: int, error: int | 
             clock.now += step
 
 
-def test_topic_names_answered_unknown_topic_leave_no_reread_state_behind() -> None:
-    # Given a client producing to ever new topic names (deleted topics, a typo'd name in a loop, a scanner), each
-    # answered UNKNOWN_TOPIC_OR_PARTITION by the broker (a "stale leader" error: the topic's ISR is re-read)
+def test_topics_reread_once_leave_no_state_behind() -> None:
+    # Given ever new topics re-read once each, a second or more apart (topics deleted behind the proxy's back: the
+    # leader answers UNKNOWN_TOPIC_OR_PARTITION, a "stale leader" error, and the topic's ISR is re-read)
     clock = Clock()
     proxy = Sidecar(clock=clock)
-    names = [f"made-up-{i}" for i in range(2 * REREADS_KEPT + 1)]
-    # When a second passes between them
-    _produce_to_names(proxy, names, -1, UNKNOWN_TOPIC_OR_PARTITION, clock, step=1.5)
+    rereads = proxy.policy.rereads
+    names = [f"deleted-{i}" for i in range(3 * REREADS_KEPT)]
+    for name in names:
+        rereads.soon(name)
+        clock.now += 1.5
     # Then each was re-read once, and what the re-reads remember stays within its bound
     assert len(proxy.refreshed) == len(names)
-    assert len(proxy.policy.rereads._last) <= REREADS_KEPT
+    assert len(rereads._last) <= REREADS_KEPT
+
+
+def test_a_produce_to_a_topic_the_proxy_never_saw_answered_unknown_topic_rereads_nothing() -> None:
+    # Given a client producing to made-up topic names (a typo in a loop, a scanner), each answered
+    # UNKNOWN_TOPIC_OR_PARTITION by the broker
+    clock = Clock()
+    proxy = Sidecar(clock=clock)
+    proxy.isr(orders=[HEALTHY])
+    _produce_to_names(proxy, [f"made-up-{i}" for i in range(50)], -1, UNKNOWN_TOPIC_OR_PARTITION, clock, step=1.5)
+    # Then no control request and no memory is spent on them: there is nothing of theirs to re-read
+    assert proxy.refreshed == []
+    assert not proxy.policy.rereads._last
+    # While a topic the proxy knows, answered so (deleted, or its leader moved), is re-read (then forgotten)
+    _produce_to_names(proxy, [ORDERS], -1, UNKNOWN_TOPIC_OR_PARTITION)
+    assert proxy.refreshed == [[ORDERS]]
 
 
 def test_a_topic_is_still_reread_at_most_once_a_second_when_many_are() -> None:
