@@ -47,12 +47,14 @@ def child(config: str, out: str) -> int:
         gc.collect()
         taken[0] += 1
         stem = Path(out) / f"snap-{taken[0]}"
-        tracemalloc.take_snapshot().dump(str(stem) + ".tracemalloc")
+        if tracemalloc.is_tracing():
+            tracemalloc.take_snapshot().dump(str(stem) + ".tracemalloc")
         counts = Counter(type(o).__qualname__ for o in gc.get_objects())
         rss = int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) / 1024
         traced, peak = tracemalloc.get_traced_memory()
         (Path(str(stem) + ".json")).write_text(json.dumps(
-            {"rss_mib": rss, "traced": traced, "peak": peak, "types": counts.most_common(300)}))
+            {"rss_mib": rss, "traced": traced, "peak": peak, "types": counts.most_common(300),
+             "blocks": sys.getallocatedblocks(), "malloc": mallinfo(), "closed": closed_connections()}))
 
     signal.signal(signal.SIGUSR1, dump)
     from insync_proxy.cli import main
@@ -60,14 +62,51 @@ def child(config: str, out: str) -> int:
     return main(["run", "--config", config])
 
 
+def closed_connections() -> dict[str, Any]:
+    """Client connections closed but still alive, and what holds the first few (two levels of referrers)."""
+    from insync_proxy.proxy.datapath.connection import ClientConnection
+
+    closed = [o for o in gc.get_objects() if isinstance(o, ClientConnection) and o.closed]
+    holders = []
+    for connection in closed[:3]:
+        for referrer in gc.get_referrers(connection):
+            if referrer is closed:
+                continue
+            above = [type(r).__qualname__ for r in gc.get_referrers(referrer) if r is not closed][:6]
+            holders.append(f"{type(referrer).__qualname__} {str(referrer)[:160]!r} <- {above}")
+    del closed[3:]
+    return {"count": len([o for o in gc.get_objects() if isinstance(o, ClientConnection) and o.closed]),
+            "held_by": holders}
+
+
+def mallinfo() -> dict[str, int]:
+    """glibc's heap figures (mallinfo2): `arena` bytes taken with brk, `hblkhd` in mmap'ed blocks, `uordblks` in use,
+    `fordblks` free inside the heap (held, not returned to the system: fragmentation when it grows)."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+        info = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return {}
+    return {name: int(getattr(info, name)) for name, _ in MallInfo2._fields_}
+
+
 # ---------------------------------------------------------------------- the driver
-def proxy_toml(servers: str, admin_port: int, bootstrap: int, base: int, refresh: float, summary: int) -> str:
+def proxy_toml(servers: str, admin_port: int, bootstrap: int, base: int, refresh: float, summary: int,
+               tls: Path | None = None) -> str:
     return (
         f"bootstrap_servers = {json.dumps(servers.split(','))}\nadmin_port = {admin_port}\nproxy_id = \"soak\"\n"
         f"metadata_refresh_seconds = {refresh}\nmin_insync_ttl_seconds = 5.0\n"
         f"log_summary_interval_seconds = {summary}\nlog_level = \"INFO\"\n"
         f"[[listener]]\nname = \"clients\"\nbootstrap_port = {bootstrap}\nbroker_port_base = {base}\n"
         "node_id_ranges = [\"0-9\"]\n[audit]\nenabled = false\n"
+        + (f'[downstream_tls]\nenabled = true\ncert_file = "{tls}/c.pem"\nkey_file = "{tls}/k.pem"\n' if tls else "")
     )
 
 
@@ -97,16 +136,21 @@ class Soak:
 
     def write_config(self, n: int) -> None:
         self.config.write_text(proxy_toml(self.cluster.bootstrap_servers, self.admin_port, self.bootstrap_port,
-                                          self.base, 2 + n % 2, 60 if n % 2 == 0 else 30))
+                                          self.base, 2 + n % 2, 60 if n % 2 == 0 else 30,
+                                          self.work if self.args.tls else None))
 
     def start(self) -> None:
         self.cluster.start()
         self.cluster.create_topic("soak-steady", 3, self.rf)
+        if self.args.tls:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                            str(self.work / "k.pem"), "-out", str(self.work / "c.pem"), "-days", "2", "-subj",
+                            "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
         self.write_config(0)
         log = open(self.work / "proxy.log", "ab")  # noqa: SIM115 - the child keeps it
         self.proxy = subprocess.Popen(
-            [sys.executable, "-X", f"tracemalloc={self.args.frames}", __file__, "--child", str(self.config),
-             str(self.work)],
+            [sys.executable, *(["-X", f"tracemalloc={self.args.frames}"] if self.args.frames else []), __file__,
+             "--child", str(self.config), str(self.work)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}, cwd=ROOT,
         )
@@ -143,6 +187,10 @@ class Soak:
 
     # ------------------------------------------------------------------ one cycle
     def cycle(self, n: int) -> None:
+        if self.args.tls:
+            self.tls_clients(n)
+            self.reload(n)
+            return
         self.topic_churn(n)
         self.producers(n)
         self.group_member(n)
@@ -234,6 +282,24 @@ class Soak:
             except OSError:
                 pass
 
+    def tls_clients(self, n: int, connections: int = 200) -> None:
+        """TLS connections from new client ids: ApiVersions and a Metadata each, then closed."""
+        import ssl
+
+        from insync_proxy.client.blocking_client import BlockingKafkaClient
+        from insync_proxy.protocol import MetadataRequest
+        from insync_proxy.protocol.messages import MetadataRequestTopic
+
+        context = ssl.create_default_context(cafile=str(self.work / "c.pem"))
+        for i in range(connections):
+            try:
+                with BlockingKafkaClient.connect(self.bootstrap, client_id=f"soak-tls-{n}-{i}", timeout=10,
+                                                 ssl_context=context) as c:
+                    c.api_versions()
+                    c.request(MetadataRequest(topics=(MetadataRequestTopic(name="soak-steady"),)), 9)
+            except OSError:
+                pass
+
     def reload(self, n: int) -> None:
         assert self.proxy is not None
         self.write_config(n)
@@ -247,11 +313,19 @@ class Soak:
 
 def report(work: Path, first: int, second: int, third: int, top: int) -> None:
     """Growth from snapshot `second` to `third` (and `first` to `second`) by traceback and by type."""
-    snaps = [tracemalloc.Snapshot.load(str(work / f"snap-{i}.tracemalloc")) for i in (first, second, third)]
     infos = [json.loads((work / f"snap-{i}.json").read_text()) for i in (first, second, third)]
     rss = " -> ".join(f"{i['rss_mib']:.1f}" for i in infos)
     traced = " -> ".join(f"{i['traced'] / 2**20:.2f}" for i in infos)
-    print(f"RSS MiB: {rss}; traced MiB: {traced}")
+    blocks = " -> ".join(str(i.get("blocks")) for i in infos)
+    print(f"RSS MiB: {rss}; traced MiB: {traced}; Python's allocated blocks: {blocks}")
+    for key, meaning in (("arena", "heap (brk)"), ("hblkhd", "mmap'ed"), ("uordblks", "in use"),
+                         ("fordblks", "free in the heap")):
+        print(f"malloc {meaning} MiB: " + " -> ".join(f"{i.get('malloc', {}).get(key, 0) / 2**20:.1f}" for i in infos))
+    types = [dict(i["types"]) for i in infos]
+    if not (work / f"snap-{first}.tracemalloc").exists():
+        _types(types, top)
+        return
+    snaps = [tracemalloc.Snapshot.load(str(work / f"snap-{i}.tracemalloc")) for i in (first, second, third)]
     filters = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap*")]
     a, b, c = (s.filter_traces(filters) for s in snaps)
     for label, old, new in (("warm-up end -> N", a, b), ("N -> 2N", b, c)):
@@ -261,7 +335,10 @@ def report(work: Path, first: int, second: int, third: int, top: int) -> None:
                 continue
             frames = [f"{f.filename.replace(str(ROOT) + '/', '')}:{f.lineno}" for f in stat.traceback]
             print(f"{stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  " + " <- ".join(reversed(frames[-6:])))
-    types = [dict(i["types"]) for i in infos]
+    _types(types, top)
+
+
+def _types(types: list[dict[str, int]], top: int) -> None:
     print("\n== object counts growing in both halves (type: warm-up end, N, 2N)")
     for name in sorted(types[2], key=lambda k: types[2][k] - types[1].get(k, 0), reverse=True)[:top]:
         counts = [t.get(name, 0) for t in types]
@@ -277,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up", type=int, default=4)
     parser.add_argument("--brokers", type=int, default=1)
     parser.add_argument("--restart-every", type=int, default=10, help="a broker SIGKILLed and restarted (0: never)")
-    parser.add_argument("--frames", type=int, default=12, help="tracemalloc frames per allocation")
+    parser.add_argument("--frames", type=int, default=12, help="tracemalloc frames per allocation (0: no tracemalloc)")
+    parser.add_argument("--tls", action="store_true",
+                        help="TLS towards the clients, and a cycle is only 200 TLS client connections and a reload")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", default="/tmp/insync-memory-soak")
     parser.add_argument("--report-only", action="store_true", help="report on the snapshots already in --out")
@@ -295,8 +374,10 @@ def main(argv: list[str] | None = None) -> int:
                 n += 1
                 soak.cycle(n)
             info = soak.snapshot()
+            malloc = info.get("malloc", {})
             print(f"cycle {n} ({time.monotonic() - started:.0f}s): RSS {info['rss_mib']:.1f} MiB, "
-                  f"traced {info['traced'] / 2**20:.2f} MiB", flush=True)
+                  f"traced {info['traced'] / 2**20:.2f} MiB, malloc in use {malloc.get('uordblks', 0) / 2**20:.1f} "
+                  f"MiB, free in heap {malloc.get('fordblks', 0) / 2**20:.1f} MiB", flush=True)
     finally:
         soak.stop()
     report(soak.work, 1, 2, 3, args.top)
