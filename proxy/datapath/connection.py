@@ -271,8 +271,7 @@ class ClientConnection(asyncio.Protocol):
         self._bytes_in = metrics.network_bytes_total.labels("client_in")
         self._bytes_out = metrics.network_bytes_total.labels("client_out")
         self._connect_task: asyncio.Task[None] | None = None
-        #: The broker connection made for this client, from its connection_made on (before `upstream` is set).
-        self._made: UpstreamConnection | None = None
+        self._made: UpstreamConnection | None = None  #: the broker connection, from its connection_made on
         self._early: list[bytes] = []
         self._reads = settings.reads
 
@@ -480,9 +479,8 @@ class ClientConnection(asyncio.Protocol):
         self.close()
 
     def upstream_made(self, upstream: UpstreamConnection) -> None:
-        """The broker connection is there (its connection_made), before `_connect_upstream` takes it, if ever: a
-        client that left meanwhile cancelled that (the connect's result is then lost to it), so the broker connection
-        is closed here or by `close`, never left open for the broker's idle timeout to end (issue #39)."""
+        """The broker connection is made; a client that left meanwhile cancelled the connect, which never gets it:
+        closed here or by `close`, not left open until the broker's idle timeout (issue #39)."""
         if self.closed:
             upstream.close()
         else:
