@@ -128,6 +128,7 @@ class Soak:
         self.proxy: subprocess.Popen[bytes] | None = None
         self.topics: list[str] = []
         self.snapshots = 0
+        self.steady: list[Any] = []
         self.rf = min(args.brokers, 3)
 
     @property
@@ -187,6 +188,9 @@ class Soak:
 
     # ------------------------------------------------------------------ one cycle
     def cycle(self, n: int) -> None:
+        if self.args.steady:
+            self.steady_traffic(n)
+            return
         if self.args.tls:
             self.tls_clients(n)
             self.reload(n)
@@ -282,6 +286,35 @@ class Soak:
             except OSError:
                 pass
 
+    def steady_traffic(self, n: int) -> None:
+        """`--steady` seconds of traffic on long-lived connections: an idempotent librdkafka producer, kafka-python
+        with acks=-2 and a consumer, no churn (what the year run does between its events)."""
+        from confluent_kafka import Consumer, Producer
+        from kafka import KafkaProducer
+
+        if not self.steady:
+            self.steady = [
+                Producer({"bootstrap.servers": self.bootstrap, "client.id": "soak-steady-rd", "enable.idempotence": True,
+                          "linger.ms": 5}),
+                KafkaProducer(bootstrap_servers=self.bootstrap, acks=-2, retries=0, client_id="soak-steady-py"),
+                Consumer({"bootstrap.servers": self.bootstrap, "group.id": "soak-steady", "auto.offset.reset": "earliest"}),
+            ]
+            self.steady[2].subscribe(["soak-steady"])
+        rd, py, consumer = self.steady
+        deadline = time.monotonic() + self.args.steady
+        i = 0
+        while time.monotonic() < deadline:
+            i += 1
+            rd.produce("soak-steady", value=b"x" * (100 + i % 900))
+            rd.poll(0)
+            if i % 20 == 0:
+                py.send("soak-steady", value=f"{n}-{i}".encode())
+            if i % 50 == 0:
+                consumer.poll(0)
+                time.sleep(0.005)
+        rd.flush(20)
+        py.flush(20)
+
     def tls_clients(self, n: int, connections: int = 200) -> None:
         """TLS connections from new client ids: ApiVersions and a Metadata each, then closed."""
         import ssl
@@ -355,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brokers", type=int, default=1)
     parser.add_argument("--restart-every", type=int, default=10, help="a broker SIGKILLed and restarted (0: never)")
     parser.add_argument("--frames", type=int, default=12, help="tracemalloc frames per allocation (0: no tracemalloc)")
+    parser.add_argument("--steady", type=float, default=0,
+                        help="a cycle is this many seconds of steady traffic on long-lived connections, no churn")
     parser.add_argument("--tls", action="store_true",
                         help="TLS towards the clients, and a cycle is only 200 TLS client connections and a reload")
     parser.add_argument("--top", type=int, default=25)
