@@ -50,10 +50,11 @@ def child(config: str, out: str) -> int:
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(str(stem) + ".tracemalloc")
         counts = Counter(type(o).__qualname__ for o in gc.get_objects())
-        rss = int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) / 1024
+        status = Path("/proc/self/status").read_text()
+        rss, anon, file = (int(status.split(f"{key}:")[1].split()[0]) / 1024 for key in ("VmRSS", "RssAnon", "RssFile"))
         traced, peak = tracemalloc.get_traced_memory()
         (Path(str(stem) + ".json")).write_text(json.dumps(
-            {"rss_mib": rss, "traced": traced, "peak": peak, "types": counts.most_common(300),
+            {"rss_mib": rss, "rss_anon_mib": anon, "rss_file_mib": file, "traced": traced, "peak": peak, "types": counts.most_common(300),
              "blocks": sys.getallocatedblocks(), "malloc": mallinfo(), "closed": closed_connections()}))
 
     signal.signal(signal.SIGUSR1, dump)
@@ -350,7 +351,10 @@ def report(work: Path, first: int, second: int, third: int, top: int) -> None:
     rss = " -> ".join(f"{i['rss_mib']:.1f}" for i in infos)
     traced = " -> ".join(f"{i['traced'] / 2**20:.2f}" for i in infos)
     blocks = " -> ".join(str(i.get("blocks")) for i in infos)
-    print(f"RSS MiB: {rss}; traced MiB: {traced}; Python's allocated blocks: {blocks}")
+    anon = " -> ".join(f"{i.get('rss_anon_mib', 0):.1f}" for i in infos)
+    file = " -> ".join(f"{i.get('rss_file_mib', 0):.1f}" for i in infos)
+    print(f"RSS MiB: {rss} (anonymous {anon}, file-backed {file}); traced MiB: {traced}; "
+          f"Python's allocated blocks: {blocks}")
     for key, meaning in (("arena", "heap (brk)"), ("hblkhd", "mmap'ed"), ("uordblks", "in use"),
                          ("fordblks", "free in the heap")):
         print(f"malloc {meaning} MiB: " + " -> ".join(f"{i.get('malloc', {}).get(key, 0) / 2**20:.1f}" for i in infos))
