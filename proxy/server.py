@@ -36,6 +36,7 @@ from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry
 from insync_proxy.proxy.datapath.listeners import Listeners
 from insync_proxy.proxy.datapath.observer import ExchangeObserver
 from insync_proxy.proxy.observability.admin import AdminServer
+from insync_proxy.proxy.observability.heap import release_free_memory_every
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from insync_proxy.proxy.reload import Reloads
 
@@ -180,6 +181,7 @@ class InsyncProxy:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.metadata.run(after_each=self._note_readiness)))
         self._tasks.append(loop.create_task(self.reloads.run()))
+        self._tasks.append(loop.create_task(release_free_memory_every()))  # RSS follows what is held (heap.py)
         if self.summaries is not None:
             self._tasks.append(loop.create_task(self._summary_loop()))
 

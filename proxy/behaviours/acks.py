@@ -47,6 +47,8 @@ ACKS_MIN_INSYNC: Final = -2
 _NOT_ENOUGH_REPLICAS: Final = int(ErrorCode.NOT_ENOUGH_REPLICAS)
 _INVALID_REQUIRED_ACKS: Final = int(ErrorCode.INVALID_REQUIRED_ACKS)
 _I16: Final = struct.Struct(">h")
+#: Topic names whose matching policy is remembered; past it the cache starts over (a client naming ever new topics).
+POLICY_CACHE_LIMIT: Final = 4096
 
 
 class AcksPolicy(BehaviourBase):
@@ -87,7 +89,10 @@ class AcksPolicy(BehaviourBase):
         try:
             return self._policy_cache[topic]
         except KeyError:
-            policy = self._policy_cache[topic] = policy_for(self.policies, topic)
+            cache = self._policy_cache
+            if len(cache) >= POLICY_CACHE_LIMIT:
+                cache.clear()  # a client naming ever new topics: matching again costs less than remembering all
+            policy = cache[topic] = policy_for(self.policies, topic)
             return policy
 
     def _floor(self, partitions: list[PartitionRecords], floor_topics: set[str]) -> int:

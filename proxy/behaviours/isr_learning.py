@@ -24,6 +24,10 @@ _STALE_LEADER_ERRORS: Final = frozenset(int(c) for c in (
     ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 ))
+_UNKNOWN_TOPIC_OR_PARTITION: Final = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+#: Topics the re-reads remember (when each was last re-read); past it, those re-read over a second ago go.
+REREADS_KEPT: Final = 1024
 
 
 class IsrRereads:
@@ -36,12 +40,19 @@ class IsrRereads:
         #: A parameter, not a patched module global: tests step it by hand (and the compiled build binds globals).
         self._clock = clock
         self._last: dict[str, float] = {}
+        self._prune_at = REREADS_KEPT
 
     def soon(self, topic: str) -> None:
         now = self._clock()
         if now - self._last.get(topic, 0.0) < 1.0:
             return
-        self._last[topic] = now
+        last = self._last
+        if len(last) >= self._prune_at and topic not in last:
+            # Only a topic re-read within the last second matters: the rest go (topics deleted, names made up).
+            # The next pass waits for twice what stays, so a flood of new names costs amortised O(1) each.
+            self._last = last = {t: at for t, at in last.items() if now - at < 1.0}
+            self._prune_at = max(REREADS_KEPT, 2 * len(last))
+        last[topic] = now
         self._refresh_topics([topic])
 
 
@@ -73,4 +84,6 @@ class IsrLearning(BehaviourBase):
                 view.broker_said_below_min_isr(name, partition)
                 self.rereads.soon(name)
             elif code in _STALE_LEADER_ERRORS:
+                if code == _UNKNOWN_TOPIC_OR_PARTITION and name not in view.topic_partition_counts:
+                    continue  # a name the proxy never saw (made up, or gone already): nothing of it to re-read
                 self.rereads.soon(name)

@@ -19,6 +19,8 @@ NULL_TOPIC_ID: Final = uuid.UUID(int=0)
 #: How long a leader's NOT_ENOUGH_REPLICAS answer outweighs Metadata that still shows a full ISR: long
 #: enough for the re-read it triggers to see the shrink.
 BROKER_SAID_SECONDS: Final = 3.0
+#: Partitions whose leader's word is remembered; past it, words older than BROKER_SAID_SECONDS go.
+BROKER_SAID_KEPT: Final = 1024
 #: partition index, leader id, leader epoch, replicas, ISR
 _PartitionFields = tuple[int, int, int, tuple[int, ...], tuple[int, ...]]
 
@@ -72,6 +74,7 @@ class ClusterView:
         self.topic_partition_counts: dict[str, int] = {}
         self.updated_at = 0.0
         self._broker_said_below: dict[tuple[str, int], float] = {}
+        self._broker_said_prune_at = BROKER_SAID_KEPT
         self.on_partition_changed: list[Callable[[str, int, PartitionState | None, PartitionState], None]] = []
 
     def update(self, response: MetadataResponse, all_topics: bool = False) -> None:
@@ -157,6 +160,10 @@ class ClusterView:
         count = self.topic_partition_counts.pop(name, 0)
         for i in range(count):
             self.partitions.pop((name, i), None)
+        said = self._broker_said_below
+        if said:
+            for key in [k for k in said if k[0] == name]:
+                del said[key]
         for topic_id, known in list(self.topic_ids.items()):
             if known == name:
                 del self.topic_ids[topic_id]
@@ -184,7 +191,14 @@ class ClusterView:
 
     def broker_said_below_min_isr(self, topic: str, partition: int) -> None:
         """The partition's leader answered NOT_ENOUGH_REPLICAS(_AFTER_APPEND) to a forwarded Produce."""
-        self._broker_said_below[(topic, partition)] = self.clock()
+        now = self.clock()
+        said = self._broker_said_below
+        if len(said) >= self._broker_said_prune_at and (topic, partition) not in said:
+            # A word older than BROKER_SAID_SECONDS no longer counts: forgotten (readiness() drops only those it meets);
+            # the next pass waits for twice what stays.
+            self._broker_said_below = said = {k: at for k, at in said.items() if now - at < BROKER_SAID_SECONDS}
+            self._broker_said_prune_at = max(BROKER_SAID_KEPT, 2 * len(said))
+        said[(topic, partition)] = now
 
     def topic_name(self, topic: str | uuid.UUID) -> str | None:
         if isinstance(topic, uuid.UUID):

@@ -271,6 +271,7 @@ class ClientConnection(asyncio.Protocol):
         self._bytes_in = metrics.network_bytes_total.labels("client_in")
         self._bytes_out = metrics.network_bytes_total.labels("client_out")
         self._connect_task: asyncio.Task[None] | None = None
+        self._made: UpstreamConnection | None = None  #: the broker connection, from its connection_made on
         self._early: list[bytes] = []
         self._reads = settings.reads
 
@@ -306,7 +307,7 @@ class ClientConnection(asyncio.Protocol):
             return
         self.closed = True
         self._reads.closed(self)
-        upstream = self.upstream
+        upstream = self.upstream or self._made
         # Requests the broker has (or is being sent) whose answers nobody will read: the broker must not take
         # them later (a silent network that comes back, the client retrying elsewhere: duplicates). Requests that
         # owe no answer (acks=0) still go out, as from a client that closes after sending them.
@@ -477,6 +478,14 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.close()
 
+    def upstream_made(self, upstream: UpstreamConnection) -> None:
+        """The broker connection is made; a client that left meanwhile cancelled the connect, which never gets it:
+        closed here or by `close`, not left open until the broker's idle timeout (issue #39)."""
+        if self.closed:
+            upstream.close()
+        else:
+            self._made = upstream
+
     def upstream_lost(self, exc: Exception | None) -> None:
         if not self.closed:
             if self.core.pending:
@@ -509,6 +518,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._reads.opened(self)
         self._metrics.upstream_connections_total.labels(self.label).inc()
         self._metrics.upstream_connections_active.labels(self.label).inc()
+        self.client.upstream_made(self)
 
     def write(self, *data: Frame) -> None:
         if self.transport is not None and not self.closed:

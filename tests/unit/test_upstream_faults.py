@@ -607,3 +607,69 @@ async def _a_client_leaving_after_requests_that_owe_no_answer_still_delivers_the
             upstream.close()
     finally:
         broker.close()
+
+
+# ------------------------------------------------------------------------------ a client gone while its broker connects
+
+
+class CountingBroker:
+    """Accepts connections, reads until each closes; counts those open now."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.accepted = 0
+        self.server: asyncio.Server | None = None
+        self.address: Address = ("127.0.0.1", 0)
+
+    async def start(self) -> CountingBroker:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024)
+        self.address = ("127.0.0.1", int(self.server.sockets[0].getsockname()[1]))
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open += 1
+        self.accepted += 1
+        try:
+            while await reader.read(65536):
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+@pytest.mark.parametrize("new_loop", EVENT_LOOPS)
+def test_clients_gone_while_their_broker_connection_is_made_leave_no_broker_connection_open(
+        new_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(_clients_gone_while_their_broker_connection_is_made_leave_no_broker_connection_open())
+
+
+async def _clients_gone_while_their_broker_connection_is_made_leave_no_broker_connection_open() -> None:
+    # Given clients that connect and close at once (a connection storm, a port scanner), some of them while the
+    # proxy's connection to their broker is still being made
+    metrics = ProxyMetrics()
+    settings = _settings(metrics, connect_timeout=5.0)
+    broker = await CountingBroker().start()
+    try:
+        async with _proxy_port(settings, broker.address) as port:
+            for _ in range(10):
+                clients = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
+                for _, writer in clients:
+                    writer.transport.abort()
+                await asyncio.sleep(0)
+            await _until(lambda: not settings.connections, what="the proxy to close every client connection")
+            await _until(lambda: broker.accepted > 0, what="a broker connection")
+            # Then every broker connection the proxy made for them is closed too (none left open, holding a file
+            # descriptor, its buffers and the closed client's state, until the broker's idle timeout)
+            await _until(lambda: broker.open == 0, within=5.0,
+                         what=f"the broker connections to close ({broker.open} of {broker.accepted} open)")
+            assert metrics.registry.get_sample_value(
+                "insync_proxy_upstream_connections_active", {"broker": f"127.0.0.1:{broker.address[1]}"}) in (0, None)
+    finally:
+        broker.close()
