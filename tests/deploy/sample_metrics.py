@@ -31,10 +31,13 @@ def add_sample_traffic(metrics: ProxyMetrics, rng: random.Random) -> None:
         m.client_connection_errors_total.labels(listener, "reset").inc(rng.randint(0, 1))
         for cause in ("bad_frame", "oversized_frame", "broker_closed"):
             m.bad_input_total.labels(listener, cause).inc(rng.randint(0, 3))
+        m.client_connections_held_total.labels(listener, "held").inc(rng.randint(0, 3))
+        m.client_connections_held.set(rng.randint(0, 2))
     for broker in ("1", "2", "3"):
         m.upstream_connections_active.labels(broker).set(rng.randint(1, 3))
         m.upstream_connections_total.labels(broker).inc()
         m.upstream_connection_errors_total.labels(broker, "timeout").inc(rng.randint(0, 1))
+        m.upstream_connections_aborted_total.labels(broker).inc(rng.randint(0, 1))
     for api in APIS:
         for _ in range(5):
             m.requests_total.labels(api).inc()
