@@ -160,14 +160,14 @@ class ControlCounter:
 
 
 # ---------------------------------------------------------------------------------------------- the cluster
-def create_topics(cluster: LocalKafkaCluster, names: list[str], chunk: int = 200) -> None:
-    """CreateTopics (2 partitions, RF 3), many a request; waits until each partition has a leader."""
+def create_topics(cluster: LocalKafkaCluster, names: list[str], chunk: int = 200, partitions: int = PARTITIONS) -> None:
+    """CreateTopics (`partitions` partitions, RF 3), many a request; waits until each partition has a leader."""
     host, port = cluster.broker_addresses[0]
     with BlockingKafkaClient(host, port, timeout=300, client_id="insync-proxy-bench") as client:
         version = client.highest_common_version(ApiKey.CREATE_TOPICS, (2, 7))
         for i in range(0, len(names), chunk):
             request = CreateTopicsRequest(topics=tuple(
-                CreatableTopic(name=n, num_partitions=PARTITIONS, replication_factor=3) for n in names[i:i + chunk]),
+                CreatableTopic(name=n, num_partitions=partitions, replication_factor=3) for n in names[i:i + chunk]),
                 timeout_ms=120000)
             response = client.request(request, version, CreateTopicsResponse)
             failed = {t.name: t.error_code for t in response.topics if t.error_code not in (0, 36)}

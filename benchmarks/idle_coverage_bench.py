@@ -3,7 +3,7 @@
     python benchmarks/idle_coverage_bench.py [--topics 10000] [--marks 0,30,3630,3700]
 
 Starts its own 3-broker KRaft Kafka (devcluster/, broker heap sized for the topics), creates N topics
-(2 partitions, RF 3) and runs the real proxy as its own process with the defaults a platform team keeps
+(`--partitions`, 1 by default, RF 3) and runs the real proxy as its own process with the defaults a platform team keeps
 (min_insync_ttl_seconds 30, min_insync_max_stale_seconds 3600, min_insync_miss_wait_ms 1000; the audit off).
 Once /readyz says ready, nothing talks to the proxy but this script: at each mark (seconds after ready) it sends
 one all-topics Metadata v12 and counts the topics whose answer carries tag 637; the proxy's CPU seconds and RSS
@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.control_plane_bench import PARTITIONS, all_topics_metadata, coverage, create_topics  # noqa: E402
+from benchmarks.control_plane_bench import all_topics_metadata, coverage, create_topics  # noqa: E402
 from benchmarks.proxy_bench import _terminate, cpu_seconds, say, table  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, broker_heap_for  # noqa: E402
 from tests.proxy_harness import ProxyProcess  # noqa: E402
@@ -48,13 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topics", type=int, default=10_000, help="topics of the cluster (default 10,000)")
     parser.add_argument("--marks", default="0,30,3630,3700",
                         help="seconds after ready at which one all-topics Metadata is asked (default 0,30,3630,3700)")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="partitions a topic (default 1; RF 3: each broker holds topics x partitions replicas, "
+                             "and a broker's open files grow with them: 10,000 x 2 passes a limit of 20,000)")
     parser.add_argument("--output", type=Path, default=ROOT / "bench-results", help="directory of the JSON summary")
     args = parser.parse_args(argv)
     marks = sorted(float(m) for m in args.marks.split(","))
     signal.signal(signal.SIGTERM, _terminate)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    heap = broker_heap_for(args.topics * PARTITIONS)
-    results: dict[str, Any] = {"started_utc": stamp, "topics": args.topics, "partitions": PARTITIONS,
+    heap = broker_heap_for(args.topics * args.partitions)
+    results: dict[str, Any] = {"started_utc": stamp, "topics": args.topics, "partitions": args.partitions,
                                "broker_heap": heap, "answers": []}
     cluster: LocalKafkaCluster | None = None
     proxy: ProxyProcess | None = None
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         results["kafka_version"] = cluster.version
         names = [f"idle-{i:05d}" for i in range(args.topics)]
         t0 = time.monotonic()
-        create_topics(cluster, names)
+        create_topics(cluster, names, partitions=args.partitions)
         say(f"{args.topics} topics created in {time.monotonic() - t0:.0f}s (broker heap {heap})")
         proxy = ProxyProcess(cluster, extra_toml="", groups=("default",), debug_checks=False,
                              metadata_refresh_seconds=10, audit_enabled=False)
