@@ -4,6 +4,7 @@ expression run against a real Prometheus scraping the proxy's metrics."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from tests.deploy.tools import (
@@ -91,12 +92,24 @@ def test_every_dashboard_expression_returns_data_from_a_real_prometheus(sample_p
     assert len(expressions) > 30
     failures = []
     for where, expr in expressions:
-        answer = prometheus_query(url, render_grafana_variables(expr))
+        answer = _answer_with_data(url, render_grafana_variables(expr))
         if answer.get("status") != "success":
             failures.append(f"{where}: {answer.get('errorType')}: {answer.get('error')}\n    {expr}")
         elif not answer["data"]["result"]:
             failures.append(f"{where}: no data (misspelt metric or label?)\n    {expr}")
     assert not failures, "\n".join(failures)
+
+
+def _answer_with_data(url: str, query: str, timeout: float = 20.0) -> dict[str, Any]:
+    """The query's answer once it has data, or the last answer after `timeout`: on a loaded machine a scrape can
+    miss its 250 ms timeout, and Prometheus then marks the target's series stale, so an instant query of a gauge
+    finds nothing until the next scrape succeeds (rates over a window keep their earlier samples)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = prometheus_query(url, query)
+        if answer.get("status") != "success" or answer["data"]["result"] or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.25)
 
 
 def _scalar(answer: dict[str, Any]) -> float:
