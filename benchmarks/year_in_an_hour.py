@@ -11,8 +11,12 @@ that shares no code with the proxy.
    ./scripts/compile when missing; `--interpreted` for the interpreted one), mTLS and SCRAM upstream, TLS
    downstream: clients speak SASL_SSL to it and trust its CAs.
 3. Producers through the proxy: Kafka's VerifiableProducer (idempotent, acks=all), kafka-python with acks=-2,
-   kafka-python with acks=-2 partitioned by the project's KIP-637 partitioner (insync_proxy.client.partitioner);
-   librdkafka (acks=all, a fixed rate) both through the proxy and directly, for the added latency.
+   kafka-python with acks=-2 partitioned by the project's KIP-637 partitioner (insync_proxy.client.partitioner),
+   librdkafka with acks=1 and with acks=0. For the added latency, Kafka's Java producer
+   (benchmarks/java/LatencyProducer.java: acks=all, linger.ms=0, one request in flight) both through the proxy
+   and directly at half its maximum rate: the rate it reaches one record at a time, measured directly for a
+   few seconds before the events start (`--latency-rate` fixes it instead). A record's latency runs from when
+   it was due to its acknowledgement; the producer prints a histogram (2% buckets) every second.
 4. A schedule of overlapping events, spread over the run and repeated in a long one: SIGKILL and restart of a
    broker, a broker paused 30 s, a rolling restart (SIGTERM), topics created/altered/deleted at a steady rate,
    SIGHUP and POST /reload with changed settings, hostile clients and a connection storm, a broker's network
@@ -55,7 +59,7 @@ import urllib.error
 import urllib.request
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +92,12 @@ NEW_RELEASE = "4.3"
 IDEMPOTENT_TOPIC = "year-idempotent"
 ACKS2_TOPIC = "year-acks2"
 LATENCY_TOPIC = "year-latency"
+#: acks=1 and acks=0 records (librdkafka through the proxy); acks=0 values are ACKS0_BASE + n.
+ACKS01_TOPIC = "year-acks01"
+ACKS0_BASE = 10**9
+LATENCY_SOURCE = Path(__file__).resolve().parent / "java" / "LatencyProducer.java"
+#: LatencyProducer's buckets: bucket b holds [LATENCY_BUCKET_BASE**b, LATENCY_BUCKET_BASE**(b+1)) microseconds.
+LATENCY_BUCKET_BASE = 1.02
 PARTITIONER_TOPIC = "year-partitioner"
 #: One partition of large records, read by the slow consumers.
 BULK_TOPIC = "year-bulk"
@@ -100,6 +110,9 @@ MECHANISM = "SCRAM-SHA-512"
 MIN_INSYNC_TTL = 5.0
 #: The silent relay sits in front of this broker's SASL_SSL listener.
 RELAYED_BROKER = 3
+#: The brokers' replica.lag.time.max.ms in the run, s: how long before an event an acks=1 record may still be
+#: the leader's alone.
+REPLICA_LAG_SECONDS = 5.0
 #: Bounds of the rates the proxy may reach (per minute, averaged over the run).
 LOG_LINES_PER_MINUTE = 300.0
 CONTROL_REQUESTS_PER_MINUTE = 600.0
@@ -368,7 +381,14 @@ class Findings:
     consumed: list[tuple[float, int]] = field(default_factory=list)
     address_leaks: list[str] = field(default_factory=list)
     metadata_failures: int = 0
-    latency: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {"direct": [], "proxy": []})
+    #: kind -> (t, {bucket: count}) once a second from LatencyProducer
+    latency: dict[str, list[tuple[float, dict[int, int]]]] = field(default_factory=lambda: {"direct": [], "proxy": []})
+    latency_errors: Counter[str] = field(default_factory=Counter)
+    latency_restarts: Counter[str] = field(default_factory=Counter)
+    #: (partition, offset, value, t) librdkafka's acks=1 producer had acknowledged; acks=0 records sent
+    acks1: list[tuple[int, int, int, float]] = field(default_factory=list)
+    acks0_sent: int = 0
+    acks01_errors: Counter[str] = field(default_factory=Counter)
     #: one record per certificate rotation or CA change: what was checked after it
     rotations: list[dict[str, Any]] = field(default_factory=list)
     slow: list[dict[str, Any]] = field(default_factory=list)
@@ -380,12 +400,15 @@ class Findings:
 # --------------------------------------------------------------------------------------------- the run
 class YearRun:
     def __init__(self, minutes: float, work: Path, *, old_version: str = OLD_VERSION,
-                 new_version: str = NEW_VERSION, rate: int = 100) -> None:
+                 new_version: str = NEW_VERSION, rate: int = 100, latency_rate: float = 0.0) -> None:
         self.minutes = minutes
         self.seconds = minutes * 60
         self.work = work
         self.old_version, self.new_version = old_version, new_version
         self.rate = rate
+        #: LatencyProducer's records a second (0: half its maximum, measured at the start) and that maximum
+        self.latency_rate = latency_rate
+        self.latency_max = 0.0
         self.found = Findings()
         self.stop_event = threading.Event()
         self.t0 = time.monotonic()
@@ -427,7 +450,7 @@ class YearRun:
         settings = ClusterSettings(
             version=self.old_version, sasl_scram_users=self.passwords,
             sasl_plain_users={SAMPLER_USER: self.sampler_password}, sasl_ssl=True,
-            tls_keystore_pem=self.pki.broker_keystore, replica_lag_time_max_ms=5000, class_archive=False,
+            tls_keystore_pem=self.pki.broker_keystore, replica_lag_time_max_ms=int(REPLICA_LAG_SECONDS * 1000), class_archive=False,
             data_dir=self.work / "kafka",
             # The relay's connections and the storms' are idle between events: kept by the brokers.
             extra_broker_config={"connections.max.idle.ms": "3600000", "listener.name.sasl.ssl.client.auth": "required",
@@ -603,49 +626,115 @@ class YearRun:
         finally:
             producer.close(timeout=10)
 
-    def latency_producer(self, kind: str) -> None:
-        """librdkafka, acks=all, 20 records a second, through the proxy or directly: each record's latency."""
+    def acks01_producer(self, acks: int) -> None:
+        """librdkafka through the proxy with acks=1 or acks=0, 20 records a second: what acks=1 acknowledged is
+        checked at its offset at the end, acks=0 records are counted in the log."""
         from confluent_kafka import Producer
 
-        config: dict[str, Any] = {
-            "acks": "all", "linger.ms": 0, "client.id": f"year-latency-{kind}",
-            "enable.idempotence": False, "message.timeout.ms": 60000, "log_level": 2,
-        }
-        if kind == "proxy":
-            config.update(self.librdkafka_through_proxy())
-        else:
-            # Straight to the brokers, whose SASL_SSL listener asks for a client certificate: started again with
-            # a new one (and the CA bundle of the moment) after a CA change
-            config.update({"bootstrap.servers": ",".join(self.upstream_servers()), "security.protocol": "SASL_SSL",
-                           "sasl.mechanism": MECHANISM, "sasl.username": CLIENT_USER,
-                           "sasl.password": self.passwords[CLIENT_USER]})
-
-        def make() -> Any:
-            if kind == "direct":
-                config.update({"ssl.ca.location": str(self.pki.upstream_ca),
-                               "ssl.certificate.location": str(self.pki.direct_cert),
-                               "ssl.key.location": str(self.pki.direct_key)})
-            return Producer(config)
-
-        generation = self.direct_generation
-        producer = make()
-        out = self.found.latency[kind]
+        producer = Producer({**self.librdkafka_through_proxy(), "acks": str(acks), "linger.ms": 5,
+                             "enable.idempotence": False, "message.timeout.ms": 60000, "client.id": f"year-acks{acks}",
+                             "log_level": 2})
+        found = self.found
 
         def delivered(err: Any, msg: Any) -> None:
-            if err is None and msg.latency() is not None:
-                out.append((self.now(), float(msg.latency()) * 1000))
+            if err is not None:
+                with found.lock:
+                    found.acks01_errors[f"acks={acks} {err.name()}"] += 1
+            elif acks == 1:
+                with found.lock:
+                    found.acks1.append((msg.partition(), msg.offset(), int(msg.value()), self.now()))
 
-        next_at = time.monotonic()
+        n = 0
         while not self.stop_event.is_set():
-            if kind == "direct" and generation != self.direct_generation:
-                producer.flush(10)
+            value = n if acks == 1 else ACKS0_BASE + n
+            try:
+                producer.produce(ACKS01_TOPIC, str(value).encode(), partition=n % PARTITIONS, on_delivery=delivered)
+                if acks == 0:
+                    found.acks0_sent += 1
+                n += 1
+            except BufferError:
+                found.acks01_errors[f"acks={acks} queue full"] += 1
+            producer.poll(0.05)
+        producer.flush(60)
+
+    def latency_client(self) -> Any:
+        """LatencyProducer compiled against the old Kafka's clients (tests/java_client.JavaClient)."""
+        if not hasattr(self, "_latency_client"):
+            from tests.java_client import JavaClient
+
+            self._latency_client = JavaClient(self.old_version, source=LATENCY_SOURCE)
+        return self._latency_client
+
+    def latency_properties(self, kind: str) -> Path:
+        """Through the proxy: SASL_SSL trusting the proxy's CAs. Directly: SASL_SSL to the brokers, whose listener
+        asks for a client certificate (a PEM keystore of the direct client's key and certificate of the moment)."""
+        if kind == "proxy":
+            return self.java_client_properties("latency-proxy.properties")
+        keystore = self.work / "latency-direct-keystore.pem"
+        keystore.write_bytes(self.pki.direct_key.read_bytes() + self.pki.direct_cert.read_bytes())
+        path = self.work / "latency-direct.properties"
+        path.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                        f"ssl.truststore.type=PEM\nssl.truststore.location={self.pki.upstream_ca}\n"
+                        f"ssl.keystore.type=PEM\nssl.keystore.location={keystore}\n"
+                        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                        f'required username="{CLIENT_USER}" password="{self.passwords[CLIENT_USER]}";\n')
+        return path
+
+    def latency_bootstrap(self, kind: str) -> str:
+        return self.proxy_bootstrap if kind == "proxy" else ",".join(self.upstream_servers())
+
+    def measure_latency_max(self, seconds: float) -> float:
+        """The records a second LatencyProducer acknowledges one at a time, directly."""
+        out = subprocess.run(
+            self.latency_client().command(self.latency_bootstrap("direct"), LATENCY_TOPIC, "0", "0", str(seconds),
+                                          str(self.latency_properties("direct"))),
+            capture_output=True, text=True, timeout=seconds + 180, stdin=subprocess.DEVNULL)
+        found = re.search(r"^MAX ([0-9.]+)", out.stdout, re.M)
+        if out.returncode != 0 or not found:
+            raise RuntimeError(f"LatencyProducer's maximum could not be measured: {out.stdout[-500:]}{out.stderr[-1500:]}")
+        return float(found.group(1))
+
+    def latency_producer(self, kind: str) -> None:
+        """LatencyProducer through the proxy or directly at self.latency_rate, its histograms read every second.
+        The direct one starts again with a new client certificate after a CA change; either starts again if it
+        exits on its own (counted)."""
+        log = open(self.work / f"latency-{kind}.log", "ab")  # noqa: SIM115 - closed below
+        try:
+            while not self.stop_event.is_set():
                 generation = self.direct_generation
-                producer = make()
-            producer.produce(LATENCY_TOPIC, b"x" * 100, partition=0, on_delivery=delivered)
-            next_at += 0.05
-            while time.monotonic() < next_at:
-                producer.poll(max(0.0, min(0.01, next_at - time.monotonic())))
-        producer.flush(30)
+                process = subprocess.Popen(
+                    self.latency_client().command(self.latency_bootstrap(kind), LATENCY_TOPIC, "0",
+                                                  str(self.latency_rate), "0", str(self.latency_properties(kind))),
+                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
+                    preexec_fn=_die_with_parent)
+                self.processes.append(process)
+                reader = threading.Thread(target=self._read_latency, args=(kind, process.stdout), daemon=True)
+                reader.start()
+                while (not self.stop_event.wait(0.5) and process.poll() is None
+                       and (kind != "direct" or generation == self.direct_generation)):
+                    pass
+                if process.poll() is not None and not self.stop_event.is_set():
+                    self.found.latency_restarts[kind] += 1
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(10)
+                reader.join(10)
+        finally:
+            log.close()
+
+    def _read_latency(self, kind: str, stream: IO[str]) -> None:
+        out = self.found.latency[kind]
+        for line in stream:
+            parts = line.split()
+            if len(parts) < 3 or parts[0] != "H":
+                continue
+            self.found.latency_errors[kind] += int(parts[2])
+            counts = {int(b): int(c) for b, c in (p.split(":") for p in parts[3:])}
+            if counts:
+                out.append((self.now(), counts))
 
     # ------------------------------------------------------------------ samplers
     def monitor(self, interval: float) -> None:
@@ -1363,9 +1452,16 @@ class YearRun:
             self.create_topic(PARTITIONER_TOPIC, 2)
             # Led by broker 1: the direct producer's path does not cross the relay in front of broker 3.
             assert self.cluster is not None
-            self.cluster.create_topic(LATENCY_TOPIC, assignments={0: [1, 2, 3]})
+            self.cluster.create_topic(LATENCY_TOPIC, assignments={0: [1, 2, 3]},
+                                      configs={"retention.bytes": str(256 * 2**20), "segment.bytes": str(32 * 2**20)})
+            self.create_topic(ACKS01_TOPIC, 2)
             self.fill_bulk_topic()
             self.start_proxy()
+            if not self.latency_rate:
+                self.latency_max = self.measure_latency_max(5.0 if self.minutes <= 10 else 15.0)
+                self.latency_rate = max(1.0, round(self.latency_max / 2))
+            say(f"latency producers: {self.latency_rate:.0f} records/s each"
+                + (f" (half of {self.latency_max:.0f}, one at a time directly)" if self.latency_max else ""))
             self.t0 = time.monotonic()
             self.start_verifiable_producer()
             interval = 2.0 if self.minutes > 10 else 1.0
@@ -1377,6 +1473,8 @@ class YearRun:
                 threading.Thread(target=self.partitioner_producer, daemon=True),
                 threading.Thread(target=self.latency_producer, args=("proxy",), daemon=True),
                 threading.Thread(target=self.latency_producer, args=("direct",), daemon=True),
+                threading.Thread(target=self.acks01_producer, args=(1,), daemon=True),
+                threading.Thread(target=self.acks01_producer, args=(0,), daemon=True),
                 threading.Thread(target=self.topic_churn, args=(max(6.0, self.seconds / 60),), daemon=True),
                 threading.Thread(target=self.group_member, args=("year-member-1", self.stop_event), daemon=True),
                 threading.Thread(target=self.group_member, args=("year-member-2", self.stop_event), daemon=True),
@@ -1427,13 +1525,23 @@ class YearRun:
         same_epoch, other_epoch = self.duplicates_by_epoch()
         partitioner_log = self.read_topic(PARTITIONER_TOPIC)
         partitioner_missing = [(p, o, v) for p, o, v in self.partitioner_acked if partitioner_log.get((p, o)) != v]
+        acks01_log = self.read_topic(ACKS01_TOPIC)
+        acks1_missing = [(p, o, v, t) for p, o, v, t in self.found.acks1 if acks01_log.get((p, o)) != v]
+        # acks=1: a leader may lose what only it held when it dies or steps down (Kafka's contract): a record
+        # acknowledged in an event window or shortly before one began (its followers had not fetched it yet)
+        acks1_outside = [(p, o, v, round(t, 1)) for p, o, v, t in acks1_missing if not self.near_event(t)]
         return {"acknowledged": len(self.acked), "in_log": len(log), "missing_or_moved": len(missing),
                 "missing_examples": missing[:5], "duplicates": sum(n - 1 for n in values.values() if n > 1),
                 "duplicates_same_epoch": same_epoch, "duplicates_after_epoch_bump": other_epoch,
                 "send_errors": self.producer_errors,
                 "partitioner": {"acknowledged": len(self.partitioner_acked), "missing_or_moved": len(partitioner_missing),
                                 "missing_examples": partitioner_missing[:5],
-                                "refused": dict(self.partitioner_refused)}}
+                                "refused": dict(self.partitioner_refused)},
+                "acks1": {"acknowledged": len(self.found.acks1), "missing_or_moved": len(acks1_missing),
+                          "missing_outside_events": len(acks1_outside), "missing_outside_examples": acks1_outside[:5],
+                          "errors": dict(self.found.acks01_errors)},
+                "acks0": {"sent": self.found.acks0_sent,
+                          "in_log": sum(1 for v in acks01_log.values() if v >= ACKS0_BASE)}}
 
     def read_topic(self, topic: str) -> dict[tuple[int, int], int]:
         """(partition, offset) -> value of every record of a topic, read from offset 0 straight from the brokers."""
@@ -1505,6 +1613,11 @@ class YearRun:
     def in_window(self, t: float, slack: float = 5.0) -> bool:
         return any(w.start <= t <= (w.end if w.end is not None else self.seconds) + slack for w in self.found.windows)
 
+    def near_event(self, t: float, before: float = REPLICA_LAG_SECONDS, after: float = 5.0) -> bool:
+        """t falls in an event window, or `before` seconds before one began, or `after` seconds after it ended."""
+        return any(w.start - before <= t <= (w.end if w.end is not None else self.seconds) + after
+                   for w in self.found.windows)
+
     def latency_bucket(self, t: float) -> str:
         """"inside" an event window, "settling" within SETTLE_SECONDS after one closed, else "outside"."""
         if self.in_window(t, slack=0.0):
@@ -1542,22 +1655,19 @@ class YearRun:
         return slope * 3600, slope * (tail[-1][0] - tail[0][0])
 
     def latency_figures(self) -> dict[str, Any]:
-        def pct(values: list[float], q: float) -> float:
-            if not values:
-                return float("nan")
-            ordered = sorted(values)
-            return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"rate_per_second": self.latency_rate, "max_per_second": self.latency_max,
+                               "errors": dict(self.found.latency_errors),
+                               "restarts": dict(self.found.latency_restarts)}
         for where in ("outside", "settling", "inside"):
             row: dict[str, float] = {}
             for kind in ("direct", "proxy"):
                 # The first SETTLE_SECONDS are the producers' own start (connections, metadata): settling too
-                values = [ms for t, ms in self.found.latency[kind]
-                          if (self.latency_bucket(t) if t > SETTLE_SECONDS else "settling") == where]
-                row[f"{kind}_count"] = len(values)
-                row[f"{kind}_p50_ms"] = pct(values, 0.5)
-                row[f"{kind}_p99_ms"] = pct(values, 0.99)
+                merged = merge_histograms(
+                    counts for t, counts in self.found.latency[kind]
+                    if (self.latency_bucket(t) if t > SETTLE_SECONDS else "settling") == where)
+                row[f"{kind}_count"] = sum(merged.values())
+                row[f"{kind}_p50_ms"] = histogram_percentile(merged, 0.5)
+                row[f"{kind}_p99_ms"] = histogram_percentile(merged, 0.99)
             row["added_p50_ms"] = row["proxy_p50_ms"] - row["direct_p50_ms"]
             row["added_p99_ms"] = row["proxy_p99_ms"] - row["direct_p99_ms"]
             out[where] = row
@@ -1602,6 +1712,12 @@ class YearRun:
             ("the Python partitioner's acks=-2 records readable", part["acknowledged"] > 0 and part["missing_or_moved"] == 0,
              f"{part['acknowledged']} acknowledged (insync_proxy.client.partitioner, kafka-python, acks=-2), "
              f"{part['missing_or_moved']} missing or moved, refused {part['refused'] or 0}"),
+            ("acks=1 and acks=0 through the proxy (librdkafka)",
+             oracle["acks1"]["acknowledged"] > 0 and oracle["acks1"]["missing_outside_events"] == 0
+             and oracle["acks0"]["in_log"] > 0,
+             f"acks=1: {oracle['acks1']['acknowledged']} acknowledged, {oracle['acks1']['missing_or_moved']} missing "
+             f"({oracle['acks1']['missing_outside_events']} outside event windows); acks=0: {oracle['acks0']['sent']} "
+             f"sent, {oracle['acks0']['in_log']} in the log; errors {oracle['acks1']['errors'] or 0}"),
             ("acks=-2 never acknowledged below min ISR", not acks2 and acks2_ok > 0,
              f"{acks2_ok} acknowledged, {len(f.acks2) - acks2_ok} refused, {len(acks2)} violations"),
             ("tag 637 equals the topic's min.insync.replicas", not f.tag_wrong and f.tag_checks > 0,
@@ -1638,6 +1754,8 @@ class YearRun:
             ("added latency p99 outside events <= 1 ms", latency["outside"]["added_p99_ms"] <= ADDED_P99_TARGET_MS,
              "p50 {added_p50_ms:+.2f} ms, p99 {added_p99_ms:+.2f} ms (direct p99 {direct_p99_ms:.1f}, "
              "proxy p99 {proxy_p99_ms:.1f}; samples: direct {direct_count}, proxy {proxy_count}; ".format(**latency["outside"])
+             + f"Java producer, acks=all, {self.latency_rate:.0f} records/s each (half of {self.latency_max:.0f} one at a "
+             f"time directly); "
              + "excluded while settling {SETTLE:.0f} s after an event: direct {direct_count}, proxy {proxy_count})".format(
                  SETTLE=SETTLE_SECONDS, **latency["settling"])),
             ("added latency inside event windows (reported)", True,
@@ -1699,6 +1817,26 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def merge_histograms(histograms: Iterable[dict[int, int]]) -> Counter[int]:
+    merged: Counter[int] = Counter()
+    for counts in histograms:
+        merged.update(counts)
+    return merged
+
+
+def histogram_percentile(counts: dict[int, int], q: float) -> float:
+    """The q-quantile of LatencyProducer's buckets, in ms (a bucket's geometric middle), NaN when empty."""
+    total = sum(counts.values())
+    if not total:
+        return float("nan")
+    rank, seen = q * total, 0
+    for bucket in sorted(counts):
+        seen += counts[bucket]
+        if seen >= rank:
+            return float(LATENCY_BUCKET_BASE ** (bucket + 0.5) / 1000)
+    return float(LATENCY_BUCKET_BASE ** (max(counts) + 0.5) / 1000)
+
+
 def timeline_svg(run: YearRun, summary: dict[str, Any]) -> str:
     """RSS, fds, latency (proxy and direct, 10 s p99) and the event windows on one time axis, as SVG."""
     w, h, left, top = 1000, 560, 70, 30
@@ -1712,10 +1850,10 @@ def timeline_svg(run: YearRun, summary: dict[str, Any]) -> str:
               ("open fds", [(s.t, float(s.fds)) for s in samples], "#2ca02c")]
     latency: dict[str, list[tuple[float, float]]] = {}
     for kind in ("direct", "proxy"):
-        buckets: dict[int, list[float]] = {}
-        for t, ms in run.found.latency[kind]:
-            buckets.setdefault(int(t // 10), []).append(ms)
-        latency[kind] = [(b * 10 + 5, sorted(v)[min(len(v) - 1, int(0.99 * len(v)))]) for b, v in sorted(buckets.items())]
+        buckets: dict[int, list[dict[int, int]]] = {}
+        for t, counts in run.found.latency[kind]:
+            buckets.setdefault(int(t // 10), []).append(counts)
+        latency[kind] = [(b * 10 + 5, histogram_percentile(merge_histograms(v), 0.99)) for b, v in sorted(buckets.items())]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
            f'<rect width="{w}" height="{h}" fill="white"/>',
            f'<text x="{left}" y="18" font-size="13">insync-proxy, a year in an hour: {summary["minutes"]} min, '
@@ -1852,6 +1990,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--rate", type=int, default=100, help="VerifiableProducer records a second (100)")
+    parser.add_argument("--latency-rate", type=float, default=0.0,
+                        help="records a second of each Java latency producer (default: half its maximum one record "
+                             "at a time, measured directly at the start)")
     parser.add_argument("--out", type=Path, help="where the summary, timeline and logs go (a new temporary directory)")
     parser.add_argument("--json", type=Path, help="also write the summary JSON here")
     parser.add_argument("--interpreted", action="store_true",
@@ -1861,7 +2002,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.out or Path(tempfile.mkdtemp(prefix="insync-year-"))
     work.mkdir(parents=True, exist_ok=True)
     say(f"a year in {args.minutes:g} minutes; working in {work}")
-    run = YearRun(args.minutes, work, rate=args.rate)
+    run = YearRun(args.minutes, work, rate=args.rate, latency_rate=args.latency_rate)
     run.build = build
     summary = run.run()
     write_outputs(run, summary, work, args.json)
