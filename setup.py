@@ -27,15 +27,20 @@ SOURCE_FOLDERS = ("protocol", "audit", "proxy", "client", "pipeline", "devcluste
 STAGED = Path("build") / "src"
 
 #: The data path: framing, header peek, Produce walks, the connection core and the behaviours on it, with the
-#: generated version tables the walkers read (compiled with them, their Final ints become constants). The
-#: generated message classes are not here (yet): compiled, a slotted dataclass subclass of the interpreted
-#: Struct fails at import ("mypyc classes can't have __slots__"), and compiling protocol/schema.py with them
-#: turns Message's ClassVar declarations into dataclass fields (docs/protocol.md).
+#: generated version tables the walkers read (compiled with them, their Final ints become constants), and the
+#: message classes with the schema DSL and generic codec they are declared in (schema, kafka_messages, messages:
+#: together, as a compiled dataclass cannot subclass an interpreted slotted Struct, nor an interpreted one a
+#: compiled Struct). Compiled, a message class is a native class whose layout mypyc gives it (dataclass's
+#: slots=True only makes a copy, which is dropped); Message's ClassVars are set after each class is made, not
+#: declared in a dataclass body, which would make them fields (docs/protocol.md).
 COMPILED_MODULES = [
     "protocol/kafka_versions.py",
     "protocol/api_keys.py",
     "protocol/addresses.py",
     "protocol/primitives.py",
+    "protocol/schema.py",
+    "protocol/kafka_messages.py",
+    "protocol/messages.py",
     "protocol/framing.py",
     "protocol/headers.py",
     "protocol/produce.py",

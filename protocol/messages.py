@@ -12,13 +12,13 @@ login, the dev cluster).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Final
+from typing import Final
 
 import insync_proxy.protocol.kafka_messages as _kafka_messages  # `from . import` would name the package itself
+from insync_proxy.protocol.kafka_messages import *  # noqa: F403  (the generated classes are this module's too)
 
 from .api_keys import ApiKey
 from .errors import UnsupportedVersion
-from .kafka_messages import *  # noqa: F403  (the generated classes are this module's too)
 from .kafka_messages import (
     REQUEST_TYPES,
     RESPONSE_TYPES,
@@ -66,6 +66,9 @@ __all__ = [
     "encode_response",
 ]
 __all__ += _kafka_messages.__all__
+# Compiled with mypyc, `import *` only imports the module (absolute: mypyc would not resolve `from .x import *`)
+# and binds no name here: the generated classes are bound by name, as the interpreter's `import *` did already.
+globals().update({_name: getattr(_kafka_messages, _name) for _name in _kafka_messages.__all__})
 
 #: Kafka's "authorized operations not requested" sentinel (Integer.MIN_VALUE).
 AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
@@ -99,10 +102,6 @@ class Kip637MetadataResponseTopic(Struct):
 class MetadataResponseKip637(Message):
     """KIP-637's MetadataResponse "v10" (v9 + topic ``min_insync_replicas``), an explicit variant."""
 
-    API_KEY: ClassVar[int] = ApiKey.METADATA
-    VALID_VERSIONS: ClassVar[tuple[int, int]] = (10, 10)
-    FLEXIBLE_FROM: ClassVar[int | None] = 10
-
     throttle_time_ms: int = kfield(INT32, "0+", default=0)
     brokers: tuple[MetadataResponseBroker, ...] = kfield(ArrayOf(MetadataResponseBroker), "0+", default=())
     cluster_id: str | None = kfield(STRING, "0+", nullable="0+", default=None)
@@ -111,6 +110,12 @@ class MetadataResponseKip637(Message):
         ArrayOf(Kip637MetadataResponseTopic), "0+", default=())
     cluster_authorized_operations: int = kfield(INT32, "0+", default=AUTHORIZED_OPERATIONS_OMITTED)
 
+
+# Message's class attributes, set after the class is made, as the generated classes' are (MESSAGE_VERSIONS):
+# compiled with mypyc, a dataclass's body would hand them to dataclass as fields.
+MetadataResponseKip637.API_KEY = ApiKey.METADATA
+MetadataResponseKip637.VALID_VERSIONS = (10, 10)
+MetadataResponseKip637.FLEXIBLE_FROM = 10
 
 # The KIP-637 body is encoded with the v9 rules (flexible; nested structs as in v9).
 _KIP637_LAYOUT_VERSION = 9

@@ -142,9 +142,16 @@ class Struct:
     unknown_tagged_fields: tuple[tuple[int, bytes], ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Message(Struct):
-    """A top-level request or response body."""
+    """A top-level request or response body.
+
+    Not a dataclass itself (its subclasses are): compiled with mypyc, a dataclass's body hands every annotated
+    name to ``dataclass`` as a field, ``ClassVar``s too. Each message class gets the three after it is made
+    (protocol/kafka_messages.py: ``MESSAGE_VERSIONS``). The empty ``__slots__`` keeps the interpreted
+    subclasses' instances without a ``__dict__``, as compiled ones are.
+    """
+
+    __slots__ = ()
 
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]

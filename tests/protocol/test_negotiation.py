@@ -19,6 +19,6 @@ def test_ranges_that_do_not_meet_have_no_common_version() -> None:
 
 
 def test_the_ranges_of_an_api_versions_response_by_api_key() -> None:
-    response = ApiVersionsResponse(api_keys=[ApiVersion(api_key=3, min_version=0, max_version=13),
-                                             ApiVersion(api_key=18, min_version=0, max_version=4)])
+    response = ApiVersionsResponse(api_keys=(ApiVersion(api_key=3, min_version=0, max_version=13),
+                                             ApiVersion(api_key=18, min_version=0, max_version=4)))
     assert version_ranges(response) == {3: (0, 13), 18: (0, 4)}
