@@ -1754,8 +1754,8 @@ class YearRun:
             ("added latency p99 outside events <= 1 ms", latency["outside"]["added_p99_ms"] <= ADDED_P99_TARGET_MS,
              "p50 {added_p50_ms:+.2f} ms, p99 {added_p99_ms:+.2f} ms (direct p99 {direct_p99_ms:.1f}, "
              "proxy p99 {proxy_p99_ms:.1f}; samples: direct {direct_count}, proxy {proxy_count}; ".format(**latency["outside"])
-             + f"Java producer, acks=all, {self.latency_rate:.0f} records/s each (half of {self.latency_max:.0f} one at a "
-             f"time directly); "
+             + f"Java producer, acks=all, {self.latency_rate:.0f} records/s each ("
+             + (f"half of {self.latency_max:.0f} one at a time directly); " if self.latency_max else "--latency-rate); ")
              + "excluded while settling {SETTLE:.0f} s after an event: direct {direct_count}, proxy {proxy_count})".format(
                  SETTLE=SETTLE_SECONDS, **latency["settling"])),
             ("added latency inside event windows (reported)", True,
