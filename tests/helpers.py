@@ -91,3 +91,13 @@ def remove_scratch_directories() -> None:
     them, e.g. the proxies' configuration, log and audit files, for the post-mortem)."""
     while _SCRATCH:
         shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)
+
+
+class Clock:
+    """A clock a test steps by hand: `clock.now += 1.5`; called, it says the time (starts at 1000 s)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

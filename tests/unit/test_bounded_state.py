@@ -8,18 +8,11 @@ from insync_proxy.proxy.behaviours.acks import POLICY_CACHE_LIMIT
 from insync_proxy.proxy.behaviours.isr_learning import REREADS_KEPT
 from insync_proxy.proxy.config.settings import AcksPolicyConfig
 from insync_proxy.proxy.datapath.cluster_view import BROKER_SAID_KEPT, BROKER_SAID_SECONDS, ClusterView
+from tests.helpers import Clock
 from tests.unit.produce_frames import read_produce_request
 from tests.unit.test_acks_policy import HEALTHY, ORDERS, TOPIC_IDS, Sidecar, metadata_response
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _produce_to_names(proxy: Sidecar, names: list[str], acks: int, error: int | None, clock: Clock | None = None,

@@ -24,19 +24,12 @@ from insync_proxy.proxy.controlplane.min_insync import DEFAULT_MAX_TOPICS_IN_USE
 from insync_proxy.proxy.controlplane.readiness import PartitionReadiness
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
+from tests.helpers import Clock
 from tests.unit.produce_frames import broker_response, read_produce_request
 from tests.unit.test_acks_policy import HEALTHY, ORDERS, PAYMENTS, TOPIC_IDS, Sidecar
 from tests.unit.test_control_plane_demand import NoListeners, RecordingControl
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _not_followed(metrics: ProxyMetrics) -> float:

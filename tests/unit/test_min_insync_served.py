@@ -39,6 +39,7 @@ from insync_proxy.proxy.controlplane.min_insync import (
     TopicDemand,
 )
 from insync_proxy.proxy.datapath.exchange import Exchange, Frame
+from tests.helpers import Clock
 from tests.unit.test_metadata_made_up_topics import (
     LISTENER,
     Proxy,
@@ -50,14 +51,6 @@ from tests.unit.test_metadata_made_up_topics import (
 
 TOPICS = [f"t{i}" for i in range(10)]
 TTL = 30.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class ClockedProxy(Proxy):

@@ -32,17 +32,10 @@ from insync_proxy.proxy.observability.logs import (
 )
 from insync_proxy.proxy.observability.logsetup import setup_logging
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
+from tests.helpers import Clock
 from tests.unit.test_connection_core import LISTENER
 
 logger = logging.getLogger("tests.rate_limited")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def messages(caplog: pytest.LogCaptureFixture, name: str = "tests.rate_limited") -> list[str]:

@@ -29,6 +29,7 @@ from insync_proxy.proxy.datapath.core import NoObserver
 from insync_proxy.proxy.datapath.exchange import BehaviourBase, BehaviourRegistry, Exchange
 from insync_proxy.proxy.observability.logs import error_text, forget_all
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
+from tests.helpers import Clock
 from tests.unit.test_connection_core import LISTENER
 
 Address = tuple[str, int]
@@ -292,14 +293,6 @@ async def _a_client_leaving_with_nothing_in_flight_closes_the_broker_connection_
 
 
 # -------------------------------------------------------------- 2. bootstrap candidates: failed brokers last
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 A, B, C = ("10.0.0.1", 9092), ("10.0.0.2", 9092), ("10.0.0.3", 9092)
