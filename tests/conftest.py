@@ -14,9 +14,11 @@ worker of its own, beside the rest), then the biggest.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,6 +162,34 @@ class OwnClusterPool:
 
 
 _OWN = OwnClusterPool()
+
+
+#: INSYNC_TEST_TIMELINE=FILE: each test's worker, group and wall-clock span (setup to teardown), a JSON line
+#: each, appended by every worker (`python -m tests.timeline FILE` prints where each worker's time went).
+TIMELINE_FILE = os.environ.get("INSYNC_TEST_TIMELINE")
+
+
+def _machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy since boot (/proc/stat; 0 where there is none): a test's share
+    when it runs alone (`-n 0`), the run's load when workers run beside it."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    started, busy = time.time(), _machine_busy_seconds()
+    yield
+    if TIMELINE_FILE:
+        record = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "unit": work_unit(item),
+                  "test": item.nodeid, "start": started, "end": time.time(),
+                  "machine_cpu": round(_machine_busy_seconds() - busy, 2)}
+        with open(TIMELINE_FILE, "a", encoding="utf-8") as timeline:
+            timeline.write(json.dumps(record) + "\n")
 
 
 @pytest.hookimpl(hookwrapper=True)
