@@ -8,6 +8,7 @@ order it ran them, each group's wall seconds, test count and machine CPU (a grou
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections import defaultdict
@@ -15,12 +16,17 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    records = [json.loads(line) for line in Path(argv[0]).read_text(encoding="utf-8").splitlines() if line]
+    parser = argparse.ArgumentParser(prog="python -m tests.timeline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("file", type=Path, help="what INSYNC_TEST_TIMELINE=FILE ./scripts/test wrote")
+    args = parser.parse_args(argv)
+    try:
+        text = args.file.read_text(encoding="utf-8")
+    except OSError as exc:
+        parser.error(f"cannot read {args.file}: {exc.strerror}")
+    records = [json.loads(line) for line in text.splitlines() if line]
     if not records:
-        print(f"{argv[0]}: no test recorded", file=sys.stderr)
+        print(f"{args.file}: no test recorded", file=sys.stderr)
         return 1
     begin = min(r["start"] for r in records)
     end = max(r["end"] for r in records)
