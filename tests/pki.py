@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import dh, ec, x448, x25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -32,7 +32,9 @@ def key_pem(key: Key, password: str | None = None) -> bytes:
 
 def load_key(pem: bytes) -> Key:
     key = serialization.load_pem_private_key(pem, None)
-    assert not isinstance(key, x25519.X25519PrivateKey | x448.X448PrivateKey | dh.DHPrivateKey), "cannot sign"
+    # The kinds that sign certificates, named (cryptography 50 warns at a mention of its Diffie-Hellman class).
+    assert isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+                      | ed448.Ed448PrivateKey), f"a {type(key).__name__} cannot sign"
     return key
 
 
