@@ -182,14 +182,16 @@ def _machine_busy_seconds() -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not TIMELINE_FILE:  # no /proc read per test unless asked
+        yield
+        return
     started, busy = time.time(), _machine_busy_seconds()
     yield
-    if TIMELINE_FILE:
-        record = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "unit": work_unit(item),
-                  "test": item.nodeid, "start": started, "end": time.time(),
-                  "machine_cpu": round(_machine_busy_seconds() - busy, 2)}
-        with open(TIMELINE_FILE, "a", encoding="utf-8") as timeline:
-            timeline.write(json.dumps(record) + "\n")
+    record = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "unit": work_unit(item),
+              "test": item.nodeid, "start": started, "end": time.time(),
+              "machine_cpu": round(_machine_busy_seconds() - busy, 2)}
+    with open(TIMELINE_FILE, "a", encoding="utf-8") as timeline:
+        timeline.write(json.dumps(record) + "\n")
 
 
 @pytest.hookimpl(hookwrapper=True)

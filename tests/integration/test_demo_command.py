@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from insync_proxy.devcluster.cluster import free_port
+from tests.helpers import WaitTimeout, wait_until
 from tests.proxy_harness import free_port_base
 
 #: Generous: three brokers start from cold on two shared cores (a minute or two under load).
@@ -162,11 +163,12 @@ def _skip_unless_ports_free(ports: tuple[int, ...], why: str) -> None:
                     busy.append(port)
         return busy
 
-    deadline = time.monotonic() + 60
-    while (busy := listening()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if busy:
-        pytest.skip(f"port {busy[0]} is in use (a dev cluster or proxy of your own?): {why}")
+    try:
+        wait_until(lambda: not listening(), 60, interval=0.5, what="the ports to be free")
+    except WaitTimeout:
+        busy = listening()
+        if busy:
+            pytest.skip(f"port {busy[0]} is in use (a dev cluster or proxy of your own?): {why}")
 
 
 def readme_quick_start() -> str:
