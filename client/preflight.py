@@ -37,7 +37,13 @@ from insync_proxy.proxy.controlplane.control import (
     TOPIC_RESOURCE,
 )
 from insync_proxy.proxy.controlplane.min_insync import CONFIG_KEY
-from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate
+from insync_proxy.proxy.controlplane.sasl import (
+    SaslError,
+    authenticate,
+    credentials_hint,
+    login_name,
+    mechanisms_hint,
+)
 
 __all__ = ["check_connection", "sasl_login"]
 
@@ -45,13 +51,30 @@ Say = Callable[[str], None]
 CLIENT_ID = "insync-proxy-check"
 
 
-def sasl_login(client: BlockingKafkaClient, sasl: SaslConfig) -> None:
-    """Log `client`'s connection in with the proxy's own SASL exchange (proxy/controlplane/sasl.py); SaslError if refused."""
+def sasl_login(client: BlockingKafkaClient, sasl: SaslConfig) -> int:
+    """Log `client`'s connection in with the proxy's own SASL exchange (proxy/controlplane/sasl.py); SaslError if
+    refused. Returns the session lifetime in ms the broker gave (0: none)."""
 
     async def request(api_key: int, version: int, body: bytes) -> bytes:
         return client.request_raw(api_key, version, body)
 
-    asyncio.run(authenticate(request, sasl))
+    return asyncio.run(authenticate(request, sasl))
+
+
+def _token_step(sasl: SaslConfig, steps: _Steps) -> bool:
+    """OAUTHBEARER: a token from the token endpoint, said as its own step; False when none came."""
+    import time
+
+    from insync_proxy.proxy.controlplane.oauth import TokenEndpointError, token_source
+
+    try:
+        token = token_source(sasl).fetch()
+    except TokenEndpointError as exc:
+        return steps.fail("token", str(exc))
+    steps.ok("token", f"client {sasl.oauthbearer_client_id!r} got a token from {sasl.oauthbearer_token_endpoint_url} "
+             f"(sub {token.subject!r}, valid {token.expires_at - time.time():.0f}s)"
+             + ("" if token.subject else "; not a JWT with a `sub`: Kafka's brokers validate JWTs"))
+    return True
 
 
 def _name(address: tuple[str, int]) -> str:
@@ -154,7 +177,7 @@ def check_connection(config: ProxyConfig, say: Say, *, topic: str | None = None)
     `topic`: the topic whose DescribeConfigs is checked (default: [audit] kafka_topic when the cluster has
     it, else the first topic Metadata shows).
     """
-    steps = _Steps(say, [config.control_sasl.password or ""])
+    steps = _Steps(say, [config.control_sasl.password or "", config.control_sasl.oauthbearer_client_secret or ""])
     try:
         return _check(config, steps, topic)
     except Exception as exc:  # a check reports, it never ends in a traceback
@@ -220,21 +243,31 @@ def _check(config: ProxyConfig, steps: _Steps, topic: str | None) -> bool:
         steps.ok("api_versions", f"{len(versions)} APIs; the control connection will use Metadata v{metadata_version}, "
                  f"DescribeConfigs v{configs_version}")
 
-        # 3. SASL login of the control connection.
+        # 3. SASL login of the control connection (OAUTHBEARER: its token first).
         sasl = config.control_sasl
+        mechanism, who = login_name(sasl)
+        if sasl.mechanism == "OAUTHBEARER" and not _token_step(sasl, steps):
+            return False
         if sasl.mechanism:
             try:
-                sasl_login(client, sasl)
+                lifetime_ms = sasl_login(client, sasl)
             except SaslError as exc:
                 if exc.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED:
-                    return steps.fail("sasl", f"{sasl.mechanism} authentication failed for user {sasl.username!r}: "
-                                      f"wrong password or unknown user (broker: {exc}); check [control_sasl] "
-                                      "username and its password")
-                return steps.fail("sasl", f"{sasl.mechanism} login as {sasl.username!r} failed: {exc}")
+                    refused = "the broker refused the token" if mechanism == "OAUTHBEARER" else \
+                        "wrong password or unknown user"
+                    whom = f"client {who!r}" if mechanism == "OAUTHBEARER" else f"user {who!r}"
+                    return steps.fail("sasl", f"{mechanism} authentication failed for {whom}: {refused} "
+                                      f"(broker: {exc}); check {credentials_hint(sasl)}")
+                if exc.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+                    return steps.fail("sasl", f"{mechanism} login as {who!r} failed: {exc}: "
+                                      f"{mechanisms_hint(exc, mechanism)}")
+                return steps.fail("sasl", f"{mechanism} login as {who!r} failed: {exc}")
             except KafkaClientError as exc:
-                return steps.fail("sasl", f"{sasl.mechanism} login as {sasl.username!r} failed: {exc} (is "
+                return steps.fail("sasl", f"{mechanism} login as {who!r} failed: {exc} (is "
                                   f"{_name(reached)} a SASL_SSL or SASL_PLAINTEXT listener?)")
-            steps.ok("sasl", f"{sasl.mechanism} login as {sasl.username!r}")
+            steps.ok("sasl", f"{mechanism} login as {who!r}"
+                     + (f"; the broker ends sessions after {lifetime_ms / 1000:.0f}s (connections.max.reauth.ms): "
+                        "the proxy renews them in place" if lifetime_ms else ""))
         else:
             steps.skip("sasl", "no [control_sasl] mechanism: the control connection does not log in")
 

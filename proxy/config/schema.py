@@ -17,10 +17,12 @@ from typing import Any
 from insync_proxy.proxy.config.broker_ports import BrokerPortsError, ListenerPorts, check_listener_ports
 from insync_proxy.proxy.config.settings import (
     ENV_PREFIX,
+    PASSWORD_MECHANISMS,
     SASL_MECHANISMS,
     ConfigError,
     Meta,
     ProxyConfig,
+    SaslConfig,
     TlsConfig,
     host_port_problem,
 )
@@ -366,13 +368,7 @@ def _cross_checks(config: ProxyConfig) -> None:
         raise ConfigError(f"{given} is set but control_sasl.mechanism is not: set control_sasl.mechanism (one of "
                           f"{', '.join(SASL_MECHANISMS)}) or remove it (without a mechanism the proxy does not "
                           "log in)")
-    if sasl.mechanism and not sasl.username:
-        raise ConfigError(f"control_sasl.mechanism = {sasl.mechanism!r} needs a user: set control_sasl.username "
-                          f"(or {ENV_PREFIX}CONTROL_SASL_USERNAME)")
-    if sasl.mechanism and not sasl.password:
-        raise ConfigError(
-            f"control_sasl.mechanism = {sasl.mechanism!r} needs a password: set control_sasl.password_file, "
-            f"{ENV_PREFIX}CONTROL_SASL_PASSWORD or control_sasl.password")
+    _check_sasl(sasl)
     if config.audit.max_total_bytes < config.audit.max_file_bytes:
         raise ConfigError(f"audit.max_total_bytes = {config.audit.max_total_bytes} is below audit.max_file_bytes = "
                           f"{config.audit.max_file_bytes}: the total must hold at least one file")
@@ -385,3 +381,52 @@ def _check_broker_ports(config: ProxyConfig) -> None:
                               for lc in config.listeners], config.admin_port)
     except BrokerPortsError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _check_sasl(sasl: SaslConfig) -> None:
+    """[control_sasl]: what each mechanism needs, and nothing of another mechanism's set by mistake."""
+    oauth = {f.name: getattr(sasl, f.name) for f in fields(sasl) if f.name.startswith("oauthbearer_")}
+    oauth_given = sorted(name for name, value in oauth.items() if value and not name.endswith("_file"))
+    if sasl.mechanism in PASSWORD_MECHANISMS:
+        if not sasl.username:
+            raise ConfigError(f"control_sasl.mechanism = {sasl.mechanism!r} needs a user: set control_sasl.username "
+                              f"(or {ENV_PREFIX}CONTROL_SASL_USERNAME)")
+        if not sasl.password:
+            raise ConfigError(
+                f"control_sasl.mechanism = {sasl.mechanism!r} needs a password: set control_sasl.password_file, "
+                f"{ENV_PREFIX}CONTROL_SASL_PASSWORD or control_sasl.password")
+        if oauth_given:
+            raise ConfigError(f"control_sasl.{oauth_given[0]} is set but control_sasl.mechanism is "
+                              f"{sasl.mechanism!r}: OAuth settings take effect with mechanism = \"OAUTHBEARER\" only")
+    if sasl.mechanism == "OAUTHBEARER":
+        if sasl.username:
+            raise ConfigError("control_sasl.username is set but control_sasl.mechanism is \"OAUTHBEARER\": the brokers "
+                              "take the proxy's principal from the token (its `sub`); remove username and set "
+                              "oauthbearer_client_id")
+        if sasl.password:
+            raise ConfigError("control_sasl.password is set but control_sasl.mechanism is \"OAUTHBEARER\": the proxy "
+                              "logs in with a token from oauthbearer_token_endpoint_url; set "
+                              "oauthbearer_client_secret(_file) instead")
+        url = sasl.oauthbearer_token_endpoint_url
+        if not url:
+            raise ConfigError("control_sasl.mechanism = \"OAUTHBEARER\" needs control_sasl.oauthbearer_token_endpoint_url "
+                              "(the OAuth 2.0 token endpoint, e.g. https://idp.example.com/oauth2/token)")
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ConfigError(f"control_sasl.oauthbearer_token_endpoint_url = {url!r} is not an http(s):// URL")
+        if not sasl.oauthbearer_client_id:
+            raise ConfigError("control_sasl.mechanism = \"OAUTHBEARER\" needs control_sasl.oauthbearer_client_id (the "
+                              "proxy's client at the token endpoint)")
+        if not sasl.oauthbearer_client_secret:
+            raise ConfigError("control_sasl.mechanism = \"OAUTHBEARER\" needs the client's secret: set "
+                              f"control_sasl.oauthbearer_client_secret_file or {ENV_PREFIX}CONTROL_SASL_OAUTHBEARER_"
+                              "CLIENT_SECRET")
+        for extension in sasl.oauthbearer_extensions:
+            key, sep, value = extension.partition("=")
+            if not sep or not re.fullmatch(r"[A-Za-z]+", key) or key == "auth" or not value or "\x01" in value:
+                raise ConfigError(f"control_sasl.oauthbearer_extensions: {extension!r} is not key=value with a key "
+                                  "of letters other than `auth` (RFC 7628) and a value")
+        if sasl.oauthbearer_ca_file and not Path(sasl.oauthbearer_ca_file).is_file():
+            raise ConfigError(f"control_sasl.oauthbearer_ca_file = {sasl.oauthbearer_ca_file!r}: no such file")
+    elif not sasl.mechanism and oauth_given:
+        raise ConfigError(f"control_sasl.{oauth_given[0]} is set but control_sasl.mechanism is not: set "
+                          "control_sasl.mechanism = \"OAUTHBEARER\" or remove it")

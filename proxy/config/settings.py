@@ -42,7 +42,9 @@ OTHER_ENV_VARS: dict[str, str] = {
 METADATA_SCHEMAS = ("tagged", "kip637")
 VALID_FLOORS = (-1, -2)
 AUDIT_DETAILS = ("summary", "every_request")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: Mechanisms that log in with control_sasl.username and a password.
+PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
 
@@ -133,6 +135,32 @@ class SaslConfig:
     password: str | None = setting(None, secret=True, meaning="password of username", reloads=True)
     password_file: str | None = setting(None, file_for="password",
                                         meaning="file holding the password (instead of the value)", reloads=True)
+    oauthbearer_token_endpoint_url: str | None = setting(
+        None, reloads=True,
+        meaning="OAUTHBEARER: the OAuth 2.0 token endpoint the proxy gets its tokens from (client-credentials "
+                "grant), e.g. https://idp.example.com/realms/kafka/protocol/openid-connect/token")
+    oauthbearer_client_id: str | None = setting(None, reloads=True,
+                                                meaning="OAUTHBEARER: the proxy's client id at the token endpoint")
+    oauthbearer_client_secret: str | None = setting(None, secret=True, reloads=True,
+                                                    meaning="OAUTHBEARER: the client's secret")
+    oauthbearer_client_secret_file: str | None = setting(
+        None, file_for="oauthbearer_client_secret", reloads=True,
+        meaning="OAUTHBEARER: file holding the client's secret (instead of the value)")
+    oauthbearer_scope: str | None = setting(None, reloads=True,
+                                            meaning="OAUTHBEARER: the scope asked for (space-separated), if the "
+                                                    "provider or the brokers want one")
+    oauthbearer_audience: str | None = setting(
+        None, reloads=True,
+        meaning="OAUTHBEARER: an `audience` parameter for providers that take one in the token request (Auth0, "
+                "Okta custom servers); most put the brokers' expected audience in the token by client")
+    oauthbearer_extensions: tuple[str, ...] = setting(
+        (), reloads=True,
+        meaning="OAUTHBEARER: SASL extensions (KIP-342) sent with the token, each key=value (Confluent Cloud: "
+                "logicalCluster=lkc-..., identityPoolId=pool-...)")
+    oauthbearer_ca_file: str | None = setting(
+        None, reloads=True,
+        meaning="OAUTHBEARER: PEM file of the CA certificates the token endpoint's TLS is checked against "
+                "(default: the system store)")
 
 
 @dataclass(frozen=True)

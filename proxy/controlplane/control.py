@@ -51,7 +51,7 @@ from insync_proxy.protocol.negotiation import highest_common_version, version_ra
 from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, closed_during_handshake
-from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate
+from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate, credentials_hint, login_name
 from insync_proxy.proxy.observability.logs import RateLimitedLog, error_text
 
 if TYPE_CHECKING:
@@ -75,6 +75,12 @@ OFFLOAD_DECODE_BYTES = 64 * 1024
 #: A DescribeConfigs of n topics waits the request timeout plus this per topic (a loaded broker answered
 #: 3,000 topics in ~0.6 s, 0.2 ms a topic: ten times that leaves room for a slow one).
 PER_TOPIC_TIMEOUT_SECONDS = 0.002
+
+
+#: A SASL session (KIP-368) is renewed once this fraction of its lifetime is left (or the request timeout and a
+#: second, if more); a link whose session is that close to its end is replaced instead.
+REAUTHENTICATE_FRACTION = 0.15
+SESSION_END_MARGIN_SECONDS = 1.0
 
 
 #: What a first answer starting with "HTTP" (as a frame size, 1213486160 bytes) means.
@@ -121,6 +127,20 @@ class _Link:
     closed: bool = False
     #: One request at a time: its timeout runs from when the broker can start it.
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: KIP-368: time.monotonic() when the broker's SASL session ends (None: it does not), and from when the
+    #: session is renewed in place, between two requests.
+    session_ends_at: float | None = None
+    reauthenticate_at: float | None = None
+
+    def start_session(self, lifetime_ms: int, request_timeout: float) -> None:
+        """Note a login's session lifetime: renewed once most of it has passed, leaving room for a slow broker."""
+        if lifetime_ms <= 0:
+            self.session_ends_at = self.reauthenticate_at = None
+            return
+        now, lifetime = time.monotonic(), lifetime_ms / 1000
+        self.session_ends_at = now + lifetime
+        margin = max(REAUTHENTICATE_FRACTION * lifetime, request_timeout + 1.0)
+        self.reauthenticate_at = now + max(lifetime / 2, lifetime - margin)
 
     def close(self, exc: BaseException) -> None:
         if self.closed:
@@ -233,11 +253,13 @@ class ControlConnection:
             link.versions = await self._api_versions(link)
             if self.sasl is not None and self.sasl.mechanism:
                 try:
-                    await authenticate(lambda k, v, b: self._send(link, k, v, b, self.request_timeout), self.sasl)
+                    lifetime_ms = await authenticate(
+                        lambda k, v, b: self._send(link, k, v, b, self.request_timeout), self.sasl)
                 except _Timeout:
                     raise
                 except Exception as exc:
                     raise self._login_refused(address, exc) from None
+                link.start_session(lifetime_ms, self.request_timeout)
                 self._login_succeeded()
         except BaseException as exc:
             link.close(exc)
@@ -245,20 +267,20 @@ class ControlConnection:
         return link
 
     def _login_refused(self, address: tuple[str, int], exc: Exception) -> AuthenticationFailed:
-        """Count a refused SASL login; say it once per credentials (never the password)."""
-        mechanism, username = str(self.sasl.mechanism), str(self.sasl.username)
+        """Count a refused SASL login; say it once per credentials (never a secret)."""
+        mechanism, username = login_name(self.sasl)
         if self.metrics is not None:
             self.metrics.control_authentication_failures_total.labels(mechanism).inc()
         why = f"{exc}"
-        if isinstance(exc, SaslError) and exc.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED:
+        if isinstance(exc, SaslError) and exc.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED \
+                and mechanism != "OAUTHBEARER":
             why = f"wrong password or unknown user ({exc})"
         if (mechanism, username) not in _REFUSED_LOGINS:
             _REFUSED_LOGINS.add((mechanism, username))
             log.warning(
-                "control connection: SASL %s login as %r to %s failed: %s. Check [control_sasl] username and "
-                "INSYNC_PROXY_CONTROL_SASL_PASSWORD; retried at every refresh, counted in "
-                "insync_proxy_control_authentication_failures_total, not logged again until a login succeeds",
-                mechanism, username, _name(address), why,
+                "control connection: SASL %s login as %r to %s failed: %s. Check %s; retried at every refresh, "
+                "counted in insync_proxy_control_authentication_failures_total, not logged again until a login "
+                "succeeds", mechanism, username, _name(address), why, credentials_hint(self.sasl),
             )
         else:
             log.debug("control connection: SASL %s login as %r to %s refused again: %s", mechanism, username,
@@ -266,10 +288,42 @@ class ControlConnection:
         return AuthenticationFailed(f"SASL {mechanism} authentication as {username!r} failed at {_name(address)}: {why}")
 
     def _login_succeeded(self) -> None:
-        key = (str(self.sasl.mechanism), str(self.sasl.username))
+        key = login_name(self.sasl)
         if key in _REFUSED_LOGINS:
             _REFUSED_LOGINS.discard(key)
             log.info("control connection: SASL %s login as %r succeeds again", *key)
+
+    async def _keep_session(self, link: _Link) -> bool:
+        """KIP-368: renew the link's SASL session in place once most of it has passed (between two requests, the
+        turn held); False when the link must be replaced (its session is about to end, or the renewal failed)."""
+        if link.reauthenticate_at is None or time.monotonic() < link.reauthenticate_at:
+            return True
+        async with link.turn:
+            if link.closed:
+                return False
+            assert link.session_ends_at is not None
+            if time.monotonic() >= link.session_ends_at - SESSION_END_MARGIN_SECONDS:
+                log.debug("control connection: the SASL session with %s ends now: a new connection logs in",
+                          _name(link.address))
+                return False
+            if link.reauthenticate_at is None or time.monotonic() < link.reauthenticate_at:
+                return True  # another request renewed it while this one waited
+            try:
+                lifetime_ms = await authenticate(
+                    lambda k, v, b: self._send_now(link, k, v, b, self.request_timeout), self.sasl)
+            except Exception as exc:  # the next connection logs in afresh, and says why if that fails too
+                log.debug("control connection: renewing the SASL session with %s failed (%s): a new connection "
+                          "logs in", _name(link.address), _failure_text(exc))
+                return False
+            link.start_session(lifetime_ms, self.request_timeout)
+            log.debug("control connection: SASL session with %s renewed for %d ms", _name(link.address), lifetime_ms)
+            return True
+
+    def _retire(self, link: _Link) -> None:
+        """Close a link whose session ended, quietly: nothing failed, the next request connects afresh."""
+        link.close(_NotSent("its SASL session ended"))
+        if self._link is link:
+            self._link = None
 
     async def _api_versions(self, link: _Link) -> dict[int, tuple[int, int]]:
         """The broker's version ranges (ApiVersions v3, or v0 for a broker older than 2.4)."""
@@ -376,6 +430,13 @@ class ControlConnection:
             except ControlError as exc:
                 errors.append(str(exc))
                 break
+            if not await self._keep_session(link):
+                self._retire(link)
+                not_sent += 1
+                if not_sent > 3:
+                    errors.append(f"{_name(link.address)}: its SASL session could not be renewed")
+                    break
+                continue
             try:
                 used = self.version_for(link, api_key, version)
                 if self.metrics is not None:

@@ -1,6 +1,9 @@
-"""SASL for the proxy's own control connection: PLAIN and SCRAM-SHA-256/512 (RFC 5802/7677).
+"""SASL for the proxy's own control connection: PLAIN, SCRAM-SHA-256/512 (RFC 5802/7677) and OAUTHBEARER (RFC 7628,
+with a token from proxy/controlplane/oauth.py).
 
-Client connections never come here: their SASL frames pass through the proxy untouched.
+Client connections never come here: their SASL frames pass through the proxy untouched. `authenticate` runs one
+login on a fresh connection, or again on a live one (KIP-368's re-authentication: a broker with
+`connections.max.reauth.ms` ends a session that is not renewed), and returns the session's lifetime.
 SaslHandshake v1 and SaslAuthenticate v1 bodies come from the schema in protocol/messages.py; the
 caller's ``request`` adds the header and returns the response body.
 """
@@ -11,6 +14,7 @@ import base64
 import hashlib
 import hmac
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -39,9 +43,13 @@ class SaslError(Exception):
     58 SASL_AUTHENTICATION_FAILED), None when the exchange itself went wrong.
     """
 
-    def __init__(self, message: str, error_code: int | None = None) -> None:
+    def __init__(self, message: str, error_code: int | None = None, *, credentials_refused: bool = False) -> None:
         super().__init__(message)
         self.error_code = error_code
+        #: The broker (or the token endpoint) refused these credentials: retrying them elsewhere is no use.
+        self.credentials_refused = credentials_refused or error_code == 58
+        #: A refused SaslHandshake: the mechanisms the listener enables.
+        self.enabled: tuple[str, ...] | None = None
 
 
 M = TypeVar("M", bound=Message)
@@ -62,32 +70,117 @@ async def _ask(request: RawRequest, version: int, message: Message, answer: type
 async def _handshake(request: RawRequest, mechanism: str) -> None:
     response = await _ask(request, HANDSHAKE_VERSION, SaslHandshakeRequest(mechanism=mechanism), SaslHandshakeResponse)
     if response.error_code != 0:
-        raise SaslError(f"broker does not enable SASL mechanism {mechanism} "
-                        f"(enabled: {list(response.mechanisms)}, error {response.error_code})", response.error_code)
+        error = SaslError(f"broker does not enable SASL mechanism {mechanism} "
+                          f"(enabled: {list(response.mechanisms)}, error {response.error_code})", response.error_code)
+        error.enabled = tuple(response.mechanisms)
+        raise error
 
 
-async def _authenticate(request: RawRequest, token: bytes) -> bytes:
+def mechanisms_hint(exc: SaslError, mechanism: str) -> str:
+    """What a refused SaslHandshake means: no SASL on that listener at all, or other mechanisms."""
+    enabled = getattr(exc, "enabled", None)
+    if not enabled:
+        return ("the listener offers no SASL at all (a PLAINTEXT or SSL listener): point bootstrap_servers at the "
+                "brokers' SASL_PLAINTEXT or SASL_SSL listener, or remove [control_sasl] if this listener needs no login")
+    return f"set control_sasl.mechanism to one the listener enables ({', '.join(enabled)})"
+
+
+def login_name(sasl: Any) -> tuple[str, str]:
+    """(mechanism, who logs in) as log lines name them: the user, or the OAuth client id."""
+    mechanism = str(sasl.mechanism)
+    if mechanism == "OAUTHBEARER":
+        return mechanism, str(sasl.oauthbearer_client_id)
+    return mechanism, str(sasl.username)
+
+
+def credentials_hint(sasl: Any) -> str:
+    """Which settings a refused login points at, named where they came from (never their values)."""
+    if sasl.mechanism == "OAUTHBEARER":
+        return ("[control_sasl] oauthbearer_token_endpoint_url, oauthbearer_client_id and the client secret ("
+                + ("oauthbearer_client_secret_file" if getattr(sasl, "oauthbearer_client_secret_file", None)
+                   else "oauthbearer_client_secret or INSYNC_PROXY_CONTROL_SASL_OAUTHBEARER_CLIENT_SECRET")
+                + "), and that the brokers accept this provider's tokens (issuer, audience, JWKS)")
+    where = ("control_sasl.password_file " + repr(sasl.password_file) if getattr(sasl, "password_file", None)
+             else "INSYNC_PROXY_CONTROL_SASL_PASSWORD or control_sasl.password")
+    return f"[control_sasl] username and its password ({where})"
+
+
+class _Session:
+    """The last SaslAuthenticate answer's session lifetime (0: the broker does not end sessions)."""
+
+    lifetime_ms = 0
+
+
+async def _authenticate(request: RawRequest, token: bytes, session: _Session | None = None) -> bytes:
     response = await _ask(request, AUTHENTICATE_VERSION, SaslAuthenticateRequest(auth_bytes=token),
                           SaslAuthenticateResponse)
     if response.error_code != 0:
         raise SaslError(f"SASL authentication failed (error {response.error_code}): {response.error_message}",
                         response.error_code)
+    if session is not None:
+        session.lifetime_ms = response.session_lifetime_ms
     return response.auth_bytes
 
 
-async def authenticate(request: RawRequest, sasl: Any) -> None:
-    """Authenticate a fresh connection with the configured mechanism."""
+async def authenticate(request: RawRequest, sasl: Any) -> int:
+    """Authenticate a connection (fresh, or again: KIP-368) with the configured mechanism; returns the session
+    lifetime in ms the broker gave (0: none, the session lasts as long as the connection)."""
     mechanism = sasl.mechanism
-    username = sasl.username or ""
-    password = sasl.password or ""
+    session = _Session()
     await _handshake(request, mechanism)
     if mechanism == "PLAIN":
-        await _authenticate(request, b"\0" + username.encode() + b"\0" + password.encode())
-        return
-    if mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        await _scram(request, "sha256" if mechanism.endswith("256") else "sha512", username, password)
-        return
-    raise SaslError(f"unsupported SASL mechanism {mechanism}")
+        username, password = sasl.username or "", sasl.password or ""
+        await _authenticate(request, b"\0" + username.encode() + b"\0" + password.encode(), session)
+    elif mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        await _scram(request, "sha256" if mechanism.endswith("256") else "sha512", sasl.username or "",
+                     sasl.password or "", session)
+    elif mechanism == "OAUTHBEARER":
+        await _oauthbearer(request, sasl, session)
+    else:
+        raise SaslError(f"unsupported SASL mechanism {mechanism}")
+    return session.lifetime_ms
+
+
+def oauthbearer_initial_response(token: str, extensions: tuple[str, ...] = ()) -> bytes:
+    """RFC 7628's client initial response as Kafka reads it: GS2 header, `auth=Bearer <token>`, KIP-342
+    extensions (key=value), each followed by 0x01, and a closing 0x01."""
+    fields = [f"auth=Bearer {token}", *extensions]
+    return ("n,,\x01" + "".join(f"{f}\x01" for f in fields) + "\x01").encode()
+
+
+async def oauthbearer_login(request: RawRequest, token: str, extensions: tuple[str, ...] = ()) -> int:
+    """OAUTHBEARER with a given token (the handshake done): the session lifetime in ms; SaslError when refused."""
+    session = _Session()
+    challenge = await _authenticate(request, oauthbearer_initial_response(token, extensions), session)
+    if challenge:
+        # RFC 7628 3.2.2: an error (a JSON status) comes as a challenge; the client answers 0x01 and the broker
+        # then fails the exchange with SASL_AUTHENTICATION_FAILED.
+        status = challenge.decode("utf-8", "replace")
+        try:
+            await _authenticate(request, b"\x01")
+        except SaslError as exc:
+            raise SaslError(f"{exc} (broker: {status})", exc.error_code) from None
+        raise SaslError(f"the broker refused the token ({status})", 58)
+    return session.lifetime_ms
+
+
+async def _oauthbearer(request: RawRequest, sasl: Any, session: _Session) -> None:
+    from insync_proxy.proxy.controlplane.oauth import TokenEndpointError, token_source
+
+    source = token_source(sasl)
+    try:
+        token = await source.token()
+    except TokenEndpointError as exc:
+        raise SaslError(str(exc), credentials_refused=True) from None
+    try:
+        session.lifetime_ms = await oauthbearer_login(request, token.value, tuple(sasl.oauthbearer_extensions))
+    except SaslError as exc:
+        if exc.error_code == 58:
+            source.invalidate(token)  # the next login asks for a new token (revoked, rotated key, expired early)
+            raise SaslError(f"the broker refused the token of client {sasl.oauthbearer_client_id!r} "
+                            f"(sub {token.subject!r}, expires in {token.expires_at - time.time():.0f}s): {exc}", 58) \
+                from None
+        raise
 
 
 def _attributes(message: str, required: str) -> dict[str, str]:
@@ -108,7 +201,7 @@ def _escape(name: str) -> str:
     return name.replace("=", "=3D").replace(",", "=2C")
 
 
-async def _scram(request: RawRequest, digest: str, username: str, password: str) -> None:
+async def _scram(request: RawRequest, digest: str, username: str, password: str, session: _Session) -> None:
     nonce = base64.b64encode(os.urandom(24)).decode()
     client_first_bare = f"n={_escape(username)},r={nonce}"
     server_first = (await _authenticate(request, ("n,," + client_first_bare).encode())).decode()
@@ -124,7 +217,7 @@ async def _scram(request: RawRequest, digest: str, username: str, password: str)
     signature = hmac.new(stored_key, auth_message, digest).digest()
     proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
     final = f"{client_final_bare},p={base64.b64encode(proof).decode()}"
-    server_final = (await _authenticate(request, final.encode())).decode()
+    server_final = (await _authenticate(request, final.encode(), session)).decode()
     server_key = hmac.new(salted, b"Server Key", digest).digest()
     expected = base64.b64encode(hmac.new(server_key, auth_message, digest).digest()).decode()
     received = _attributes(server_final, "v")["v"]
