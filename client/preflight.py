@@ -164,6 +164,8 @@ def _not_kafka_hint(exc: BaseException, max_frame_size: int) -> str:
 
 
 def _principal(config: ProxyConfig) -> str:
+    if config.control_sasl.mechanism == "OAUTHBEARER":
+        return "User:<the token's sub> (Kafka's default sasl.oauthbearer.sub.claim.name)"
     if config.control_sasl.mechanism:
         return f"User:{config.control_sasl.username}"
     if config.upstream_tls.enabled and config.upstream_tls.cert_file:
@@ -266,8 +268,8 @@ def _check(config: ProxyConfig, steps: _Steps, topic: str | None) -> bool:
                 return steps.fail("sasl", f"{mechanism} login as {who!r} failed: {exc} (is "
                                   f"{_name(reached)} a SASL_SSL or SASL_PLAINTEXT listener?)")
             steps.ok("sasl", f"{mechanism} login as {who!r}"
-                     + (f"; the broker ends sessions after {lifetime_ms / 1000:.0f}s (connections.max.reauth.ms): "
-                        "the proxy renews them in place" if lifetime_ms else ""))
+                     + (f"; the broker ends the session after {lifetime_ms / 1000:.0f}s (connections.max.reauth.ms, "
+                        "or the credential's expiry): the proxy renews its sessions in place" if lifetime_ms else ""))
         else:
             steps.skip("sasl", "no [control_sasl] mechanism: the control connection does not log in")
 

@@ -124,6 +124,20 @@ def broker_heap_for(partitions: int, replication_factor: int = 3, brokers: int =
     return f"{384 + (replicas_per_broker * 100 + 1023) // 1024}m"
 
 
+@dataclass(frozen=True)
+class OAuthBearerValidation:
+    """What the brokers check of an OAUTHBEARER token: signed by a key at `jwks_url`, from `issuer`, for
+    `audience`, not expired (Kafka's OAuthBearerValidatorCallbackHandler)."""
+
+    jwks_url: str
+    issuer: str
+    audience: str
+
+    def allowed_urls_option(self) -> str:
+        """Kafka 4 refuses every OAuth URL the JVM does not allow (org.apache.kafka.sasl.oauthbearer.allowed.urls)."""
+        return f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.jwks_url}"
+
+
 @dataclass
 class ClusterSettings:
     """What a cluster looks like; the defaults fit 2 cores and a few hundred MB per JVM."""
@@ -161,6 +175,13 @@ class ClusterSettings:
     #: The SASL listener speaks SASL_SSL (TLS with tls_keystore_pem, no client certificate asked) instead of
     #: SASL_PLAINTEXT. Needs tls_keystore_pem and SASL users.
     sasl_ssl: bool = False
+    #: OAUTHBEARER on the SASL listener (beside or instead of PLAIN/SCRAM): tokens validated by Kafka's own
+    #: validator (KIP-768) against this identity provider's JWKS, issuer and audience.
+    oauthbearer: OAuthBearerValidation | None = None
+    #: connections.max.reauth.ms of the SASL listener (KIP-368): a session not renewed within it ends.
+    sasl_reauth_ms: int | None = None
+    #: More JVM options for every node (system properties such as Kafka 4's allowed OAuth URLs).
+    extra_jvm_options: tuple[str, ...] = ()
     #: ACLs on: StandardAuthorizer (KRaft; AclAuthorizer in ZooKeeper mode), nothing allowed without an ACL.
     #: Super users: User:ANONYMOUS (the PLAINTEXT and CONTROLLER listeners: brokers, controller, the dev
     #: cluster's own probe) and `super_users` (principal names, e.g. "admin" or "CN=admin").
@@ -201,7 +222,7 @@ class LocalKafkaCluster:
         self._class_archive: ClassArchive | None = None
         self.sasl_ports: dict[int, int] = (
             {node_id: pool[n + i] for i, node_id in enumerate(self.brokers)}
-            if self.settings.sasl_plain_users or self.settings.sasl_scram_users
+            if self.settings.sasl_plain_users or self.settings.sasl_scram_users or self.settings.oauthbearer
             else {}
         )
         self.tls_ports: dict[int, int] = (
@@ -530,6 +551,8 @@ class LocalKafkaCluster:
             "-XX:+UseSerialGC",
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
+            *([self.settings.oauthbearer.allowed_urls_option()] if self.settings.oauthbearer else []),
+            *self.settings.extra_jvm_options,
             *archive,
             f"{JVM_MARKER}{self.cluster_id}",
             f"-Dkafka.logs.dir={node.directory / 'logs'}",
@@ -726,7 +749,12 @@ class LocalKafkaCluster:
                 props["listener.name.sasl.scram-sha-512.sasl.jaas.config"] = (
                     "org.apache.kafka.common.security.scram.ScramLoginModule required;"
                 )
+            if self.settings.oauthbearer is not None:
+                mechanisms.append("OAUTHBEARER")
+                props.update(self._oauthbearer_properties(self.settings.oauthbearer))
             props["listener.name.sasl.sasl.enabled.mechanisms"] = ",".join(mechanisms)
+            if self.settings.sasl_reauth_ms is not None:
+                props["listener.name.sasl.connections.max.reauth.ms"] = str(self.settings.sasl_reauth_ms)
         if node.role == "broker" and self.sasl_ports and self.settings.sasl_ssl:
             if not self.settings.tls_keystore_pem:
                 raise ClusterError("sasl_ssl needs tls_keystore_pem (the brokers' key and certificate chain)")
@@ -754,6 +782,26 @@ class LocalKafkaCluster:
         props.update(self.settings.extra_broker_config if node.role == "broker" else {})
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
+
+    def _oauthbearer_properties(self, oauth: OAuthBearerValidation) -> dict[str, str]:
+        """The SASL listener's OAUTHBEARER with Kafka's own JWT validation (KIP-768): the signature against the
+        provider's JWKS, the issuer, the audience and the expiry."""
+        prefix = "listener.name.sasl.oauthbearer."
+        props = {
+            prefix + "sasl.jaas.config":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+            prefix + "sasl.server.callback.handler.class":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            "sasl.oauthbearer.jwks.endpoint.url": oauth.jwks_url,
+            "sasl.oauthbearer.expected.issuer": oauth.issuer,
+            "sasl.oauthbearer.expected.audience": oauth.audience,
+        }
+        major, minor = (int(part) for part in self.version.split(".")[:2])
+        if (major, minor) >= (4, 1):
+            # 4.1.0 and 4.1.1 check no signature, audience, issuer or expiry by default: name the validator.
+            props["sasl.oauthbearer.jwt.validator.class"] = \
+                "org.apache.kafka.common.security.oauthbearer.BrokerJwtValidator"
+        return props
 
     def _authorizer_properties(self) -> dict[str, str]:
         """ACLs on, for every node: nothing is allowed without an ACL, except to the super users."""

@@ -97,6 +97,7 @@ def down(directory: Path, say: Callable[[str], None] = print) -> int:
         say(f"no dev cluster in {directory}")
         return 0
     kill_pids(_own_jvms(state))
+    _stop_identity_provider(state)
     for made in ("data", "security"):
         shutil.rmtree(directory / made, ignore_errors=True)
     shutil.rmtree(state["data_dir"], ignore_errors=True)
@@ -108,6 +109,44 @@ def down(directory: Path, say: Callable[[str], None] = print) -> int:
         pass
     say(f"dev cluster in {directory} stopped and its data removed")
     return 0
+
+
+def _start_identity_provider(security_dir: Path, port: int) -> int:
+    """The dev cluster's identity provider as a process of its own (it outlives `up`, like the brokers)."""
+    import subprocess
+    import sys
+    import time
+
+    log = open(security_dir / "identity-provider.log", "wb")  # noqa: SIM115 - the child keeps it
+    process = subprocess.Popen(
+        [sys.executable, "-m", "insync_proxy.devcluster.identity_provider", "--dir", str(security_dir)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ClusterError(f"the identity provider exited ({process.returncode}): "
+                               f"{(security_dir / 'identity-provider.log').read_text()[-500:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return process.pid
+        except OSError:
+            time.sleep(0.1)  # polling its port: the condition is the port answering
+    process.kill()
+    raise ClusterError(f"the identity provider did not listen on 127.0.0.1:{port} within 30 s")
+
+
+def _stop_identity_provider(state: dict[str, Any]) -> None:
+    """Stop the cluster's identity provider: only the process that serves this cluster's directory."""
+    idp = state.get("identity_provider")
+    if not idp:
+        return
+    try:
+        cmdline = Path(f"/proc/{idp['pid']}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if b"insync_proxy.devcluster.identity_provider" in cmdline and idp["directory"].encode() in cmdline:
+        kill_pids([idp["pid"]])
 
 
 def _taken(port: int) -> bool:
@@ -153,12 +192,25 @@ def up(directory: Path, version: str | None, security: str | None, broker_heap: 
             complain(str(exc))
             return 1
     cluster = LocalKafkaCluster(setup.cluster_settings(**base) if setup else ClusterSettings(**base))
+    idp_pid = None
+    if setup is not None and setup.identity_provider is not None:
+        try:  # before the brokers: they read its JWKS as they start
+            idp_pid = _start_identity_provider(security_dir, setup.identity_provider.port)
+        except ClusterError as exc:
+            complain(f"dev cluster did not start: {exc}")
+            return 1
     try:
         cluster.start()
     except (ClusterError, DistributionError) as exc:
         complain(f"dev cluster did not start: {exc}")
+        if idp_pid is not None:
+            kill_pids([idp_pid])
         return 1
     state = cluster.state()
+    if idp_pid is not None:
+        state["identity_provider"] = {"pid": idp_pid, "url": setup.identity_provider.issuer,
+                                      "directory": str(security_dir)}
+        say(f"identity provider (OAuth 2.0): {setup.identity_provider.issuer} (pid {idp_pid})")
     say(f"bootstrap.servers={cluster.bootstrap_servers}")
     if setup:
         servers = setup.upstream_servers(cluster)

@@ -8,6 +8,9 @@ org.apache.kafka.tools), so a tool is a list of candidate classes, the first one
 
 from __future__ import annotations
 
+import os
+import shlex
+
 import zipfile
 from pathlib import Path
 
@@ -87,10 +90,12 @@ def write_log_configuration(directory: Path) -> None:
 
 def java_command(libs: Path, main_class: str, args: list[str] | tuple[str, ...], log_dir: Path,
                  heap: str = "256m") -> list[str]:
-    """The command line that runs `main_class` of Kafka's jars with `args` (log configuration in `log_dir`)."""
+    """The command line that runs `main_class` of Kafka's jars with `args` (log configuration in `log_dir`);
+    $KAFKA_OPTS adds JVM options as Kafka's own scripts take them (e.g. the OAuth URLs Kafka 4 may call)."""
     return [
         java_executable(), f"-Xmx{heap}", "-XX:+UseSerialGC",
         f"-Dlog4j.configuration=file:{log_dir / 'log4j.properties'}",
         f"-Dlog4j2.configurationFile={log_dir / 'log4j2.properties'}",
+        *shlex.split(os.environ.get("KAFKA_OPTS", "")),
         "-cp", f"{libs}/*", main_class, *args,
     ]

@@ -1,4 +1,4 @@
-"""A secured dev cluster: `dev-cluster up --security sasl_ssl|mtls` and `demo --security ...`.
+"""A secured dev cluster: `dev-cluster up --security sasl_ssl|mtls|oauthbearer` and `demo --security ...`.
 
 The brokers get the listener of that kind beside their PLAINTEXT one (inter-broker traffic and the dev
 cluster's own probe stay on PLAINTEXT), with certificates made the way the tests make them
@@ -10,6 +10,10 @@ settings as overrides for `demo`) and what clients put in their properties to go
   brokers over TLS).
 - mtls: an SSL listener that requires a client certificate; the proxy presents CN=insync-proxy on every
   upstream connection. Clients speak PLAINTEXT to the proxy.
+- oauthbearer: a SASL_PLAINTEXT listener offering OAUTHBEARER, the brokers validating JWTs with Kafka's own
+  validator (KIP-768) against a local identity provider (identity_provider.py) that issues them to the clients
+  `insync-proxy` and `client` by the client-credentials grant. Clients speak SASL_PLAINTEXT (OAUTHBEARER) to the
+  proxy and fetch their own tokens.
 """
 
 from __future__ import annotations
@@ -17,12 +21,20 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from insync_proxy.devcluster.certificates import DevCertificates, make_test_certificates
-from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
+from insync_proxy.devcluster.cluster import (
+    ClusterSettings,
+    LocalKafkaCluster,
+    OAuthBearerValidation,
+    free_ports,
+)
 
-SECURITY_MODES = ("sasl_ssl", "mtls")
+if TYPE_CHECKING:
+    from insync_proxy.devcluster.identity_provider import IdentityProvider
+
+SECURITY_MODES = ("sasl_ssl", "mtls", "oauthbearer")
 #: Days the dev cluster's certificates are valid: beyond check-config's 7-day expiry warning.
 CERTIFICATE_DAYS = 30
 PROXY_USER = "insync-proxy"
@@ -37,15 +49,26 @@ class SecuredSetup:
     security: str
     directory: Path
     certs: DevCertificates
-    #: user -> password (sasl_ssl only).
+    #: user -> password (sasl_ssl), client id -> client secret (oauthbearer).
     passwords: dict[str, str]
+    #: oauthbearer: the identity provider (not serving yet: `identity_provider.start()` in this process, or its
+    #: state in `directory` for the process form).
+    identity_provider: IdentityProvider | None = None
 
     @property
     def proxy_password_file(self) -> Path:
         return self.directory / f"{PROXY_USER}.password"
 
+    @property
+    def client_secret_file(self) -> Path:
+        return self.directory / f"{PROXY_USER}.client-secret"
+
     def cluster_settings(self, **base: Any) -> ClusterSettings:
         """ClusterSettings with this listener added to `base` (version, ports, data directory...)."""
+        if self.identity_provider is not None:
+            idp = self.identity_provider
+            return ClusterSettings(**base, oauthbearer=OAuthBearerValidation(idp.jwks_endpoint_url, idp.issuer,
+                                                                             idp.audience))
         if self.security == "sasl_ssl":
             return ClusterSettings(**base, sasl_scram_users=self.passwords, sasl_ssl=True,
                                    tls_keystore_pem=self.certs.broker_keystore)
@@ -54,10 +77,16 @@ class SecuredSetup:
 
     def upstream_servers(self, cluster: LocalKafkaCluster) -> str:
         """The brokers' secured listener, what the proxy's bootstrap_servers names."""
-        return cluster.sasl_bootstrap_servers if self.security == "sasl_ssl" else cluster.tls_bootstrap_servers
+        return cluster.tls_bootstrap_servers if self.security == "mtls" else cluster.sasl_bootstrap_servers
 
     def proxy_settings(self, servers: str) -> dict[str, Any]:
         """The proxy's upstream settings by TOML key (what `demo` passes as overrides), towards `servers`."""
+        if self.identity_provider is not None:
+            return {"bootstrap_servers": servers, "control_sasl.mechanism": "OAUTHBEARER",
+                    "control_sasl.oauthbearer_token_endpoint_url": self.identity_provider.token_endpoint_url,
+                    "control_sasl.oauthbearer_client_id": PROXY_USER,
+                    "control_sasl.oauthbearer_client_secret_file": str(self.client_secret_file),
+                    "control_sasl.oauthbearer_scope": "kafka"}
         settings: dict[str, Any] = {
             "bootstrap_servers": servers,
             "upstream_tls.enabled": True,
@@ -90,7 +119,24 @@ class SecuredSetup:
     def client_properties(self, bootstrap: str) -> str:
         """Kafka client properties (Java) of a client going through the proxy at `bootstrap`."""
         lines = [f"bootstrap.servers={bootstrap}"]
-        if self.security == "sasl_ssl":
+        if self.identity_provider is not None:
+            url, secret = self.identity_provider.token_endpoint_url, self.passwords[CLIENT_USER]
+            lines += ["security.protocol=SASL_PLAINTEXT", "sasl.mechanism=OAUTHBEARER",
+                      f"sasl.oauthbearer.token.endpoint.url={url}",
+                      "sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer."
+                      "OAuthBearerLoginCallbackHandler",
+                      f"sasl.oauthbearer.client.credentials.client.id={CLIENT_USER}",
+                      f"sasl.oauthbearer.client.credentials.client.secret={secret}",
+                      "sasl.oauthbearer.scope=kafka",
+                      "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+                      "# Java clients before Kafka 4.1: the JAAS line's options instead: clientId=... clientSecret=... "
+                      'scope="kafka"',
+                      "# the Java client (Kafka 4) calls only the URLs its JVM allows: insync-proxy kafka-cli and "
+                      f"Kafka's scripts take KAFKA_OPTS=-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={url}",
+                      f"# librdkafka: sasl.oauthbearer.method=oidc sasl.oauthbearer.client.id={CLIENT_USER} "
+                      f"sasl.oauthbearer.client.secret={secret} sasl.oauthbearer.token.endpoint.url={url} "
+                      "sasl.oauthbearer.scope=kafka"]
+        elif self.security == "sasl_ssl":
             password = self.passwords[CLIENT_USER]
             lines += ["security.protocol=SASL_PLAINTEXT", f"sasl.mechanism={MECHANISM}",
                       "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
@@ -109,6 +155,16 @@ def secured_setup(security: str, directory: Path) -> SecuredSetup:
     directory.mkdir(parents=True, exist_ok=True)
     certs = make_test_certificates(directory, (PROXY_USER,), days=CERTIFICATE_DAYS)
     passwords: dict[str, str] = {}
+    if security == "oauthbearer":
+        from insync_proxy.devcluster.identity_provider import IdentityProvider
+
+        idp = IdentityProvider(port=free_ports(1)[0])
+        passwords.update({name: idp.add_client(name) for name in (PROXY_USER, CLIENT_USER)})
+        idp.save(directory)
+        setup = SecuredSetup(security, directory, certs, passwords, idp)
+        setup.client_secret_file.write_text(passwords[PROXY_USER] + "\n")
+        setup.client_secret_file.chmod(0o600)
+        return setup
     setup = SecuredSetup(security, directory, certs, passwords)
     if security == "sasl_ssl":
         passwords.update({PROXY_USER: secrets.token_urlsafe(12), CLIENT_USER: secrets.token_urlsafe(12)})

@@ -389,9 +389,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 #: Kept here (not imported from devcluster.secured): the parser is built without loading the dev tooling.
-SECURITY_CHOICES = ("sasl_ssl", "mtls")
+SECURITY_CHOICES = ("sasl_ssl", "mtls", "oauthbearer")
 SECURITY_HELP = ("also give the brokers a secured listener and put the proxy on it: sasl_ssl (SCRAM-SHA-512 "
-                 "over TLS) or mtls (TLS, client certificate required); certificates made with openssl")
+                 "over TLS), mtls (TLS, client certificate required; certificates made with openssl) or "
+                 "oauthbearer (OAuth 2.0 JWTs from a local identity provider, validated by the brokers)")
 #: The dev cluster's first port (its controller; the brokers take the next three), as devcluster.detached says.
 DEV_PORT_BASE = 19090
 #: The tools `kafka-cli` runs (devcluster.kafka_tools.KAFKA_TOOLS holds their classes; a test keeps the two equal).
@@ -501,10 +502,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace, setup: Any, upstream: typing.Callable[[str], dict[str, Any]]) -> int:
+    kind = f" with {setup.security.upper()} listeners" if setup else ""
+    idp = setup.identity_provider if setup else None
+    if idp is not None:
+        idp.start()  # the brokers read its JWKS as they start
+        print(f"Identity provider (OAuth 2.0, client-credentials grant) at {idp.issuer}", flush=True)
+    try:
+        return _demo_cluster(args, setup, upstream, kind)
+    finally:
+        if idp is not None:
+            idp.stop()
+
+
+def _demo_cluster(args: argparse.Namespace, setup: Any, upstream: typing.Callable[[str], dict[str, Any]],
+                  kind: str) -> int:
     from insync_proxy.devcluster.cluster import ClusterError, ClusterSettings, LocalKafkaCluster
     from insync_proxy.devcluster.distribution import DistributionError
 
-    kind = f" with {setup.security.upper()} listeners" if setup else ""
     print(f"Starting a local 3-broker Apache Kafka (KRaft){kind} on 127.0.0.1 ...", flush=True)
     started = time.monotonic()
     settings = setup.cluster_settings(version=args.kafka_version) if setup else ClusterSettings(version=args.kafka_version)

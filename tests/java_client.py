@@ -30,17 +30,19 @@ class JavaClient:
         if result.returncode != 0:
             raise RuntimeError(f"javac failed:\n{result.stdout}{result.stderr}")
 
-    def command(self, *args: str) -> list[str]:
+    def command(self, *args: str, jvm_options: tuple[str, ...] = ()) -> list[str]:
         return [java_executable(), "-Xmx256m", f"-Dlog4j2.configurationFile={self.out / 'log4j2.properties'}",
-                "-cp", f"{self.out}:{self.libs}/*", self.main_class, *args]
+                *jvm_options, "-cp", f"{self.out}:{self.libs}/*", self.main_class, *args]
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         """The check running in the background (stdin, stdout and stderr piped, text)."""
         return subprocess.Popen(self.command(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
-    def run(self, *args: str, timeout: float = 300) -> str:
-        result = subprocess.run(self.command(*args), capture_output=True, text=True, timeout=timeout)
+    def run(self, *args: str, timeout: float = 300, jvm_options: tuple[str, ...] = ()) -> str:
+        """`jvm_options`: system properties, e.g. the OAuth URLs Kafka 4's client may call."""
+        result = subprocess.run(self.command(*args, jvm_options=jvm_options), capture_output=True, text=True,
+                                timeout=timeout)
         if result.returncode != 0:
             raise AssertionError(f"Java client failed ({result.returncode}):\n{result.stdout}\n{result.stderr[-4000:]}")
         return result.stdout

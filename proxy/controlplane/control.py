@@ -108,6 +108,8 @@ class AuthenticationFailed(ControlError):
 #: (mechanism, username) whose refusal was logged: one WARNING per credentials, however often they are retried
 #: (the control connection at every refresh, the audit sink's leader connections), until a login succeeds.
 _REFUSED_LOGINS: set[tuple[str, str]] = set()
+#: Whether the first renewal of a SASL session was said (once a process: every renewal after it is DEBUG).
+_RENEWALS_SAID: list[bool] = []
 
 
 class _Timeout(ControlError):
@@ -316,6 +318,10 @@ class ControlConnection:
                           "logs in", _name(link.address), _failure_text(exc))
                 return False
             link.start_session(lifetime_ms, self.request_timeout)
+            if not _RENEWALS_SAID:
+                _RENEWALS_SAID.append(True)
+                log.info("control connection: the brokers end SASL sessions (connections.max.reauth.ms, KIP-368; "
+                         "this one after %d ms): the proxy renews its sessions in place before they end", lifetime_ms)
             log.debug("control connection: SASL session with %s renewed for %d ms", _name(link.address), lifetime_ms)
             return True
 

@@ -1,0 +1,276 @@
+"""OAUTHBEARER: brokers that validate JWTs with Kafka's own validator (KIP-768) against a real identity provider,
+the proxy logging in with the client-credentials grant, clients' OAuth logins passing through it, and sessions
+that end every 10 seconds (connections.max.reauth.ms, KIP-368).
+
+The identity provider is devcluster/identity_provider.py (Authlib's authorization server: registered clients with
+secrets, RS256 JWTs, its JWKS); the brokers check each token's signature against that JWKS, its issuer, audience
+and expiry, so the first test shows that they refuse what they must before any other test trusts a login.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from joserfc import jwt
+from joserfc.jwk import RSAKey
+
+from insync_proxy.client.blocking_client import BlockingKafkaClient, parse_address
+from insync_proxy.client.preflight import check_connection, sasl_login
+from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, OAuthBearerValidation
+from insync_proxy.devcluster.identity_provider import IdentityProvider
+from insync_proxy.protocol import ErrorCode, MetadataRequest, MetadataResponse
+from insync_proxy.protocol.messages import MetadataRequestTopic
+from insync_proxy.proxy.config.loader import load_config
+from insync_proxy.proxy.config.settings import SaslConfig
+from insync_proxy.proxy.controlplane.sasl import SaslError, oauthbearer_login
+from tests.helpers import consume_values, wait_until
+from tests.java_client import JavaClient
+from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
+from tests.raw_client import RawKafkaClient, batch
+
+pytestmark = pytest.mark.own_cluster
+
+#: Sessions end after this long unless renewed (the brokers' SASL listener).
+REAUTH_MS = 10_000
+
+
+@dataclass
+class OAuthCluster:
+    idp: IdentityProvider
+    cluster: LocalKafkaCluster
+    proxy: ProxyProcess
+    secrets: dict[str, str]
+
+    def sasl(self, client_id: str) -> SaslConfig:
+        return SaslConfig(mechanism="OAUTHBEARER", oauthbearer_token_endpoint_url=self.idp.token_endpoint_url,
+                          oauthbearer_client_id=client_id, oauthbearer_client_secret=self.secrets[client_id],
+                          oauthbearer_scope="kafka")
+
+    def librdkafka(self, client_id: str) -> dict[str, Any]:
+        """confluent-kafka's settings for `client_id` through the proxy (librdkafka fetches its own tokens)."""
+        return {"bootstrap.servers": self.proxy.bootstrap(), "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                "sasl.oauthbearer.client.id": client_id, "sasl.oauthbearer.client.secret": self.secrets[client_id],
+                "sasl.oauthbearer.token.endpoint.url": self.idp.token_endpoint_url, "sasl.oauthbearer.scope": "kafka"}
+
+
+@pytest.fixture(scope="module")
+def oauth(cluster_pool: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthCluster]:
+    """An identity provider, brokers validating its tokens (10 s sessions), and a proxy logging in with one."""
+    from tests import conftest
+
+    assert conftest._POOL is cluster_pool
+    conftest._PROXIES.release()
+    cluster_pool.release()
+    conftest._OWN.release()
+    idp = IdentityProvider(token_seconds=300).start()
+    secrets = {name: idp.add_client(name) for name in ("insync-proxy", "alice", "rdkafka")}
+    directory = tmp_path_factory.mktemp("oauth")
+    secret_file = directory / "client-secret"
+    secret_file.write_text(secrets["insync-proxy"] + "\n")
+    cluster = LocalKafkaCluster(ClusterSettings(
+        oauthbearer=OAuthBearerValidation(idp.jwks_endpoint_url, idp.issuer, "kafka"), sasl_reauth_ms=REAUTH_MS))
+    cluster_pool.started_cluster_ids.add(cluster.cluster_id)
+    proxy = None
+    try:
+        cluster.start()
+        cluster.create_topic(AUDIT_TOPIC, 1, 3)
+        control = (f'\n[control_sasl]\nmechanism = "OAUTHBEARER"\noauthbearer_token_endpoint_url = '
+                   f'"{idp.token_endpoint_url}"\noauthbearer_client_id = "insync-proxy"\n'
+                   f'oauthbearer_client_secret_file = "{secret_file}"\noauthbearer_scope = "kafka"\n')
+        proxy = ProxyProcess(cluster, extra_toml=control, groups=("default",), audit_topic=True,
+                             bootstrap_servers=cluster.sasl_bootstrap_servers).start()
+        yield OAuthCluster(idp, cluster, proxy, secrets)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        cluster.stop()
+        cluster.cleanup()
+        idp.stop()
+
+
+def _token(idp: IdentityProvider, key: RSAKey | None = None, **claims: Any) -> str:
+    """A token as the provider would sign it, with some claims changed (or signed by another key)."""
+    now = int(time.time())
+    values = {"iss": idp.issuer, "aud": "kafka", "sub": "alice", "scope": "kafka", "iat": now, "exp": now + 300,
+              **claims}
+    signer = key or idp.key
+    return jwt.encode({"alg": "RS256", "kid": signer.kid or "k"}, values, signer)
+
+
+def _login_at_broker(cluster: LocalKafkaCluster, token: str) -> int:
+    host, port = parse_address(cluster.sasl_bootstrap_servers.split(",")[0])
+    with BlockingKafkaClient(host, port) as client:
+        client.request_raw(17, 1, b"\x00\x0bOAUTHBEARER")  # SaslHandshake v1
+
+        async def request(api_key: int, version: int, body: bytes) -> bytes:
+            return client.request_raw(api_key, version, body)
+
+        import asyncio
+
+        return asyncio.run(oauthbearer_login(request, token))
+
+
+def test_the_brokers_refuse_tokens_of_another_key_expired_or_for_another_audience_or_issuer(
+        oauth: OAuthCluster) -> None:
+    # Given a token as the provider signs it: the brokers take it, and give the session 10 s
+    assert _login_at_broker(oauth.cluster, _token(oauth.idp)) == REAUTH_MS
+    # When a token is signed by another key, expired, or made for another audience or issuer
+    other_key = RSAKey.generate_key(2048, {"kid": oauth.idp.key.kid or "k"})
+    refused = {
+        "another key": _token(oauth.idp, key=other_key),
+        "expired": _token(oauth.idp, iat=int(time.time()) - 600, exp=int(time.time()) - 300),
+        "another audience": _token(oauth.idp, aud="not-kafka"),
+        "another issuer": _token(oauth.idp, iss="http://127.0.0.1:1"),
+    }
+    # Then every one is refused with SASL_AUTHENTICATION_FAILED
+    for what, token in refused.items():
+        with pytest.raises(SaslError) as refusal:
+            _login_at_broker(oauth.cluster, token)
+        assert refusal.value.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED, what
+
+
+def test_check_config_walks_the_token_and_the_login_and_names_a_wrong_secret(oauth: OAuthCluster) -> None:
+    config = load_config(oauth.proxy.config_file)
+    lines: list[str] = []
+    assert check_connection(config, lines.append), lines
+    assert any(line.startswith("ok   token: client 'insync-proxy' got a token") for line in lines), lines
+    assert any(line.startswith("ok   sasl: OAUTHBEARER login as 'insync-proxy'; the broker ends the session after 10s")
+               for line in lines), lines
+    # A wrong client secret fails the token step, says what to check, and never shows the secret
+    wrong = "not-the-secret-" + uuid.uuid4().hex
+    bad = replace(config, control_sasl=replace(config.control_sasl, oauthbearer_client_secret=wrong,
+                                               oauthbearer_client_secret_file=None))
+    lines.clear()
+    assert not check_connection(bad, lines.append)
+    assert lines[-1].startswith("FAIL token: token endpoint ") and "wrong client secret" in lines[-1], lines
+    assert not any(wrong in line for line in lines)
+    # An endpoint that answers HTML is named as not being a token endpoint
+    html = replace(config, control_sasl=replace(config.control_sasl,
+                                                oauthbearer_token_endpoint_url=oauth.idp.issuer + "/nowhere"))
+    lines.clear()
+    assert not check_connection(html, lines.append)
+    assert "answered HTTP 404 with text/html, not a JSON token" in lines[-1], lines
+
+
+def _min_insync(proxy: ProxyProcess, sasl: SaslConfig, topic: str) -> int:
+    """Tag 637 of `topic` in a Metadata v12 answer through the proxy, logged in as a client with OAUTHBEARER."""
+    with BlockingKafkaClient.connect(proxy.bootstrap()) as client:
+        sasl_login(client, sasl)
+        response = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=topic),)), 12, MetadataResponse)
+    return response.topics[0].min_insync_replicas
+
+
+def test_java_client_and_librdkafka_log_in_through_the_proxy_and_metadata_carries_min_insync(
+        oauth: OAuthCluster, tmp_path: Path) -> None:
+    topic = f"oauth-{uuid.uuid4().hex[:8]}"
+    oauth.cluster.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
+    # Given the proxy's own OAUTHBEARER login read min.insync.replicas: tag 637 is on a client's Metadata answer
+    wait_until(lambda: _min_insync(oauth.proxy, oauth.sasl("alice"), topic) == 2, 60, what="tag 637 = 2")
+    # When the Java client logs in with its own token (Kafka's OAuthBearerLoginCallbackHandler) and produces
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n"
+        f"sasl.oauthbearer.token.endpoint.url={oauth.idp.token_endpoint_url}\n"
+        "sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer."
+        "OAuthBearerLoginCallbackHandler\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        f'clientId="alice" clientSecret="{oauth.secrets["alice"]}" scope="kafka";\n')
+    allowed = f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={oauth.idp.token_endpoint_url}"
+    out = JavaClient().run("produce-consume", oauth.proxy.bootstrap(), topic, "20", "all", str(properties),
+                           jvm_options=(allowed,))
+    # Then its records are back, read through the proxy
+    assert "OK produce-consume 20" in out
+    # And librdkafka's OIDC login (its own token request) produces and reads back through the proxy
+    config = oauth.librdkafka("rdkafka")
+    producer = Producer({**config, "acks": "all"})
+    delivered: list[Any] = []
+    for i in range(20):
+        producer.produce(topic, f"rdkafka-{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
+    assert producer.flush(60) == 0
+    assert delivered == [None] * 20, delivered
+    values = consume_values(config, topic, 40)
+    assert {f"rdkafka-{i}".encode() for i in range(20)} <= set(values)
+    assert oauth.proxy.metric("insync_proxy_address_leaks_total") == 0
+
+
+def test_acks_minus_two_is_answered_not_enough_replicas_by_the_proxy_with_a_paused_broker(
+        oauth: OAuthCluster) -> None:
+    cluster, proxy = oauth.cluster, oauth.proxy
+    topic = f"oauth-acks-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, configs={"min.insync.replicas": "2"}, assignments={0: [1, 2]})
+    assert cluster.wait_for_leader(topic, 0) == 1
+    with RawKafkaClient(f"127.0.0.1:{proxy.broker_port(1)}") as client:
+        sasl_login(client, oauth.sasl("alice"))
+        wait_until(lambda: client.produce({(topic, 0): batch(b"warm")}, acks=-2)[(topic, 0)].error_code == 0, 60,
+                   interval=0.5, what="an acks=-2 write through the proxy")
+        answered = proxy.metric("insync_proxy_proxy_answered_errors_total", error_code="19")
+        # When broker 2 is paused, the partition's ISR shrinks below min.insync.replicas
+        cluster.pause_broker(2)
+        try:
+            cluster.wait_for_isr(topic, 0, 1)
+            wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") > 0, 60,
+                       what="the proxy to see the ISR below min")
+            result = client.produce({(topic, 0): batch(b"must-not-land")}, acks=-2)
+        finally:
+            cluster.resume_broker(2)
+    # Then the proxy answered NOT_ENOUGH_REPLICAS itself (its ISR view came over its OAuth login)
+    assert result[(topic, 0)].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert proxy.metric("insync_proxy_proxy_answered_errors_total", error_code="19") == answered + 1
+
+
+def test_two_minutes_of_ten_second_sessions_lose_no_tag_and_log_no_error(oauth: OAuthCluster) -> None:
+    cluster, proxy = oauth.cluster, oauth.proxy
+    topic = f"oauth-reauth-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
+    wait_until(lambda: _min_insync(proxy, oauth.sasl("alice"), topic) == 2, 60, what="tag 637 = 2")
+    log_start = proxy.log_file.stat().st_size
+    audit_before = proxy.metric("insync_proxy_audit_events_written_total", sink="kafka")
+    # Given a librdkafka producer that stays connected through the proxy (its sessions renewed through it too)
+    producer = Producer({**oauth.librdkafka("rdkafka"), "acks": "all"})
+    errors: list[Any] = []
+    sent = [0]
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            producer.produce(topic, f"r{sent[0]}".encode(),
+                             on_delivery=lambda err, msg: errors.append(err) if err else None)
+            sent[0] += 1
+            producer.poll(0.2)
+
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+    # When two minutes pass (12 session lifetimes), each few seconds a new client asks for the topic's Metadata
+    tags: list[int] = []
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            tags.append(_min_insync(proxy, oauth.sasl("alice"), topic))
+            time.sleep(3)  # the pace of the check, not a wait for a condition
+    finally:
+        stop.set()
+        writer.join(30)
+    assert producer.flush(60) == 0
+    # Then every answer carried tag 637, the producer saw no error, the audit topic kept being written
+    assert len(tags) >= 20 and set(tags) == {2}, tags
+    assert errors == [] and sent[0] > 100, (errors[:5], sent[0])
+    assert proxy.metric("insync_proxy_audit_events_written_total", sink="kafka") > audit_before
+    assert proxy.metric("insync_proxy_control_authentication_failures_total", mechanism="OAUTHBEARER") == 0
+    # And the proxy renewed its sessions in place: no ERROR or WARNING line, no failover
+    with proxy.log_file.open() as log:
+        log.seek(log_start)
+        lines = log.read().splitlines()
+    bad = [line for line in lines if re.search(r"\b(ERROR|WARNING)\b", line)]
+    assert bad == [], bad
+    whole = proxy.log_file.read_text()
+    assert "the proxy renews its sessions in place before they end" in whole
