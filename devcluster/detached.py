@@ -193,9 +193,10 @@ def up(directory: Path, version: str | None, security: str | None, broker_heap: 
             return 1
     cluster = LocalKafkaCluster(setup.cluster_settings(**base) if setup else ClusterSettings(**base))
     idp_pid = None
-    if setup is not None and setup.identity_provider is not None:
+    idp = setup.identity_provider if setup is not None else None
+    if idp is not None:
         try:  # before the brokers: they read its JWKS as they start
-            idp_pid = _start_identity_provider(security_dir, setup.identity_provider.port)
+            idp_pid = _start_identity_provider(security_dir, idp.port)
         except ClusterError as exc:
             complain(f"dev cluster did not start: {exc}")
             return 1
@@ -207,10 +208,9 @@ def up(directory: Path, version: str | None, security: str | None, broker_heap: 
             kill_pids([idp_pid])
         return 1
     state = cluster.state()
-    if idp_pid is not None:
-        state["identity_provider"] = {"pid": idp_pid, "url": setup.identity_provider.issuer,
-                                      "directory": str(security_dir)}
-        say(f"identity provider (OAuth 2.0): {setup.identity_provider.issuer} (pid {idp_pid})")
+    if idp is not None and idp_pid is not None:
+        state["identity_provider"] = {"pid": idp_pid, "url": idp.issuer, "directory": str(security_dir)}
+        say(f"identity provider (OAuth 2.0): {idp.issuer} (pid {idp_pid})")
     say(f"bootstrap.servers={cluster.bootstrap_servers}")
     if setup:
         servers = setup.upstream_servers(cluster)

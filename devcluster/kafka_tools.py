@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shlex
-
 import zipfile
 from pathlib import Path
 
