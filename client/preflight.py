@@ -51,14 +51,14 @@ Say = Callable[[str], None]
 CLIENT_ID = "insync-proxy-check"
 
 
-def sasl_login(client: BlockingKafkaClient, sasl: SaslConfig) -> int:
+def sasl_login(client: BlockingKafkaClient, sasl: SaslConfig, broker_host: str = "") -> int:
     """Log `client`'s connection in with the proxy's own SASL exchange (proxy/controlplane/sasl.py); SaslError if
     refused. Returns the session lifetime in ms the broker gave (0: none)."""
 
     async def request(api_key: int, version: int, body: bytes) -> bytes:
         return client.request_raw(api_key, version, body)
 
-    return asyncio.run(authenticate(request, sasl))
+    return asyncio.run(authenticate(request, sasl, broker_host))
 
 
 def _token_step(sasl: SaslConfig, steps: _Steps) -> bool:
@@ -166,6 +166,9 @@ def _not_kafka_hint(exc: BaseException, max_frame_size: int) -> str:
 def _principal(config: ProxyConfig) -> str:
     if config.control_sasl.mechanism == "OAUTHBEARER":
         return "User:<the token's sub> (Kafka's default sasl.oauthbearer.sub.claim.name)"
+    if config.control_sasl.mechanism == "GSSAPI":
+        short = str(config.control_sasl.kerberos_principal).split("@")[0].split("/")[0]
+        return f"User:{short} (Kafka's default sasl.kerberos.principal.to.local.rules)"
     if config.control_sasl.mechanism:
         return f"User:{config.control_sasl.username}"
     if config.upstream_tls.enabled and config.upstream_tls.cert_file:
@@ -252,7 +255,7 @@ def _check(config: ProxyConfig, steps: _Steps, topic: str | None) -> bool:
             return False
         if sasl.mechanism:
             try:
-                lifetime_ms = sasl_login(client, sasl)
+                lifetime_ms = sasl_login(client, sasl, reached[0])
             except SaslError as exc:
                 if exc.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED:
                     refused = "the broker refused the token" if mechanism == "OAUTHBEARER" else \

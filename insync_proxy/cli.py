@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from insync_proxy.proxy import __version__
+from insync_proxy.proxy.config.broker_ports import bootstrap_host
 from insync_proxy.proxy.config.files import check_files
 from insync_proxy.proxy.config.loader import explain_empty_secrets, load_config
 from insync_proxy.proxy.config.places import check_places
@@ -256,7 +257,8 @@ async def serve(config: ProxyConfig, ready_message: str | None = None,
         gc.freeze()
         loop.add_signal_handler(signal.SIGHUP, lambda: proxy.reloads.reload("SIGHUP"))
         if ready_message:
-            print(ready_message.format(bootstrap=f"{config.advertised_host}:{proxy.bootstrap_port}",
+            print(ready_message.format(bootstrap=f"{bootstrap_host(config.advertised_host, config.bind_host)}:"
+                                                 f"{proxy.bootstrap_port}",
                                        admin=proxy.admin.url), flush=True)
     await stopping
     try:

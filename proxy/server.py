@@ -21,6 +21,7 @@ from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
+from insync_proxy.proxy.config.broker_ports import bootstrap_host
 from insync_proxy.proxy.config.settings import ProxyConfig
 from insync_proxy.proxy.config.tls import TlsMaterial
 from insync_proxy.proxy.controlplane.context import BehaviourContext, call_soon_on_the_loop
@@ -164,7 +165,8 @@ class InsyncProxy:
         await self.listeners.open_bootstrap()
         await self.admin.start()
         log.info("listening: bootstrap %s:%d, admin %s (/readyz turns ready once the brokers are known)",
-                 self.config.advertised_host, self.bootstrap_port, self.admin.url)
+                 bootstrap_host(self.config.advertised_host, self.config.bind_host), self.bootstrap_port,
+                 self.admin.url)
         self.min_insync.start()
         if self.audit is not None:
             self.audit.start()

@@ -185,3 +185,20 @@ def check_listener_ports(listeners: Sequence[ListenerPorts], admin_port: int) ->
                     f"{what} overlap listener {other.name}'s broker ports {theirs.port_span()}: give each listener its own "
                     "broker_port_base, at least as far apart as its node_id_ranges are long")
     return mappings
+
+
+#: The placeholder of a per-broker advertised host (advertised_host = "kafka-{node_id}.example.com").
+NODE_ID_PLACEHOLDER = "{node_id}"
+
+
+def advertised_name(advertised_host: str, node_id: int) -> str:
+    """The host clients are told for broker `node_id`: advertised_host with {node_id} filled in."""
+    return advertised_host.replace(NODE_ID_PLACEHOLDER, str(node_id))
+
+
+def bootstrap_host(advertised_host: str, bind_host: str) -> str:
+    """The host of the bootstrap port as the proxy names it: advertised_host, or with a per-broker advertised
+    host (whose bootstrap name no one is told) the address it binds (loopback for a wildcard)."""
+    if NODE_ID_PLACEHOLDER not in advertised_host:
+        return advertised_host
+    return "127.0.0.1" if bind_host in ("0.0.0.0", "", "::") else bind_host

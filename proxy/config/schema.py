@@ -14,7 +14,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from insync_proxy.proxy.config.broker_ports import BrokerPortsError, ListenerPorts, check_listener_ports
+from insync_proxy.proxy.config.broker_ports import (
+    NODE_ID_PLACEHOLDER,
+    BrokerPortsError,
+    ListenerPorts,
+    advertised_name,
+    check_listener_ports,
+)
 from insync_proxy.proxy.config.settings import (
     ENV_PREFIX,
     PASSWORD_MECHANISMS,
@@ -333,6 +339,7 @@ def validate(config: ProxyConfig) -> ProxyConfig:
 
 def _cross_checks(config: ProxyConfig) -> None:
     """Rules across settings; each value alone is already valid."""
+    _check_advertised_host(config.advertised_host)
     ports: dict[int, str] = {config.admin_port: "admin_port"} if config.admin_port else {}
     names: set[str] = set()
     for i, listener in enumerate(config.listeners):
@@ -374,6 +381,22 @@ def _cross_checks(config: ProxyConfig) -> None:
                           f"{config.audit.max_file_bytes}: the total must hold at least one file")
 
 
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+                        r"[A-Za-z0-9])?)*\.?$")
+
+
+def _check_advertised_host(host: str) -> None:
+    """advertised_host: a host name or address, where {node_id} may stand for each broker's id."""
+    if "{" in host or "}" in host:
+        rest = host.replace(NODE_ID_PLACEHOLDER, "")
+        if "{" in rest or "}" in rest:
+            raise ConfigError(f"advertised_host = {host!r}: the only placeholder is {NODE_ID_PLACEHOLDER} (e.g. "
+                              "kafka-{node_id}.example.com)")
+        sample = advertised_name(host, 1)
+        if not _HOST_NAME.match(sample):
+            raise ConfigError(f"advertised_host = {host!r}: {sample!r} (broker 1's) is not a host name")
+
+
 def _check_broker_ports(config: ProxyConfig) -> None:
     """Each listener's node_id_ranges fit the port range and collide with no other port of the proxy."""
     try:
@@ -387,6 +410,13 @@ def _check_sasl(sasl: SaslConfig) -> None:
     """[control_sasl]: what each mechanism needs, and nothing of another mechanism's set by mistake."""
     oauth = {f.name: getattr(sasl, f.name) for f in fields(sasl) if f.name.startswith("oauthbearer_")}
     oauth_given = sorted(name for name, value in oauth.items() if value and not name.endswith("_file"))
+    kerberos_given = sorted(f.name for f in fields(sasl) if f.name.startswith("kerberos_")
+                            and getattr(sasl, f.name) not in (None, f.default))
+    if kerberos_given and sasl.mechanism != "GSSAPI":
+        raise ConfigError(f"control_sasl.{kerberos_given[0]} is set but control_sasl.mechanism is "
+                          f"{sasl.mechanism!r}: Kerberos settings take effect with mechanism = \"GSSAPI\" only")
+    if sasl.mechanism == "GSSAPI":
+        _check_gssapi(sasl, oauth_given)
     if sasl.mechanism in PASSWORD_MECHANISMS:
         if not sasl.username:
             raise ConfigError(f"control_sasl.mechanism = {sasl.mechanism!r} needs a user: set control_sasl.username "
@@ -430,3 +460,27 @@ def _check_sasl(sasl: SaslConfig) -> None:
     elif not sasl.mechanism and oauth_given:
         raise ConfigError(f"control_sasl.{oauth_given[0]} is set but control_sasl.mechanism is not: set "
                           "control_sasl.mechanism = \"OAUTHBEARER\" or remove it")
+
+
+def _check_gssapi(sasl: SaslConfig, oauth_given: list[str]) -> None:
+    """GSSAPI: a principal, readable files, the gssapi package; no password or OAuth setting beside it."""
+    if sasl.username or sasl.password or oauth_given:
+        given = "username" if sasl.username else "password" if sasl.password else oauth_given[0]
+        raise ConfigError(f"control_sasl.{given} is set but control_sasl.mechanism is \"GSSAPI\": the proxy logs in "
+                          "as control_sasl.kerberos_principal with its keytab; remove it")
+    if not sasl.kerberos_principal:
+        raise ConfigError("control_sasl.mechanism = \"GSSAPI\" needs control_sasl.kerberos_principal (e.g. "
+                          "insync-proxy@EXAMPLE.COM) and usually kerberos_keytab")
+    for name in ("kerberos_keytab", "kerberos_krb5_conf"):
+        path = getattr(sasl, name)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"control_sasl.{name} = {path!r}: no such file")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", sasl.kerberos_service_name):
+        raise ConfigError(f"control_sasl.kerberos_service_name = {sasl.kerberos_service_name!r}: a principal's "
+                          "primary (letters, digits, . _ -), e.g. kafka")
+    try:
+        import gssapi  # noqa: F401
+    except ImportError:
+        raise ConfigError("control_sasl.mechanism = \"GSSAPI\" needs the gssapi package: pip install "
+                          "'insync-proxy[kerberos]' (it builds against MIT Kerberos: apt-get install libkrb5-dev, "
+                          "or dnf install krb5-devel)") from None

@@ -42,8 +42,9 @@ OTHER_ENV_VARS: dict[str, str] = {
 METADATA_SCHEMAS = ("tagged", "kip637")
 VALID_FLOORS = (-1, -2)
 AUDIT_DETAILS = ("summary", "every_request")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-#: Mechanisms that log in with control_sasl.username and a password.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+#: Mechanisms that log in with control_sasl.username and a password (the others: OAUTHBEARER with a token,
+#: GSSAPI with a Kerberos principal).
 PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -157,6 +158,21 @@ class SaslConfig:
         (), reloads=True,
         meaning="OAUTHBEARER: SASL extensions (KIP-342) sent with the token, each key=value (Confluent Cloud: "
                 "logicalCluster=lkc-..., identityPoolId=pool-...)")
+    kerberos_principal: str | None = setting(
+        None, reloads=True, meaning="GSSAPI: the proxy's Kerberos principal, e.g. insync-proxy@EXAMPLE.COM")
+    kerberos_keytab: str | None = setting(
+        None, reloads=True,
+        meaning="GSSAPI: keytab holding kerberos_principal's key (unset: the default credential cache, from kinit)")
+    kerberos_service_name: str = setting(
+        "kafka", reloads=True,
+        meaning="GSSAPI: the primary of the brokers' service principals (Kafka's sasl.kerberos.service.name)")
+    kerberos_krb5_conf: str | None = setting(
+        None, reloads=False,
+        meaning="GSSAPI: the krb5.conf to use (unset: KRB5_CONFIG or /etc/krb5.conf); one per process")
+    kerberos_service_host: str | None = setting(
+        None, reloads=True,
+        meaning="GSSAPI: the host part of the brokers' service principals, for brokers sharing one principal "
+                "(unset: the host name of the broker connected to, as Kafka's clients do)")
     oauthbearer_ca_file: str | None = setting(
         None, reloads=True,
         meaning="OAUTHBEARER: PEM file of the CA certificates the token endpoint's TLS is checked against "
@@ -221,7 +237,11 @@ class ProxyConfig:
         (), required=True, format="host:port",
         meaning="the real brokers to bootstrap from: host:port, a list or one comma-separated string")
     bind_host: str = setting("127.0.0.1", meaning="address the client listeners bind")
-    advertised_host: str = setting("127.0.0.1", meaning="host clients are told to connect to")
+    advertised_host: str = setting(
+        "127.0.0.1",
+        meaning="host clients are told to connect to; {node_id} in it names each broker's port by its own host, "
+                "e.g. kafka-{node_id}.example.com (Kerberos clients: the host of each broker's service principal, "
+                "resolving to the proxy)")
     listeners: tuple[ListenerConfig, ...] = setting(
         (ListenerConfig(),), toml="listener", min=1, first_item_flags=True,
         meaning="groups of client ports: a bootstrap port, and one port per broker (node_id_ranges)")

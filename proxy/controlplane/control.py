@@ -256,7 +256,7 @@ class ControlConnection:
             if self.sasl is not None and self.sasl.mechanism:
                 try:
                     lifetime_ms = await authenticate(
-                        lambda k, v, b: self._send(link, k, v, b, self.request_timeout), self.sasl)
+                        lambda k, v, b: self._send(link, k, v, b, self.request_timeout), self.sasl, host)
                 except _Timeout:
                     raise
                 except Exception as exc:
@@ -312,7 +312,7 @@ class ControlConnection:
                 return True  # another request renewed it while this one waited
             try:
                 lifetime_ms = await authenticate(
-                    lambda k, v, b: self._send_now(link, k, v, b, self.request_timeout), self.sasl)
+                    lambda k, v, b: self._send_now(link, k, v, b, self.request_timeout), self.sasl, link.address[0])
             except Exception as exc:  # the next connection logs in afresh, and says why if that fails too
                 log.debug("control connection: renewing the SASL session with %s failed (%s): a new connection "
                           "logs in", _name(link.address), _failure_text(exc))

@@ -86,10 +86,12 @@ def mechanisms_hint(exc: SaslError, mechanism: str) -> str:
 
 
 def login_name(sasl: Any) -> tuple[str, str]:
-    """(mechanism, who logs in) as log lines name them: the user, or the OAuth client id."""
+    """(mechanism, who logs in) as log lines name them: the user, the OAuth client id, the Kerberos principal."""
     mechanism = str(sasl.mechanism)
     if mechanism == "OAUTHBEARER":
         return mechanism, str(sasl.oauthbearer_client_id)
+    if mechanism == "GSSAPI":
+        return mechanism, str(sasl.kerberos_principal)
     return mechanism, str(sasl.username)
 
 
@@ -100,6 +102,9 @@ def credentials_hint(sasl: Any) -> str:
                 + ("oauthbearer_client_secret_file" if getattr(sasl, "oauthbearer_client_secret_file", None)
                    else "oauthbearer_client_secret or INSYNC_PROXY_CONTROL_SASL_OAUTHBEARER_CLIENT_SECRET")
                 + "), and that the brokers accept this provider's tokens (issuer, audience, JWKS)")
+    if sasl.mechanism == "GSSAPI":
+        return ("[control_sasl] kerberos_principal, kerberos_keytab and kerberos_service_name, the krb5.conf's "
+                "realm, and that the brokers' principals name the host connected to (kerberos_service_host)")
     where = ("control_sasl.password_file " + repr(sasl.password_file) if getattr(sasl, "password_file", None)
              else "INSYNC_PROXY_CONTROL_SASL_PASSWORD or control_sasl.password")
     return f"[control_sasl] username and its password ({where})"
@@ -122,9 +127,10 @@ async def _authenticate(request: RawRequest, token: bytes, session: _Session | N
     return response.auth_bytes
 
 
-async def authenticate(request: RawRequest, sasl: Any) -> int:
+async def authenticate(request: RawRequest, sasl: Any, broker_host: str = "") -> int:
     """Authenticate a connection (fresh, or again: KIP-368) with the configured mechanism; returns the session
-    lifetime in ms the broker gave (0: none, the session lasts as long as the connection)."""
+    lifetime in ms the broker gave (0: none, the session lasts as long as the connection). `broker_host`: the
+    host connected to (GSSAPI asks for the ticket of <service>/<that host>)."""
     mechanism = sasl.mechanism
     session = _Session()
     await _handshake(request, mechanism)
@@ -136,6 +142,8 @@ async def authenticate(request: RawRequest, sasl: Any) -> int:
                      sasl.password or "", session)
     elif mechanism == "OAUTHBEARER":
         await _oauthbearer(request, sasl, session)
+    elif mechanism == "GSSAPI":
+        await _gssapi(request, sasl, broker_host, session)
     else:
         raise SaslError(f"unsupported SASL mechanism {mechanism}")
     return session.lifetime_ms
@@ -223,3 +231,15 @@ async def _scram(request: RawRequest, digest: str, username: str, password: str,
     received = _attributes(server_final, "v")["v"]
     if not hmac.compare_digest(received.encode(), expected.encode()):
         raise SaslError("SCRAM server signature does not match: the broker is not who it claims to be")
+
+
+async def _gssapi(request: RawRequest, sasl: Any, broker_host: str, session: _Session) -> None:
+    from insync_proxy.proxy.controlplane.kerberos import KerberosError, KerberosLogin, gssapi_exchange
+
+    login = KerberosLogin(principal=sasl.kerberos_principal, keytab=sasl.kerberos_keytab,
+                          service_name=sasl.kerberos_service_name, krb5_conf=sasl.kerberos_krb5_conf)
+    host = sasl.kerberos_service_host or broker_host
+    try:
+        await gssapi_exchange(lambda token: _authenticate(request, token, session), login, host)
+    except KerberosError as exc:
+        raise SaslError(str(exc), credentials_refused=True) from None

@@ -16,7 +16,7 @@ from typing import ClassVar, Final, Protocol, TypeVar
 from mypy_extensions import mypyc_attr
 
 from insync_proxy.protocol import ApiKey
-from insync_proxy.proxy.config.broker_ports import NO_PORT, BrokerPorts
+from insync_proxy.proxy.config.broker_ports import NO_PORT, BrokerPorts, advertised_name
 
 Frame = bytes | bytearray | memoryview
 ResponseResult = Frame | Awaitable[Frame]
@@ -44,6 +44,7 @@ class ListenerAddresses(Mapping[int, tuple[str, int]]):
     """
 
     def __init__(self, host: str, ports: BrokerPorts) -> None:
+        #: The advertised host; with {node_id} in it, each broker's own name (Kerberos: its principal's host).
         self.host = host
         self.ports = ports
         self._cache: dict[int, tuple[str, int]] = {}
@@ -54,7 +55,7 @@ class ListenerAddresses(Mapping[int, tuple[str, int]]):
             if node_id < 0:
                 raise KeyError(node_id)
             port = self.ports.port_for(node_id)
-            address = (self.host, NO_PORT if port is None else port)
+            address = (advertised_name(self.host, node_id), NO_PORT if port is None else port)
             if len(self._cache) < _ADDRESS_CACHE_LIMIT:
                 self._cache[node_id] = address
         return address

@@ -24,7 +24,7 @@ from collections.abc import Callable, Container, Iterable
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Final
 
-from insync_proxy.proxy.config.broker_ports import NO_PORT, BrokerPorts
+from insync_proxy.proxy.config.broker_ports import NO_PORT, BrokerPorts, advertised_name
 from insync_proxy.proxy.config.settings import ListenerConfig
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.connection import OpenConnections
@@ -255,7 +255,8 @@ class Listeners:
                         )
                         continue
                     log.info("listener %s: broker %d (%s:%d) now at %s:%d", group.name, node_id,
-                             *self.cluster_view.brokers[node_id], self.advertised_host, port)
+                             *self.cluster_view.brokers[node_id], advertised_name(self.advertised_host, node_id),
+                             port)
                 if remove_missing:
                     self._close_departed(group, wanted)
 
