@@ -28,6 +28,7 @@ from insync_proxy.protocol import (
     MetadataResponse,
 )
 from insync_proxy.protocol.messages import DescribeConfigsResource
+from insync_proxy.proxy.config.broker_ports import NODE_ID_PLACEHOLDER, advertised_name
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, client_ssl_context, closed_during_handshake
 from insync_proxy.proxy.controlplane.control import (
@@ -75,6 +76,27 @@ def _token_step(sasl: SaslConfig, steps: _Steps) -> bool:
              f"(sub {token.subject!r}, valid {token.expires_at - time.time():.0f}s)"
              + ("" if token.subject else "; not a JWT with a `sub`: Kafka's brokers validate JWTs"))
     return True
+
+
+def _advertised_step(config: ProxyConfig, node_ids: list[int], steps: _Steps) -> None:
+    """Each broker's advertised name must resolve here to the address the proxy listens on (loopback for a
+    sidecar): clients are told those names (Kerberos clients ask for their principals' tickets by them)."""
+    wanted = "127.0.0.1" if config.bind_host in ("0.0.0.0", "127.0.0.1", "", "localhost") else config.bind_host
+    names = [advertised_name(config.advertised_host, node_id) for node_id in sorted(node_ids)]
+    wrong = []
+    for name in names:
+        try:
+            found = sorted({str(info[4][0]) for info in socket.getaddrinfo(name, None, socket.AF_INET)})
+        except socket.gaierror:
+            found = []
+        if found != [wanted]:
+            wrong.append(f"{name} ({'resolves to ' + ', '.join(found) if found else 'does not resolve'})")
+    if wrong:
+        steps.fail("advertised", f"clients are told {', '.join(names)}, and each must resolve to {wanted} where they "
+                   f"run: {'; '.join(wrong)}: add `{wanted} <name>` lines to /etc/hosts, or Kubernetes hostAliases "
+                   "(deploy/kubernetes/kerberos/)")
+    else:
+        steps.ok("advertised", f"clients are told {', '.join(names)}: each resolves to {wanted} here")
 
 
 def _name(address: tuple[str, int]) -> str:
@@ -333,6 +355,10 @@ def _check(config: ProxyConfig, steps: _Steps, topic: str | None) -> bool:
     else:
         steps.ok("brokers", f"{len(brokers)} of {len(brokers)} reachable at their advertised addresses"
                  + (" (TLS)" if context is not None else ""))
+
+    # 7. Per-broker advertised names (advertised_host with {node_id}): each must lead clients back to the proxy.
+    if NODE_ID_PLACEHOLDER in config.advertised_host:
+        _advertised_step(config, [b.node_id for b in brokers], steps)
 
     needs = "DESCRIBE on topics (Metadata) and DESCRIBE_CONFIGS on topics (KIP-637)"
     if config.audit.kafka_topic:

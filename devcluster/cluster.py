@@ -138,6 +138,21 @@ class OAuthBearerValidation:
         return f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.jwks_url}"
 
 
+@dataclass(frozen=True)
+class KerberosListener:
+    """A SASL_PLAINTEXT listener offering GSSAPI on every broker, each broker with its own service principal
+    `kafka/<host>@<realm>` (its key in `keytabs[node_id]`), advertised as `host_template` with {node_id}
+    filled in (names that must resolve to 127.0.0.1: devcluster.kerberos.ensure_hosts)."""
+
+    krb5_conf: Path
+    realm: str
+    keytabs: dict[int, Path]
+    host_template: str = "kafka-{node_id}.insync.test"
+
+    def host(self, node_id: int) -> str:
+        return self.host_template.replace("{node_id}", str(node_id))
+
+
 @dataclass
 class ClusterSettings:
     """What a cluster looks like; the defaults fit 2 cores and a few hundred MB per JVM."""
@@ -180,6 +195,8 @@ class ClusterSettings:
     oauthbearer: OAuthBearerValidation | None = None
     #: connections.max.reauth.ms of the SASL listener (KIP-368): a session not renewed within it ends.
     sasl_reauth_ms: int | None = None
+    #: GSSAPI listeners (a KERBEROS listener on every broker, under a name per broker).
+    kerberos: KerberosListener | None = None
     #: More JVM options for every node (system properties such as Kafka 4's allowed OAuth URLs).
     extra_jvm_options: tuple[str, ...] = ()
     #: ACLs on: StandardAuthorizer (KRaft; AclAuthorizer in ZooKeeper mode), nothing allowed without an ACL.
@@ -230,6 +247,8 @@ class LocalKafkaCluster:
             if self.settings.tls_keystore_pem
             else {}
         )
+        self.kerberos_ports: dict[int, int] = (
+            dict(zip(self.brokers, free_ports(n), strict=True)) if self.settings.kerberos else {})
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -245,6 +264,13 @@ class LocalKafkaCluster:
     def sasl_bootstrap_servers(self) -> str:
         """The brokers' SASL listeners (SASL_PLAINTEXT, or SASL_SSL with sasl_ssl), when SASL users are set."""
         return ",".join(f"127.0.0.1:{port}" for port in self.sasl_ports.values())
+
+    @property
+    def kerberos_bootstrap_servers(self) -> str:
+        """The brokers' GSSAPI listeners, by the names their principals use."""
+        kerberos = self.settings.kerberos
+        assert kerberos is not None
+        return ",".join(f"{kerberos.host(node_id)}:{port}" for node_id, port in self.kerberos_ports.items())
 
     @property
     def security_protocols(self) -> dict[str, str]:
@@ -552,6 +578,7 @@ class LocalKafkaCluster:
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             *([self.settings.oauthbearer.allowed_urls_option()] if self.settings.oauthbearer else []),
+            *([f"-Djava.security.krb5.conf={self.settings.kerberos.krb5_conf}"] if self.settings.kerberos else []),
             *self.settings.extra_jvm_options,
             *archive,
             f"{JVM_MARKER}{self.cluster_id}",
@@ -775,6 +802,13 @@ class LocalKafkaCluster:
                 props["listener.name.ssl.ssl.truststore.type"] = "PEM"
                 props["listener.name.ssl.ssl.truststore.location"] = str(self.settings.tls_client_ca_pem)
                 props["listener.name.ssl.ssl.client.auth"] = "required"
+        if node.role == "broker" and self.settings.kerberos is not None:
+            kerberos = self.settings.kerberos
+            host, port = kerberos.host(node.node_id), self.kerberos_ports[node.node_id]
+            props["listeners"] += f",KERBEROS://127.0.0.1:{port}"
+            props["advertised.listeners"] += f",KERBEROS://{host}:{port}"
+            props["listener.security.protocol.map"] += ",KERBEROS:SASL_PLAINTEXT"
+            props.update(self._kerberos_properties(node, kerberos))
         if self.zookeeper_mode:
             props.pop("process.roles", None)
         if self.settings.min_insync_replicas is not None:
@@ -782,6 +816,17 @@ class LocalKafkaCluster:
         props.update(self.settings.extra_broker_config if node.role == "broker" else {})
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
+
+    def _kerberos_properties(self, node: KafkaNode, kerberos: KerberosListener) -> dict[str, str]:
+        """A KERBEROS (SASL_PLAINTEXT, GSSAPI) listener under this broker's own name and principal."""
+        principal = f"kafka/{kerberos.host(node.node_id)}@{kerberos.realm}"
+        return {
+            "listener.name.kerberos.sasl.enabled.mechanisms": "GSSAPI",
+            "listener.name.kerberos.gssapi.sasl.jaas.config":
+                "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true "
+                f'keyTab="{kerberos.keytabs[node.node_id]}" principal="{principal}";',
+            "sasl.kerberos.service.name": "kafka",
+        }
 
     def _oauthbearer_properties(self, oauth: OAuthBearerValidation) -> dict[str, str]:
         """The SASL listener's OAUTHBEARER with Kafka's own JWT validation (KIP-768): the signature against the
