@@ -98,6 +98,7 @@ def down(directory: Path, say: Callable[[str], None] = print) -> int:
         return 0
     kill_pids(_own_jvms(state))
     _stop_identity_provider(state)
+    _stop_kdc(state)
     for made in ("data", "security"):
         shutil.rmtree(directory / made, ignore_errors=True)
     shutil.rmtree(state["data_dir"], ignore_errors=True)
@@ -134,6 +135,20 @@ def _start_identity_provider(security_dir: Path, port: int) -> int:
             time.sleep(0.1)  # polling its port: the condition is the port answering
     process.kill()
     raise ClusterError(f"the identity provider did not listen on 127.0.0.1:{port} within 30 s")
+
+
+def _stop_kdc(state: dict[str, Any]) -> None:
+    """Stop the cluster's KDC: only a krb5kdc whose profile is this cluster's."""
+    kdc = state.get("kdc")
+    if not kdc:
+        return
+    try:
+        cmdline = Path(f"/proc/{kdc['pid']}/cmdline").read_bytes()
+        environ = Path(f"/proc/{kdc['pid']}/environ").read_bytes()
+    except OSError:
+        return
+    if b"krb5kdc" in cmdline and kdc["directory"].encode() in environ:
+        kill_pids([kdc["pid"]])
 
 
 def _stop_identity_provider(state: dict[str, Any]) -> None:
@@ -184,11 +199,12 @@ def up(directory: Path, version: str | None, security: str | None, broker_heap: 
     setup = None
     if security:
         from insync_proxy.devcluster.certificates import CertificateError
+        from insync_proxy.devcluster.kerberos import KdcError
         from insync_proxy.devcluster.secured import secured_setup
 
         try:
             setup = secured_setup(security, security_dir)
-        except CertificateError as exc:
+        except (CertificateError, KdcError) as exc:
             complain(str(exc))
             return 1
     cluster = LocalKafkaCluster(setup.cluster_settings(**base) if setup else ClusterSettings(**base))
@@ -200,14 +216,22 @@ def up(directory: Path, version: str | None, security: str | None, broker_heap: 
         except ClusterError as exc:
             complain(f"dev cluster did not start: {exc}")
             return 1
+    kdc = setup.kdc if setup is not None else None
     try:
         cluster.start()
     except (ClusterError, DistributionError) as exc:
         complain(f"dev cluster did not start: {exc}")
         if idp_pid is not None:
             kill_pids([idp_pid])
+        if kdc is not None:
+            kdc.stop()
         return 1
     state = cluster.state()
+    if kdc is not None and kdc.process is not None:  # the KDC outlives `up`, like the brokers
+        state["kdc"] = {"pid": kdc.process.pid, "directory": str(kdc.directory), "realm": kdc.realm,
+                        "krb5_conf": str(kdc.krb5_conf)}
+        say(f"Kerberos KDC: realm {kdc.realm} at 127.0.0.1:{kdc.port} (pid {kdc.process.pid}), krb5.conf "
+            f"{kdc.krb5_conf}")
     if idp is not None and idp_pid is not None:
         state["identity_provider"] = {"pid": idp_pid, "url": idp.issuer, "directory": str(security_dir)}
         say(f"identity provider (OAuth 2.0): {idp.issuer} (pid {idp_pid})")

@@ -391,10 +391,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 #: Kept here (not imported from devcluster.secured): the parser is built without loading the dev tooling.
-SECURITY_CHOICES = ("sasl_ssl", "mtls", "oauthbearer")
+SECURITY_CHOICES = ("sasl_ssl", "mtls", "oauthbearer", "gssapi")
 SECURITY_HELP = ("also give the brokers a secured listener and put the proxy on it: sasl_ssl (SCRAM-SHA-512 "
-                 "over TLS), mtls (TLS, client certificate required; certificates made with openssl) or "
-                 "oauthbearer (OAuth 2.0 JWTs from a local identity provider, validated by the brokers)")
+                 "over TLS), mtls (TLS, client certificate required; certificates made with openssl), "
+                 "oauthbearer (OAuth 2.0 JWTs from a local identity provider, validated by the brokers) or gssapi "
+                 "(Kerberos: a local MIT KDC, a principal per broker; needs krb5-kdc and root for /etc/hosts)")
 #: The dev cluster's first port (its controller; the brokers take the next three), as devcluster.detached says.
 DEV_PORT_BASE = 19090
 #: The tools `kafka-cli` runs (devcluster.kafka_tools.KAFKA_TOOLS holds their classes; a test keeps the two equal).
@@ -469,11 +470,12 @@ def _secured_setup(security: str | None, directory: Path) -> Any:
     if not security:
         return None
     from insync_proxy.devcluster.certificates import CertificateError
+    from insync_proxy.devcluster.kerberos import KdcError
     from insync_proxy.devcluster.secured import secured_setup
 
     try:
         return secured_setup(security, directory)
-    except CertificateError as exc:
+    except (CertificateError, KdcError) as exc:
         print(f"insync-proxy: {exc}", file=sys.stderr)
         return None
 
@@ -514,6 +516,8 @@ def _demo(args: argparse.Namespace, setup: Any, upstream: typing.Callable[[str],
     finally:
         if idp is not None:
             idp.stop()
+        if setup is not None and setup.kdc is not None:
+            setup.kdc.stop()
 
 
 def _demo_cluster(args: argparse.Namespace, setup: Any, upstream: typing.Callable[[str], dict[str, Any]],
