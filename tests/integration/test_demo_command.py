@@ -214,3 +214,92 @@ def test_the_readmes_quick_start_pasted_into_a_shell_consumes_a_record_through_t
         if (tmp_path / "kafka-dev" / "state.json").exists():
             subprocess.run([sys.executable, "-m", "insync_proxy", "dev-cluster", "down", "--dir",
                             str(tmp_path / "kafka-dev")], env=env, capture_output=True, timeout=STOP_TIMEOUT)
+
+
+def _identity_processes(directory: Path) -> list[int]:
+    """krb5kdc or identity-provider processes serving `directory`'s dev cluster (their environment or command
+    line names it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if (b"krb5kdc" in cmdline or b"identity_provider" in cmdline) and str(directory).encode() in cmdline + environ:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.own_cluster
+@pytest.mark.slow
+@pytest.mark.parametrize("security", ["oauthbearer", "gssapi"])
+def test_dev_cluster_up_with_oauthbearer_or_gssapi_carries_a_record_through_the_proxy_it_configures(
+    exclusive_cluster_slot: None, tmp_path: Path, security: str
+) -> None:
+    from insync_proxy.devcluster.distribution import kafka_libs
+
+    if security == "gssapi":
+        if not Path("/usr/sbin/krb5kdc").exists() and shutil.which("krb5kdc") is None:
+            pytest.skip("MIT Kerberos KDC not installed (apt-get install krb5-kdc krb5-admin-server)")
+        if os.geteuid() != 0:
+            pytest.skip("dev-cluster up --security gssapi maps kafka-N.insync.test in /etc/hosts: root only")
+    _skip_unless_ports_free((9092, 9101, 9102, 9103, 9190), "the proxy's default ports, which client.properties names")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INSYNC_PROXY_KAFKA_LIBS": str(kafka_libs())}
+    cli = [_console_script()]
+    directory = tmp_path / "kafka-dev"
+    base = str(free_port_base(5))
+    proxy = None
+    try:
+        # Given `dev-cluster up --security oauthbearer|gssapi`: an identity provider or a KDC beside the brokers
+        up = subprocess.run([*cli, "dev-cluster", "up", "--security", security, "--dir", str(directory),
+                             "--port-base", base], env=env, capture_output=True, text=True, timeout=START_TIMEOUT)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert ("identity provider (OAuth 2.0)" if security == "oauthbearer" else "Kerberos KDC: realm") in up.stdout
+        toml_file, properties = directory / "proxy.toml", directory / "client.properties"
+        # When its TOML is checked: every step passes, the login of the proxy's own included
+        check = subprocess.run([*cli, "check-config", "--config", str(toml_file), "--connect"], env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, check.stdout + check.stderr
+        mechanism = "OAUTHBEARER" if security == "oauthbearer" else "GSSAPI"
+        assert f"ok   sasl: {mechanism} login as" in check.stdout, check.stdout
+        # And the proxy runs on it, and a record goes through it with Kafka's own tools and client.properties
+        proxy = subprocess.Popen([*cli, "run", "--config", str(toml_file)], env=env, stdout=subprocess.DEVNULL,
+                                 stderr=open(tmp_path / "proxy.log", "wb"), start_new_session=True)  # noqa: SIM115
+        wait_until(lambda: _ready("http://127.0.0.1:9190/readyz"), 120, interval=0.5, what="the proxy ready")
+        text = properties.read_text()
+        bootstrap = re.search(r"^bootstrap.servers=(\S+)$", text, re.M).group(1)  # type: ignore[union-attr]
+        opts = re.search(r"KAFKA_OPTS=(\S+)", text).group(1)  # type: ignore[union-attr]
+        tool_env = {**env, "KAFKA_OPTS": opts}
+        tool = [*cli, "kafka-cli"]
+        common = ["--bootstrap-server", bootstrap, "--command-config", str(properties)]
+        created = subprocess.run([*tool, "topics", *common, "--create", "--topic", "through", "--partitions", "3",
+                                  "--replication-factor", "3"], env=tool_env, capture_output=True, text=True,
+                                 timeout=180)
+        assert created.returncode == 0, created.stdout + created.stderr
+        produced = subprocess.run([*tool, "console-producer", *common, "--topic", "through"], input=f"via {security}\n",
+                                  env=tool_env, capture_output=True, text=True, timeout=180)
+        assert produced.returncode == 0, produced.stdout + produced.stderr
+        consumed = subprocess.run([*tool, "console-consumer", *common, "--topic", "through", "--from-beginning",
+                                   "--max-messages", "1"], env=tool_env, capture_output=True, text=True, timeout=180)
+        # Then the record is read back through the proxy
+        assert consumed.returncode == 0 and f"via {security}" in consumed.stdout, consumed.stdout + consumed.stderr
+    finally:
+        if proxy is not None:
+            os.killpg(proxy.pid, signal.SIGTERM)
+            proxy.wait(60)
+        down = subprocess.run([*cli, "dev-cluster", "down", "--dir", str(directory)], env=env, capture_output=True,
+                              text=True, timeout=STOP_TIMEOUT)
+        assert down.returncode == 0, down.stdout + down.stderr
+    # And `down` stopped the identity provider or the KDC with the brokers
+    wait_until(lambda: not _identity_processes(directory), 30, what="the KDC or identity provider to stop")
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
