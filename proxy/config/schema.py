@@ -462,6 +462,10 @@ def _check_sasl(sasl: SaslConfig) -> None:
                           "control_sasl.mechanism = \"OAUTHBEARER\" or remove it")
 
 
+#: kerberos_service_host's placeholder: the first label of the host the connection goes to.
+LABEL_PLACEHOLDER = "{label}"
+
+
 def _check_gssapi(sasl: SaslConfig, oauth_given: list[str]) -> None:
     """GSSAPI: a principal, readable files, the gssapi package; no password or OAuth setting beside it."""
     if sasl.username or sasl.password or oauth_given:
@@ -475,6 +479,11 @@ def _check_gssapi(sasl: SaslConfig, oauth_given: list[str]) -> None:
         path = getattr(sasl, name)
         if path and not Path(path).is_file():
             raise ConfigError(f"control_sasl.{name} = {path!r}: no such file")
+    service_host = sasl.kerberos_service_host
+    if service_host is not None and not _HOST_NAME.match(service_host.replace(LABEL_PLACEHOLDER, "kafka-1")):
+        raise ConfigError(f"control_sasl.kerberos_service_host = {service_host!r}: a host name, where "
+                          f"{LABEL_PLACEHOLDER} may stand for the first label of the host connected to (e.g. "
+                          "{label}.example.com)")
     if not re.fullmatch(r"[A-Za-z0-9._-]+", sasl.kerberos_service_name):
         raise ConfigError(f"control_sasl.kerberos_service_name = {sasl.kerberos_service_name!r}: a principal's "
                           "primary (letters, digits, . _ -), e.g. kafka")

@@ -171,8 +171,10 @@ class SaslConfig:
         meaning="GSSAPI: the krb5.conf to use (unset: KRB5_CONFIG or /etc/krb5.conf); one per process")
     kerberos_service_host: str | None = setting(
         None, reloads=True,
-        meaning="GSSAPI: the host part of the brokers' service principals, for brokers sharing one principal "
-                "(unset: the host name of the broker connected to, as Kafka's clients do)")
+        meaning="GSSAPI: the host part of the brokers' service principals when it is not the host connected to "
+                "(unset: that host, as Kafka's clients do): one name for brokers sharing a principal, or with "
+                "{label}, the first label of the host connected to: \"{label}.example.com\" logs in to "
+                "kafka-1.internal as kafka/kafka-1.example.com")
     oauthbearer_ca_file: str | None = setting(
         None, reloads=True,
         meaning="OAUTHBEARER: PEM file of the CA certificates the token endpoint's TLS is checked against "

@@ -130,9 +130,15 @@ def explain(exc: GSSError, login: KerberosLogin, broker_host: str) -> KerberosEr
     if code == KRB5KDC_ERR_S_PRINCIPAL_UNKNOWN:
         found = re.search(r"Server (\S+) not found", text)
         service = found.group(1) if found else f"{login.service_name}/{broker_host}@{realm}"
+        if service.startswith("krbtgt/"):
+            return KerberosError(
+                f"host {broker_host} is in no realm the KDC knows (krb5.conf's [domain_realm] maps it elsewhere, so "
+                f"the KDC was asked for {service}): the brokers' principals use another host name: connect by "
+                "those names, or set control_sasl.kerberos_service_host (e.g. {label}.example.com)")
         return KerberosError(
-            f"no service principal {service}: the brokers' principals use another host name; connect to the "
-            f"brokers by the names in their principals (the host names they advertise), not by address or alias")
+            f"no service principal {service}: the brokers' principals use another host name than {broker_host}: "
+            "connect by the names in their principals, or set control_sasl.kerberos_service_host (e.g. "
+            "{label}.example.com)")
     if code == KRB5_KDC_UNREACH:
         found = re.search(r"realm '([^']*)'", text)
         return KerberosError(f"cannot reach a KDC for realm {found.group(1) if found else realm}: "

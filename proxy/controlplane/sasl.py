@@ -238,8 +238,16 @@ async def _gssapi(request: RawRequest, sasl: Any, broker_host: str, session: _Se
 
     login = KerberosLogin(principal=sasl.kerberos_principal, keytab=sasl.kerberos_keytab,
                           service_name=sasl.kerberos_service_name, krb5_conf=sasl.kerberos_krb5_conf)
-    host = sasl.kerberos_service_host or broker_host
+    host = service_host(sasl.kerberos_service_host, broker_host)
     try:
         await gssapi_exchange(lambda token: _authenticate(request, token, session), login, host)
     except KerberosError as exc:
         raise SaslError(str(exc), credentials_refused=True) from None
+
+
+def service_host(setting: str | None, broker_host: str) -> str:
+    """The host of the broker's service principal: kerberos_service_host ({label}: the first label of the host
+    connected to), or the host connected to."""
+    if not setting:
+        return broker_host
+    return setting.replace("{label}", broker_host.split(".", 1)[0])

@@ -185,3 +185,28 @@ def test_acks_minus_two_is_answered_by_the_proxy_and_the_audit_topic_written_ove
     # The audit topic is written over the proxy's Kerberos login too
     wait_until(lambda: proxy.metric("insync_proxy_audit_events_written_total", sink="kafka") > 0, 60,
                what="audit events written to the audit topic")
+
+
+def test_a_login_through_another_name_asks_for_the_principal_kerberos_service_host_names(
+        kerberos: KerberosCluster) -> None:
+    from dataclasses import replace
+
+    # Given the proxy reaching the brokers by other names than their principals' (kafka-N.internal.test), as a
+    # sidecar whose pod maps the principals' names to itself must
+    ensure_hosts([f"kafka-{n}.internal.test" for n in NODES])
+    config = load_config(kerberos.proxy.config_file)
+    ports = [server.rsplit(":", 1)[1] for server in kerberos.cluster.kerberos_bootstrap_servers.split(",")]
+    internal = replace(config, bootstrap_servers=tuple(f"kafka-{n}.internal.test:{p}" for n, p in zip(NODES, ports,
+                                                                                                      strict=True)))
+    # When the login asks for the ticket of the host connected to: Then the KDC knows no such service, and the
+    # line says so
+    lines: list[str] = []
+    assert not check_connection(internal, lines.append)
+    assert lines[-1].startswith("FAIL sasl: GSSAPI login as 'insync-proxy@INSYNC.TEST' failed: host "
+                                "kafka-1.internal.test is in no realm the KDC knows"), lines
+    assert "set control_sasl.kerberos_service_host" in lines[-1]
+    # When kerberos_service_host maps the first label to the principals' domain: Then the login works
+    mapped = replace(internal, control_sasl=replace(internal.control_sasl,
+                                                    kerberos_service_host="{label}.insync.test"))
+    lines.clear()
+    assert check_connection(mapped, lines.append), lines
