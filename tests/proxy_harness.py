@@ -137,7 +137,8 @@ class ProxyProcess:
         self.log_file = self.dir / "proxy.log"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 60.0) -> ProxyProcess:
+    def start(self, timeout: float = 60.0, wait_ready: bool = True) -> ProxyProcess:
+        """Start the proxy; return once /readyz is 200 (or at once with `wait_ready=False`)."""
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "insync_proxy", "run", "--config", str(self.config_file)],
@@ -146,6 +147,8 @@ class ProxyProcess:
                                                **({"PYTHONPATH": str(self.checkout)} if self.checkout else {})},
                 cwd=self.checkout,  # `python -m` puts the working directory first on sys.path
             )
+        if not wait_ready:
+            return self
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

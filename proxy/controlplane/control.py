@@ -112,6 +112,19 @@ _REFUSED_LOGINS: set[tuple[str, str]] = set()
 _RENEWALS_SAID: list[bool] = []
 
 
+class LoginRequired(AuthenticationFailed):
+    """No [control_sasl] and the brokers close the connection at the first request after ApiVersions: a SASL
+    listener (it logs "Unexpected Kafka request of type METADATA during SASL handshake"). Said once."""
+
+
+#: A SASL listener without a login is said once a process (then DEBUG).
+_LOGIN_REQUIRED_SAID: list[bool] = []
+LOGIN_REQUIRED = ("the brokers closed the control connection at its first request after ApiVersions, on {count} "
+                  "broker(s): the listener in bootstrap_servers wants a SASL login (SASL_PLAINTEXT or SASL_SSL) and "
+                  "[control_sasl] is not set: set control_sasl.mechanism and its credentials (docs/security.md), or "
+                  "point bootstrap_servers at a listener without SASL")
+
+
 class _Timeout(ControlError):
     """One broker did not answer in time."""
 
@@ -133,6 +146,9 @@ class _Link:
     #: session is renewed in place, between two requests.
     session_ends_at: float | None = None
     reauthenticate_at: float | None = None
+    #: Answers read so far (the first is ApiVersions'): a broker that closes after only that one and no login
+    #: was made is a SASL listener waiting for a handshake.
+    answers: int = 0
 
     def start_session(self, lifetime_ms: int, request_timeout: float) -> None:
         """Note a login's session lifetime: renewed once most of it has passed, leaving room for a slow broker."""
@@ -289,6 +305,17 @@ class ControlConnection:
                       _name(address), why)
         return AuthenticationFailed(f"SASL {mechanism} authentication as {username!r} failed at {_name(address)}: {why}")
 
+    def _login_required(self, count: int) -> LoginRequired:
+        """A SASL listener and no [control_sasl]: one WARNING a process, counted like a refused login."""
+        text = LOGIN_REQUIRED.format(count=count)
+        if self.metrics is not None:
+            self.metrics.control_authentication_failures_total.labels("none").inc()
+        if not _LOGIN_REQUIRED_SAID:
+            _LOGIN_REQUIRED_SAID.append(True)
+            log.warning("control connection: %s; counted in insync_proxy_control_authentication_failures_total"
+                        "{mechanism=\"none\"}, not logged again", text)
+        return LoginRequired(text)
+
     def _login_succeeded(self) -> None:
         key = login_name(self.sasl)
         if key in _REFUSED_LOGINS:
@@ -359,6 +386,7 @@ class ControlConnection:
                     raise ControlError(HTTP_ANSWER)  # not "raise max_frame_bytes": a wrong port, not a big frame
                 first = False
                 for frame in splitter.feed(data):
+                    link.answers += 1
                     (correlation_id,) = struct.unpack_from(">i", frame, 0)
                     future = link.pending.pop(correlation_id, None)
                     if future is None:
@@ -428,6 +456,7 @@ class ControlConnection:
         # A request whose connection broke while it waited its turn goes on the next one without using up
         # an attempt; bounded all the same.
         not_sent = 0
+        closed_before_login = 0
         while attempts > 0:
             try:
                 link = await self._connect(exclude=tried)
@@ -459,6 +488,13 @@ class ControlConnection:
             except (ControlError, OSError) as exc:
                 attempts -= 1
                 tried.add(link.address)
+                if self.sasl is None and link.answers <= 1 and link.closed:
+                    closed_before_login += 1
+                    if closed_before_login >= min(2, len(self.candidates())):
+                        link.close(exc)
+                        if self._link is link:
+                            self._link = None
+                        raise self._login_required(closed_before_login) from None
                 # Timed out or broken: this broker goes last for a while; the next one gets the request.
                 self._suspect(link.address)
                 link.close(exc)

@@ -274,3 +274,37 @@ def test_two_minutes_of_ten_second_sessions_lose_no_tag_and_log_no_error(oauth: 
     assert bad == [], bad
     whole = proxy.log_file.read_text()
     assert "the proxy renews its sessions in place before they end" in whole
+
+
+def test_a_sasl_listener_without_a_control_login_is_said_once_and_shown_by_readyz(oauth: OAuthCluster) -> None:
+    import urllib.error
+    import urllib.request
+
+    # Given a proxy in front of the brokers' SASL listener with no [control_sasl]
+    proxy = ProxyProcess(oauth.cluster, extra_toml="", groups=("default",),
+                         bootstrap_servers=oauth.cluster.sasl_bootstrap_servers).start(wait_ready=False)
+
+    def readyz() -> str:
+        try:
+            with urllib.request.urlopen(f"{proxy.admin_url}/readyz", timeout=2) as answer:
+                return str(answer.read().decode())
+        except urllib.error.HTTPError as refused:
+            return str(refused.read().decode())
+        except OSError:
+            return ""
+
+    try:
+        # When its control connection's Metadata is closed by the brokers, refresh after refresh
+        def refused() -> float:
+            try:
+                return proxy.metric("insync_proxy_control_authentication_failures_total", mechanism="none")
+            except OSError:  # the admin port is not up yet
+                return 0
+
+        wait_until(lambda: refused() >= 3, 60, interval=0.5, what="three refreshes refused for want of a login")
+        # Then /readyz says what is missing, and the log said it once, as one WARNING
+        assert "wants a SASL login" in readyz() and "[control_sasl] is not set" in readyz(), readyz()
+        said = [line for line in proxy.log_file.read_text().splitlines() if "wants a SASL login" in line]
+        assert len(said) == 1 and " WARNING " in said[0], said
+    finally:
+        proxy.stop()
