@@ -30,10 +30,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["DEFAULT_REALM", "TEST_DOMAIN", "KdcError", "LocalKdc", "ensure_hosts"]
+__all__ = ["DEFAULT_REALM", "TEST_DOMAIN", "KdcError", "LocalKdc", "ensure_hosts", "install_kdc"]
 
 DEFAULT_REALM = "INSYNC.TEST"
 #: The DNS domain mapped to the realm: host-based principals of this domain (kafka/kafka-1.insync.test) belong to it.
@@ -58,6 +59,25 @@ def _tool(name: str) -> str:
     if found is None:
         raise KdcError(f"{name} is not installed (MIT Kerberos KDC): {INSTALL_HINT}")
     return found
+
+
+def install_kdc(say: Callable[[str], None] = print) -> None:
+    """Install MIT Kerberos's KDC from Debian's packages when it is missing and this is root on a Debian-like
+    machine (as `dev-cluster up --security gssapi` does on a bare machine); KdcError says what to run otherwise."""
+    if shutil.which("krb5kdc", path="/usr/sbin:/usr/local/sbin:/sbin:" + os.environ.get("PATH", "")):
+        return
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        raise KdcError(f"krb5kdc is not installed (MIT Kerberos KDC): {INSTALL_HINT}")
+    say("installing MIT Kerberos's KDC (Debian packages krb5-kdc krb5-admin-server) ...")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in ([apt, "-o", "DPkg::Lock::Timeout=600", "update", "-qq"],
+                 [apt, "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-qq", "--no-install-recommends",
+                  "krb5-kdc", "krb5-admin-server"]):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            raise KdcError(f"{' '.join(argv[:1] + argv[3:])} failed ({done.returncode}): "
+                           f"{(done.stderr or done.stdout)[-500:]}; {INSTALL_HINT}")
 
 
 def _port_in_use(port: int) -> bool:

@@ -220,8 +220,9 @@ def _host(node_id: int) -> str:
 def _kerberos_setup(directory: Path, certs: DevCertificates) -> SecuredSetup:
     """A running KDC with the brokers', the proxy's and the client's principals, and the brokers' names mapped
     to 127.0.0.1 (KdcError says what is missing: krb5kdc, or root for /etc/hosts)."""
-    from insync_proxy.devcluster.kerberos import LocalKdc, ensure_hosts
+    from insync_proxy.devcluster.kerberos import LocalKdc, ensure_hosts, install_kdc
 
+    install_kdc()
     ensure_hosts([_host(n) for n in NODE_IDS])
     kdc = LocalKdc(directory / "kdc").start()
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -380,3 +381,26 @@ async def test_proxy_is_not_ready_while_a_listener_has_a_port_for_no_broker() ->
     finally:
         await proxy.stop(drain_timeout=1)
         await broker.stop()
+
+
+def test_a_per_broker_advertised_host_names_each_broker_by_its_node_id() -> None:
+    # Given advertised_host = "kafka-{node_id}.example.com" (Kerberos: each broker's principal's host)
+    addresses = ListenerAddresses("kafka-{node_id}.example.com", BrokerPorts.from_settings(9100, ["1-3", "1001"]))
+    # Then each broker's port is advertised under its own name; one without a port still never gets a real one
+    assert addresses[2] == ("kafka-2.example.com", 9101)
+    assert addresses[1001] == ("kafka-1001.example.com", 9103)
+    assert addresses[7] == ("kafka-7.example.com", NO_PORT)
+
+
+@pytest.mark.parametrize(("host", "refused"), [
+    ("kafka-{node}.example.com", "the only placeholder is {node_id}"),
+    ("kafka {node_id}.example.com", "is not a host name"),
+    ("{node_id", "the only placeholder is {node_id}"),
+])
+def test_an_advertised_host_template_that_cannot_name_a_host_is_refused(host: str, refused: str) -> None:
+    from insync_proxy.proxy.config.schema import validate
+    from insync_proxy.proxy.config.settings import ConfigError, ProxyConfig
+
+    with pytest.raises(ConfigError, match=re.escape(refused)):
+        validate(ProxyConfig(bootstrap_servers=("k:1",), advertised_host=host))
+    assert validate(ProxyConfig(bootstrap_servers=("k:1",), advertised_host="kafka-{node_id}.example.com"))
