@@ -22,9 +22,10 @@ ENV PIP_NO_CACHE_DIR=1 \
 # A C compiler for mypyc; only in this stage. Debian's current gcc for the base image (no pin: the
 # builder's toolchain is not part of the image). Python's headers come with the official python images;
 # on a base made from Debian's packages (scripts/build-image) they are python3-dev's.
+# libkrb5-dev: the headers the gssapi binding ([control_sasl] mechanism = "GSSAPI") builds against.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc libc6-dev libkrb5-dev \
     && if ! python -c 'import os, sys, sysconfig; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then \
          apt-get install -y --no-install-recommends python3-dev; \
        fi \
@@ -35,7 +36,7 @@ WORKDIR /src
 # The runtime dependencies first (their own layer, rebuilt only when pyproject.toml changes): wheels for
 # the runtime stage, and installed here because mypyc type-checks the modules that import them.
 COPY pyproject.toml ./
-RUN python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+RUN python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(*p["dependencies"], *p["optional-dependencies"]["kerberos"], *p["optional-dependencies"]["aws"], sep="\n")' \
         > /tmp/requirements.txt \
     && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt \
     && pip install --no-index --find-links=/wheels -r /tmp/requirements.txt
@@ -69,10 +70,16 @@ RUN groupadd --system --gid 10001 insync \
 # RUN --mount by its command alone (podman/buildah) would otherwise reinstall old wheels after a source
 # change; a changed checksum file invalidates the install. The import check fails the build if uvloop
 # is missing.
+# MIT Kerberos's GSS-API library, which the gssapi wheel (the kerberos extra) links against.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libgssapi-krb5-2 \
+    && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /wheels/SHA256SUMS /usr/local/share/insync-proxy/wheels.sha256
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     sha256sum --check --quiet /usr/local/share/insync-proxy/wheels.sha256 \
-    && pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl \
+    && pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl gssapi botocore \
+    && python -c "import gssapi, botocore" \
     && python -c "import uvloop, prometheus_client, insync_proxy.proxy as p; print('insync-proxy', p.__version__)" \
     && python -m insync_proxy.proxy.observability.compiled
 

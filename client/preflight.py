@@ -188,6 +188,8 @@ def _not_kafka_hint(exc: BaseException, max_frame_size: int) -> str:
 def _principal(config: ProxyConfig) -> str:
     if config.control_sasl.mechanism == "OAUTHBEARER":
         return "User:<the token's sub> (Kafka's default sasl.oauthbearer.sub.claim.name)"
+    if config.control_sasl.mechanism == "AWS_MSK_IAM":
+        return "the proxy's IAM role or user (MSK IAM access control: kafka-cluster:Connect, DescribeTopic, ...)"
     if config.control_sasl.mechanism == "GSSAPI":
         short = str(config.control_sasl.kerberos_principal).split("@")[0].split("/")[0]
         return f"User:{short} (Kafka's default sasl.kerberos.principal.to.local.rules)"

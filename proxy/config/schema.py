@@ -417,6 +417,12 @@ def _check_sasl(sasl: SaslConfig) -> None:
                           f"{sasl.mechanism!r}: Kerberos settings take effect with mechanism = \"GSSAPI\" only")
     if sasl.mechanism == "GSSAPI":
         _check_gssapi(sasl, oauth_given)
+    aws_given = sorted(name for name in ("aws_region", "aws_profile") if getattr(sasl, name))
+    if aws_given and sasl.mechanism != "AWS_MSK_IAM":
+        raise ConfigError(f"control_sasl.{aws_given[0]} is set but control_sasl.mechanism is {sasl.mechanism!r}: AWS "
+                          "settings take effect with mechanism = \"AWS_MSK_IAM\" only")
+    if sasl.mechanism == "AWS_MSK_IAM":
+        _check_aws(sasl, oauth_given)
     if sasl.mechanism in PASSWORD_MECHANISMS:
         if not sasl.username:
             raise ConfigError(f"control_sasl.mechanism = {sasl.mechanism!r} needs a user: set control_sasl.username "
@@ -493,3 +499,18 @@ def _check_gssapi(sasl: SaslConfig, oauth_given: list[str]) -> None:
         raise ConfigError("control_sasl.mechanism = \"GSSAPI\" needs the gssapi package: pip install "
                           "'insync-proxy[kerberos]' (it builds against MIT Kerberos: apt-get install libkrb5-dev, "
                           "or dnf install krb5-devel)") from None
+
+
+def _check_aws(sasl: SaslConfig, oauth_given: list[str]) -> None:
+    """AWS_MSK_IAM: botocore, a region that looks like one; no password or OAuth setting beside it."""
+    if sasl.username or sasl.password or oauth_given:
+        given = "username" if sasl.username else "password" if sasl.password else oauth_given[0]
+        raise ConfigError(f"control_sasl.{given} is set but control_sasl.mechanism is \"AWS_MSK_IAM\": the proxy signs "
+                          "its login with AWS credentials (botocore's chain, control_sasl.aws_profile); remove it")
+    if sasl.aws_region and not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+", sasl.aws_region):
+        raise ConfigError(f"control_sasl.aws_region = {sasl.aws_region!r} is not an AWS region (e.g. eu-west-1)")
+    try:
+        import botocore  # noqa: F401
+    except ImportError:
+        raise ConfigError("control_sasl.mechanism = \"AWS_MSK_IAM\" needs botocore: pip install "
+                          "'insync-proxy[aws]'") from None

@@ -42,9 +42,9 @@ OTHER_ENV_VARS: dict[str, str] = {
 METADATA_SCHEMAS = ("tagged", "kip637")
 VALID_FLOORS = (-1, -2)
 AUDIT_DETAILS = ("summary", "every_request")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI", "AWS_MSK_IAM")
 #: Mechanisms that log in with control_sasl.username and a password (the others: OAUTHBEARER with a token,
-#: GSSAPI with a Kerberos principal).
+#: GSSAPI with a Kerberos principal, AWS_MSK_IAM with AWS credentials).
 PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
@@ -175,6 +175,14 @@ class SaslConfig:
                 "(unset: that host, as Kafka's clients do): one name for brokers sharing a principal, or with "
                 "{label}, the first label of the host connected to: \"{label}.example.com\" logs in to "
                 "kafka-1.internal as kafka/kafka-1.example.com")
+    aws_region: str | None = setting(
+        None, reloads=True,
+        meaning="AWS_MSK_IAM: the brokers' AWS region (unset: read from the broker's host name, "
+                "b-1.<cluster>.kafka.<region>.amazonaws.com)")
+    aws_profile: str | None = setting(
+        None, reloads=True,
+        meaning="AWS_MSK_IAM: the profile of the shared AWS configuration files to take credentials from (unset: "
+                "botocore's default chain: environment, web identity, container and instance metadata)")
     oauthbearer_ca_file: str | None = setting(
         None, reloads=True,
         meaning="OAUTHBEARER: PEM file of the CA certificates the token endpoint's TLS is checked against "

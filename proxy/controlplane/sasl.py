@@ -92,6 +92,8 @@ def login_name(sasl: Any) -> tuple[str, str]:
         return mechanism, str(sasl.oauthbearer_client_id)
     if mechanism == "GSSAPI":
         return mechanism, str(sasl.kerberos_principal)
+    if mechanism == "AWS_MSK_IAM":
+        return mechanism, "AWS profile " + str(sasl.aws_profile) if sasl.aws_profile else "AWS default credentials"
     return mechanism, str(sasl.username)
 
 
@@ -102,6 +104,9 @@ def credentials_hint(sasl: Any) -> str:
                 + ("oauthbearer_client_secret_file" if getattr(sasl, "oauthbearer_client_secret_file", None)
                    else "oauthbearer_client_secret or INSYNC_PROXY_CONTROL_SASL_OAUTHBEARER_CLIENT_SECRET")
                 + "), and that the brokers accept this provider's tokens (issuer, audience, JWKS)")
+    if sasl.mechanism == "AWS_MSK_IAM":
+        return ("the proxy's AWS credentials (its IAM role, or the environment's keys; control_sasl.aws_profile) and "
+                "that role's kafka-cluster:Connect permission on the cluster")
     if sasl.mechanism == "GSSAPI":
         return ("[control_sasl] kerberos_principal, kerberos_keytab and kerberos_service_name, the krb5.conf's "
                 "realm, and that the brokers' principals name the host connected to (kerberos_service_host)")
@@ -144,6 +149,8 @@ async def authenticate(request: RawRequest, sasl: Any, broker_host: str = "") ->
         await _oauthbearer(request, sasl, session)
     elif mechanism == "GSSAPI":
         await _gssapi(request, sasl, broker_host, session)
+    elif mechanism == "AWS_MSK_IAM":
+        await _aws_msk_iam(request, sasl, broker_host, session)
     else:
         raise SaslError(f"unsupported SASL mechanism {mechanism}")
     return session.lifetime_ms
@@ -251,3 +258,24 @@ def service_host(setting: str | None, broker_host: str) -> str:
     if not setting:
         return broker_host
     return setting.replace("{label}", broker_host.split(".", 1)[0])
+
+
+async def _aws_msk_iam(request: RawRequest, sasl: Any, broker_host: str, session: _Session) -> None:
+    import asyncio
+
+    from insync_proxy.proxy.controlplane.aws_msk_iam import (
+        AwsIamError,
+        credentials,
+        region_of,
+        signed_payload,
+    )
+
+    region = sasl.aws_region or region_of(broker_host)
+    if region is None:
+        raise SaslError(f"the AWS region cannot be read from the broker's host {broker_host!r}: set "
+                        "control_sasl.aws_region", credentials_refused=True)
+    try:
+        frozen = await asyncio.to_thread(credentials, sasl.aws_profile)
+    except AwsIamError as exc:
+        raise SaslError(str(exc), credentials_refused=True) from None
+    await _authenticate(request, signed_payload(broker_host, region, frozen), session)

@@ -95,7 +95,7 @@ def test_nested_settings_come_from_table_plus_field_variables(tmp_path: Path) ->
         ('bootstrap_servers = ["k:1"]\nmax_topics_in_use = 0', "max_topics_in_use = 0: expected a whole number from 1"),
         ('bootstrap_servers = ["k:1"]\nlog_summary_interval_seconds = 0', r"log_summary_interval_seconds = 0(\.0)?: expected a number above 0"),
         ('bootstrap_servers = ["k:1"]\nlog_summary_interval_seconds = -5', r"log_summary_interval_seconds = -5(\.0)?: expected a number above 0"),
-        ('bootstrap_servers = ["k:1"]\n[control_sasl]\nmechanism = "AWS_MSK_IAM"', "PLAIN, SCRAM-SHA-256"),
+        ('bootstrap_servers = ["k:1"]\n[control_sasl]\nmechanism = "SCRAM-SHA-1"', "PLAIN, SCRAM-SHA-256"),
         ('bootstrap_servers = ["k:1"]\nadmin_port = 9190.0', "admin_port = 9190.0: expected a whole number"),
         ('bootstrap_servers = ["k:1"]\nadmin_port = true', "admin_port = true: expected a whole number"),
         ('bootstrap_servers = ["k:1"]\nproxy_id = 7', "proxy_id = 7: expected a string"),

@@ -190,7 +190,7 @@ CASES = [
     ("port_above_65535", SERVERS + "admin_port = 70000\n", [], {}, ["admin_port = 70000", "0 to 65535"]),
     ("a_number_where_a_string_belongs", SERVERS + "proxy_id = 7\n", [], {}, ["proxy_id = 7", "a string"]),
     ("no_listener_at_all", SERVERS + "listener = []\n", [], {}, ["listener = []", "at least 1 [[listener]]"]),
-    ("unknown_sasl_mechanism", SERVERS + '[control_sasl]\nmechanism = "AWS_MSK_IAM"\n', [], {},
+    ("unknown_sasl_mechanism", SERVERS + '[control_sasl]\nmechanism = "SCRAM-SHA-1"\n', [], {},
      ["control_sasl.mechanism", "PLAIN, SCRAM-SHA-256"]),
     ("empty_list_of_brokers", "bootstrap_servers = []\n", [], {}, ["bootstrap_servers is not set"]),
 ]

@@ -303,6 +303,8 @@ CHANGES: dict[str, Change] = {
     "control_sasl.kerberos_service_name": (lambda f: "kafka2", lambda p: p.control.sasl.kerberos_service_name),
     "control_sasl.kerberos_service_host": (lambda f: "kafka.example.com",
                                            lambda p: p.control.sasl.kerberos_service_host),
+    "control_sasl.aws_region": (lambda f: "eu-west-1", lambda p: p.control.sasl.aws_region),
+    "control_sasl.aws_profile": (lambda f: "kafka", lambda p: p.control.sasl.aws_profile),
     "control_sasl.oauthbearer_ca_file": (lambda f: f.copy("pw"), lambda p: p.control.sasl.oauthbearer_ca_file),
     "acks_policy.topics": (lambda f: "u.*", lambda p: _behaviour(p, AcksPolicy).policies[0].topics),
     "acks_policy.fast_fail": (lambda f: True, lambda p: _behaviour(p, AcksPolicy).has_fast_fail),
