@@ -80,7 +80,26 @@ HEAD: Final = 1  #: the first bytes of a frame whose end has not arrived yet: pa
 PART: Final = 2  #: raw bytes of a frame being passed through (the first part starts with its size prefix)
 
 
+#: First four bytes of an HTTP request or answer, read as a frame size.
+_HTTP_STARTS: Final = {int.from_bytes(word, "big"): word.decode().strip() for word in
+                       (b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC", b"HTTP")}
+
+
 def _frame_too_large(size: int, limit: int) -> FrameTooLarge:
+    unsigned = size & 0xFFFFFFFF
+    if unsigned >> 24 in (0x15, 0x16) and (unsigned >> 16) & 0xFF == 0x03:
+        # A TLS record (handshake 0x16, alert 0x15; version 3.x), e.g. 0x16030101: a ClientHello.
+        return FrameTooLarge(
+            f"frame size {size} is a TLS record (bytes {unsigned:#010x}), not a Kafka frame: the peer speaks TLS to a "
+            "plaintext port: a client needs security.protocol=PLAINTEXT or SASL_PLAINTEXT towards a proxy without "
+            "[downstream_tls] (or give the proxy [downstream_tls]); towards a broker's TLS listener, set "
+            "[upstream_tls] enabled = true"
+        )
+    if unsigned in _HTTP_STARTS:
+        return FrameTooLarge(
+            f"frame size {size} is {_HTTP_STARTS[unsigned]!r}: the peer speaks HTTP, not the Kafka protocol: is it "
+            "the right port (the admin port serves /metrics, the Kafka ports do not)?"
+        )
     if size < 0:
         return FrameTooLarge(
             f"frame size {size} is negative: the peer is not speaking the Kafka protocol (TLS or HTTP on a "

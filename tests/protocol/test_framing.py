@@ -174,3 +174,24 @@ def test_the_client_id_is_decoded_once_per_connection() -> None:
     assert peeker.peek(frame(b"app-1", 4)) == peek_request_header(frame(b"app-1", 4))
     with pytest.raises(MalformedFrame):
         peeker.peek(frame(b"\xff\xfe", 5))
+
+
+def test_a_tls_client_hello_is_named_as_tls_to_a_plaintext_port_with_what_to_set() -> None:
+    # A client left on security.protocol=SASL_SSL: its first bytes are a TLS handshake record (0x16 0x03 0x01 ...)
+    client_hello = bytes.fromhex("16030101f4010001f00303") + b"\x00" * 32
+    with pytest.raises(FrameTooLarge) as refused:
+        FrameSplitter().feed(client_hello)
+    text = str(refused.value)
+    assert "is a TLS record (bytes 0x16030101)" in text and "the peer speaks TLS to a plaintext port" in text
+    assert "security.protocol=PLAINTEXT or SASL_PLAINTEXT" in text and "[downstream_tls]" in text
+    assert "raise max_frame_bytes" not in text  # not the advice for a big frame
+    # A TLS alert (a TLS listener refusing a plaintext client) reads the same way
+    with pytest.raises(FrameTooLarge, match="is a TLS record"):
+        FrameSplitter().feed(bytes.fromhex("15030300020246"))
+
+
+@pytest.mark.parametrize("start", [b"GET / HTTP/1.1\r\n", b"POST /x HTTP/1.1\r\n", b"HTTP/1.1 400 Bad Request\r\n"])
+def test_an_http_request_or_answer_is_named_as_http(start: bytes) -> None:
+    with pytest.raises(FrameTooLarge, match="the peer speaks HTTP, not the Kafka protocol") as refused:
+        FrameSplitter().feed(start)
+    assert "raise max_frame_bytes" not in str(refused.value)
