@@ -632,3 +632,10 @@ def report_command(options: ReportOptions) -> int:
         return 1
     print(console_summary(result))
     return 0
+
+
+if __name__ == "__main__":
+    # Not a command (it was one, `python -m insync_proxy.pipeline.report`): a scheduled job that still runs it must
+    # fail, not report success having done nothing.
+    sys.exit("insync_proxy.pipeline.report is not a command: the job is `insync-proxy report` "
+             "(python -m insync_proxy report --help)")

@@ -461,3 +461,10 @@ def run_stream(spark: SparkSession, lines: DataFrame, options: StreamOptions, pr
                    + (f"{tally.open_window_rows:,} window rows still open (written once the watermark passes them)"
                       if tally.open_window_rows else "no window left open"))
     return 0
+
+
+if __name__ == "__main__":
+    # Not a command (it was one, `python -m insync_proxy.pipeline.stream`): a scheduled job that still runs it must
+    # fail, not report success having done nothing.
+    sys.exit("insync_proxy.pipeline.stream is not a command: the job is `insync-proxy stream` "
+             "(python -m insync_proxy stream --help)")

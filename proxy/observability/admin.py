@@ -37,7 +37,8 @@ class AdminServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address goes in brackets (RFC 3986)
+        return f"http://{host}:{self.port}"
 
     async def stop(self) -> None:
         if self.server is not None:

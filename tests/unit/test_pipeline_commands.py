@@ -158,3 +158,13 @@ def test_the_jobs_parse_no_command_line() -> None:
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert "argparse" not in imported, module
+
+
+@pytest.mark.parametrize("command", ["stream", "report"])
+def test_the_pipeline_modules_run_as_commands_fail_and_say_where_the_command_went(command: str) -> None:
+    # A scheduled job or an old runbook still running `python -m insync_proxy.pipeline.stream` must not pass
+    ran = subprocess.run([sys.executable, "-m", f"insync_proxy.pipeline.{command}"], capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 1, ran
+    assert f"is not a command: the job is `insync-proxy {command}`" in ran.stderr, ran.stderr
+
