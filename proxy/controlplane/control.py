@@ -50,8 +50,15 @@ from insync_proxy.protocol.messages import DescribeConfigsResource, MetadataRequ
 from insync_proxy.protocol.negotiation import highest_common_version, version_ranges
 from insync_proxy.protocol.schema import Message
 from insync_proxy.proxy import __version__
+from insync_proxy.proxy.config.settings import PASSWORD_MECHANISMS
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, closed_during_handshake
-from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate, credentials_hint, login_name
+from insync_proxy.proxy.controlplane.sasl import (
+    SaslError,
+    authenticate,
+    credentials_hint,
+    login_name,
+    mechanisms_hint,
+)
 from insync_proxy.proxy.observability.logs import RateLimitedLog, error_text
 
 if TYPE_CHECKING:
@@ -291,8 +298,10 @@ class ControlConnection:
             self.metrics.control_authentication_failures_total.labels(mechanism).inc()
         why = f"{exc}"
         if isinstance(exc, SaslError) and exc.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED \
-                and mechanism != "OAUTHBEARER":
+                and mechanism in PASSWORD_MECHANISMS:
             why = f"wrong password or unknown user ({exc})"
+        elif isinstance(exc, SaslError) and exc.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+            why = f"{exc}: {mechanisms_hint(exc, mechanism)}"
         if (mechanism, username) not in _REFUSED_LOGINS:
             _REFUSED_LOGINS.add((mechanism, username))
             log.warning(

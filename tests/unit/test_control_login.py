@@ -35,14 +35,17 @@ class Login:
     mechanism: str = "PLAIN"
     username: str = "insync-proxy"
     password: str = "a-wrong-password"
+    password_file: str | None = None
 
 
 class PlainBroker:
     """Answers ApiVersions, SaslHandshake, SaslAuthenticate (PLAIN: PASSWORD only) and Metadata."""
 
-    def __init__(self, refusal: str = "Authentication failed: Invalid username or password") -> None:
+    def __init__(self, refusal: str = "Authentication failed: Invalid username or password",
+                 mechanisms: tuple[str, ...] = ("PLAIN",)) -> None:
         self.server: asyncio.Server | None = None
         self.refusal = refusal
+        self.mechanisms = mechanisms
 
     async def start(self) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -60,7 +63,8 @@ class PlainBroker:
                         ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in VERSIONS.items()
                     )), min(version, 3))
                 elif key == ApiKey.SASL_HANDSHAKE:
-                    body = encode_response(SaslHandshakeResponse(mechanisms=("PLAIN",)), version)
+                    body = encode_response(SaslHandshakeResponse(
+                        error_code=0 if "PLAIN" in self.mechanisms else 33, mechanisms=self.mechanisms), version)
                 elif key == ApiKey.SASL_AUTHENTICATE:
                     ok = bytes(frame[offset:]).endswith(PASSWORD.encode())
                     body = encode_response(SaslAuthenticateResponse(
@@ -116,6 +120,38 @@ async def test_a_refused_login_is_counted_every_time_and_said_once_until_a_login
         with pytest.raises(AuthenticationFailed):
             await control.metadata(None)
         assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 2
+    finally:
+        await control.close()
+        broker.close()
+
+
+async def test_a_refusal_names_the_password_file_the_password_came_from(caplog: pytest.LogCaptureFixture) -> None:
+    broker = PlainBroker()
+    address = await broker.start()
+    control = ControlConnection([address], sasl=Login(username="from-a-file", password_file="/run/secrets/proxy"),
+                                request_timeout=2)
+    try:
+        with pytest.raises(AuthenticationFailed):
+            await control.metadata(None)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1 and "control_sasl.password_file '/run/secrets/proxy'" in warnings[0], warnings
+        assert "INSYNC_PROXY_CONTROL_SASL_PASSWORD" not in warnings[0]
+    finally:
+        await control.close()
+        broker.close()
+
+
+async def test_a_listener_without_sasl_is_said_as_such_not_as_an_empty_list(caplog: pytest.LogCaptureFixture) -> None:
+    # Given [control_sasl] towards a listener that enables no SASL mechanism (a PLAINTEXT port answers so)
+    broker = PlainBroker(mechanisms=())
+    address = await broker.start()
+    control = ControlConnection([address], sasl=Login(username="no-sasl-here"), request_timeout=2)
+    try:
+        with pytest.raises(AuthenticationFailed):
+            await control.metadata(None)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1, warnings
+        assert "the listener offers no SASL at all (a PLAINTEXT or SSL listener)" in warnings[0], warnings
     finally:
         await control.close()
         broker.close()
