@@ -287,7 +287,7 @@ def _check(config: ProxyConfig, steps: _Steps, topic: str | None) -> bool:
                     whom = f"client {who!r}" if mechanism == "OAUTHBEARER" else f"user {who!r}"
                     return steps.fail("sasl", f"{mechanism} authentication failed for {whom}: {refused} "
                                       f"(broker: {exc}); check {credentials_hint(sasl)}")
-                if exc.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+                if exc.enabled is not None:  # the handshake was refused (33, or 34 from a PLAINTEXT listener)
                     return steps.fail("sasl", f"{mechanism} login as {who!r} failed: {exc}: "
                                       f"{mechanisms_hint(exc, mechanism)}")
                 return steps.fail("sasl", f"{mechanism} login as {who!r} failed: {exc}")

@@ -300,7 +300,7 @@ class ControlConnection:
         if isinstance(exc, SaslError) and exc.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED \
                 and mechanism in PASSWORD_MECHANISMS:
             why = f"wrong password or unknown user ({exc})"
-        elif isinstance(exc, SaslError) and exc.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+        elif isinstance(exc, SaslError) and exc.enabled is not None:  # the handshake was refused
             why = f"{exc}: {mechanisms_hint(exc, mechanism)}"
         if (mechanism, username) not in _REFUSED_LOGINS:
             _REFUSED_LOGINS.add((mechanism, username))

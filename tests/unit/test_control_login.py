@@ -64,7 +64,9 @@ class PlainBroker:
                     )), min(version, 3))
                 elif key == ApiKey.SASL_HANDSHAKE:
                     body = encode_response(SaslHandshakeResponse(
-                        error_code=0 if "PLAIN" in self.mechanisms else 33, mechanisms=self.mechanisms), version)
+                        # a PLAINTEXT listener answers ILLEGAL_SASL_STATE (34) with no mechanism
+                        error_code=0 if "PLAIN" in self.mechanisms else 33 if self.mechanisms else 34,
+                        mechanisms=self.mechanisms), version)
                 elif key == ApiKey.SASL_AUTHENTICATE:
                     ok = bytes(frame[offset:]).endswith(PASSWORD.encode())
                     body = encode_response(SaslAuthenticateResponse(
