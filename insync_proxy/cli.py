@@ -480,6 +480,23 @@ def _secured_setup(security: str | None, directory: Path) -> Any:
         return None
 
 
+def _demo_audit(args: argparse.Namespace) -> dict[str, Any]:
+    """`demo` writes its audit files into the cache (never into the working directory, which may be a checkout)
+    unless a flag, the environment or the TOML file names a directory."""
+    if vars(args).get("setting:audit.directory") or os.environ.get(f"{ENV_PREFIX}AUDIT_DIRECTORY"):
+        return {}
+    path = getattr(args, "config", None)
+    if path:
+        try:
+            if "directory" in tomllib.loads(Path(path).read_text()).get("audit", {}):
+                return {}
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+            return {}  # the configuration's own check says what is wrong with the file
+    from insync_proxy.devcluster.distribution import cache_dir
+
+    return {"audit.directory": str(cache_dir() / "demo-audit")}
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
@@ -494,7 +511,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             return setup.proxy_settings(servers) if setup else {"bootstrap_servers": servers}
 
         # Checked before Kafka starts: a wrong setting costs no cluster start (the brokers come later).
-        checked = _configuration(args, extra=upstream("127.0.0.1:9092"), logs=True)
+        checked = _configuration(args, extra={**upstream("127.0.0.1:9092"), **_demo_audit(args)}, logs=True)
         if checked is None:
             return 2
         _setup_logging(checked[0].log_level, checked[0].log_format, checked[0].log_summary_interval_seconds)
@@ -536,8 +553,9 @@ def _demo_cluster(args: argparse.Namespace, setup: Any, upstream: typing.Callabl
             print(f"insync-proxy demo: Kafka did not start: {exc}", file=sys.stderr)
             return 1
         cluster.create_topic("demo", 3, 3, {"min.insync.replicas": "2"})
-        loaded = _configuration(args, extra=upstream(setup.upstream_servers(cluster) if setup
-                                                     else cluster.bootstrap_servers), logs=True)
+        loaded = _configuration(args, extra={**upstream(setup.upstream_servers(cluster) if setup
+                                                        else cluster.bootstrap_servers), **_demo_audit(args)},
+                                logs=True)
         if loaded is None:
             return 2
         config = loaded[0]

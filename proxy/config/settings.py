@@ -229,7 +229,9 @@ class AcksPolicyConfig:
 @dataclass(frozen=True)
 class AuditConfig:
     enabled: bool = setting(True, flag="--audit", meaning="write audit events")
-    directory: str = setting("audit", meaning="where audit JSON Lines files go")
+    # Not "audit": run from a checkout's root, that is the source package's folder.
+    directory: str = setting("insync-proxy-audit", meaning="where audit JSON Lines files go (relative: to the "
+                                                           "working directory)")
     max_file_bytes: int = setting(64 * 1024 * 1024, min=1024, meaning="an audit file is rotated at this size", reloads=True)
     max_total_bytes: int = setting(1024 * 1024 * 1024, min=1024,
                                    meaning="the oldest audit files are deleted above this total", reloads=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from insync_proxy.devcluster.cluster import free_port
+from insync_proxy.devcluster.distribution import kafka_libs
 from tests.helpers import WaitTimeout, wait_until
 from tests.proxy_harness import free_port_base
 
@@ -44,9 +45,14 @@ def test_demo_starts_kafka_and_the_proxy_serves_producers_then_stops_both_on_ctr
 
     bootstrap_port, admin_port, base = free_port(), free_port(), free_port_base()
     command = [_console_script(), "demo", "--bootstrap-port", str(bootstrap_port), "--broker-port-base", str(base),
-               "--admin-port", str(admin_port), "--audit-directory", str(tmp_path / "audit")]
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+               "--admin-port", str(admin_port)]
+    # Run from the checkout's root, as a newcomer does, its cache in tmp_path: nothing may be written in the tree
+    untracked_before = _untracked(ROOT)
+    cache = tmp_path / "cache"
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                                            "INSYNC_PROXY_CACHE": str(cache),
+                                                            "INSYNC_PROXY_KAFKA_LIBS": str(kafka_libs())})
     lines: queue.Queue[str | None] = queue.Queue()
     seen: list[str] = []
 
@@ -96,6 +102,9 @@ def test_demo_starts_kafka_and_the_proxy_serves_producers_then_stops_both_on_ctr
         os.killpg(process.pid, signal.SIGINT)
         assert process.wait(STOP_TIMEOUT) == 0, "".join(seen)
         wait_for_line(r"Stopping Kafka", 10)
+        # And the audit files went to the cache, nothing into the checkout
+        assert any((cache / "demo-audit").glob("*.jsonl")), "".join(seen)
+        assert _untracked(ROOT) == untracked_before
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -103,6 +112,13 @@ def test_demo_starts_kafka_and_the_proxy_serves_producers_then_stops_both_on_ctr
 
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _untracked(root: Path) -> set[str]:
+    """Files under `root` git neither tracks nor ignores (what `git status` shows a user as new)."""
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "--others", "--exclude-standard"],
+                            capture_output=True, text=True, timeout=60)
+    return set(listed.stdout.splitlines())
 
 
 @pytest.mark.own_cluster
