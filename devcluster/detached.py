@@ -219,12 +219,14 @@ def up(directory: Path, version: str | None, security: str | None, broker_heap: 
     kdc = setup.kdc if setup is not None else None
     try:
         cluster.start()
-    except (ClusterError, DistributionError) as exc:
-        complain(f"dev cluster did not start: {exc}")
+    except BaseException as exc:  # Ctrl-C too: the cluster stopped its JVMs, the identity services go with them
         if idp_pid is not None:
             kill_pids([idp_pid])
         if kdc is not None:
             kdc.stop()
+        if not isinstance(exc, (ClusterError, DistributionError)):
+            raise
+        complain(f"dev cluster did not start: {exc}")
         return 1
     state = cluster.state()
     if kdc is not None and kdc.process is not None:  # the KDC outlives `up`, like the brokers

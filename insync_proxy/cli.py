@@ -891,10 +891,13 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "check-config":
         return cmd_check_config(args)
-    if args.command == "demo":
-        return cmd_demo(args)
-    if args.command == "dev-cluster":
-        return cmd_dev_cluster(args)
+    if args.command in ("demo", "dev-cluster"):
+        try:
+            return cmd_demo(args) if args.command == "demo" else cmd_dev_cluster(args)
+        except KeyboardInterrupt:  # Ctrl-C while Kafka starts: what was started is stopped on the way out
+            print(f"\ninsync-proxy {args.command}: interrupted; what it had started is stopped", file=sys.stderr,
+                  flush=True)
+            return 130
     if args.command == "kafka-cli":
         return cmd_kafka_cli(args)
     if args.command == "report":

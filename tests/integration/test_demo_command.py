@@ -319,3 +319,47 @@ def _ready(url: str) -> bool:
             return bool(answer.status == 200)
     except OSError:
         return False
+
+
+@pytest.mark.own_cluster
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["demo", "dev-cluster up"])
+def test_ctrl_c_while_kafka_starts_stops_everything_with_one_line_and_no_traceback(
+    exclusive_cluster_slot: None, tmp_path: Path, command: str
+) -> None:
+    from insync_proxy.devcluster.cluster import find_devcluster_jvms
+    from insync_proxy.devcluster.distribution import kafka_libs
+
+    before = {cluster_id for _, cluster_id in find_devcluster_jvms()}
+    argv = [_console_script(), *command.split()]
+    if command == "demo":
+        argv += ["--bootstrap-port", str(free_port()), "--broker-port-base", str(free_port_base()),
+                 "--admin-port", str(free_port())]
+    else:
+        argv += ["--dir", str(tmp_path / "kafka-dev"), "--port-base", str(free_port_base(5))]
+    env = {**os.environ, "INSYNC_PROXY_CACHE": str(tmp_path / "cache"), "INSYNC_PROXY_KAFKA_LIBS": str(kafka_libs())}
+    # Ctrl-C as a terminal delivers it: SIGINT at its default (a background job of a script inherits it ignored)
+    process = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        # Given Kafka starting (a JVM of a new cluster runs)
+        def started() -> set[str]:
+            return {cluster_id for _, cluster_id in find_devcluster_jvms()} - before
+
+        wait_until(lambda: bool(started()) or process.poll() is not None, 120, interval=0.1,
+                   what="a JVM of the new cluster")
+        ours = started()
+        assert ours, process.communicate()
+        # When Ctrl-C reaches the command (only the command: the JVMs must be stopped by it)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=STOP_TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    # Then it exits 130 with one clean line, no traceback, and nothing of it keeps running
+    assert process.returncode == 130, (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert f"insync-proxy {command.split()[0]}: interrupted; what it had started is stopped" in err, err
+    wait_until(lambda: not ({cluster_id for _, cluster_id in find_devcluster_jvms()} & ours), 60,
+               what="the new cluster's JVMs to be gone")
