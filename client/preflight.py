@@ -28,7 +28,12 @@ from insync_proxy.protocol import (
     MetadataResponse,
 )
 from insync_proxy.protocol.messages import DescribeConfigsResource
-from insync_proxy.proxy.config.broker_ports import NODE_ID_PLACEHOLDER, advertised_name
+from insync_proxy.proxy.config.broker_ports import (
+    NODE_ID_PLACEHOLDER,
+    BrokerPorts,
+    advertised_name,
+    unmapped_broker_line,
+)
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT, client_ssl_context, closed_during_handshake
 from insync_proxy.proxy.controlplane.control import (
@@ -76,6 +81,24 @@ def _token_step(sasl: SaslConfig, steps: _Steps) -> bool:
              f"(sub {token.subject!r}, valid {token.expires_at - time.time():.0f}s)"
              + ("" if token.subject else "; not a JWT with a `sub`: Kafka's brokers validate JWTs"))
     return True
+
+
+def _node_ids_step(config: ProxyConfig, node_ids: list[int], steps: _Steps) -> None:
+    """Each listener's node_id_ranges must give every broker a port (brokers numbered 1001+ need theirs)."""
+    unmapped, mapped = [], []
+    for listener in config.listeners:
+        ports = BrokerPorts.from_settings(listener.broker_port_base, listener.node_id_ranges)
+        for node_id in sorted(node_ids):
+            port = ports.port_for(node_id)
+            if port is None:
+                unmapped.append(unmapped_broker_line(listener.name, node_id, ports))
+            else:
+                mapped.append(f"{listener.name}/{node_id}:{port}")
+    if unmapped:
+        steps.fail("node_ids", "; ".join(unmapped))
+    else:
+        steps.ok("node_ids", f"every broker has a port of each listener ({', '.join(mapped[:6])}"
+                 + (", ..." if len(mapped) > 6 else "") + ")")
 
 
 def _advertised_step(config: ProxyConfig, node_ids: list[int], steps: _Steps) -> None:
@@ -358,7 +381,10 @@ def _check(config: ProxyConfig, steps: _Steps, topic: str | None) -> bool:
         steps.ok("brokers", f"{len(brokers)} of {len(brokers)} reachable at their advertised addresses"
                  + (" (TLS)" if context is not None else ""))
 
-    # 7. Per-broker advertised names (advertised_host with {node_id}): each must lead clients back to the proxy.
+    # 7. A port for every broker in each [[listener]] (node_id_ranges): `run` says the same line per broker.
+    _node_ids_step(config, [b.node_id for b in brokers], steps)
+
+    # 8. Per-broker advertised names (advertised_host with {node_id}): each must lead clients back to the proxy.
     if NODE_ID_PLACEHOLDER in config.advertised_host:
         _advertised_step(config, [b.node_id for b in brokers], steps)
 

@@ -202,3 +202,11 @@ def bootstrap_host(advertised_host: str, bind_host: str) -> str:
     if NODE_ID_PLACEHOLDER not in advertised_host:
         return advertised_host
     return "127.0.0.1" if bind_host in ("0.0.0.0", "", "::") else bind_host
+
+
+def unmapped_broker_line(listener: str, node_id: int, ports: BrokerPorts) -> str:
+    """What `run` logs (ERROR) and `check-config --connect` fails with for a broker no port stands for."""
+    return (f"listener {listener}: broker {node_id} has no port: node id {node_id} is outside node_id_ranges "
+            f"{ports.settings_text()} (broker ports {ports.port_span()}); add it to that [[listener]]'s node_id_ranges "
+            f"(e.g. \"{node_id}\") and restart. Until then clients are told port {NO_PORT} for it and cannot reach it "
+            "through this listener")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Container, Iterable
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Final
 
-from insync_proxy.proxy.config.broker_ports import NO_PORT, BrokerPorts, advertised_name
+from insync_proxy.proxy.config.broker_ports import BrokerPorts, advertised_name, unmapped_broker_line
 from insync_proxy.proxy.config.settings import ListenerConfig
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.connection import OpenConnections
@@ -265,12 +265,7 @@ class Listeners:
         gauge. They keep no listener; responses name them at port 0 (the proxy serves the other brokers)."""
         unmapped = {node_id for node_id in wanted if group.ports.port_for(node_id) is None}
         for node_id in sorted(unmapped - group.unmapped):
-            log.error(
-                "listener %s: broker %d has no port: node id %d is outside node_id_ranges %s (broker ports %s); "
-                "add it to that [[listener]]'s node_id_ranges (e.g. \"%d\") and restart. Until then clients are "
-                "told port %d for it and cannot reach it through this listener",
-                group.name, node_id, node_id, group.ports.settings_text(), group.ports.port_span(), node_id, NO_PORT,
-            )
+            log.error("%s", unmapped_broker_line(group.name, node_id, group.ports))
         group.unmapped = unmapped
         self.metrics.brokers_without_port.labels(group.name).set(len(unmapped))
 

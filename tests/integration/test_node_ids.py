@@ -16,8 +16,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka.errors import KafkaConnectionError
 
+from insync_proxy.client.preflight import check_connection
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.proxy.config.broker_ports import NO_PORT
+from insync_proxy.proxy.config.loader import load_config
 from tests.helpers import consume_values, wait_until
 from tests.proxy_harness import ProxyProcess
 
@@ -86,6 +88,11 @@ def test_brokers_numbered_1001_1002_and_65001_work_through_the_proxy(
         assert "listener partial: broker 65001" in errors[0] and "node_id_ranges" in errors[0]
         assert proxy.metric("insync_proxy_brokers_without_port", listener="partial") == 1
         assert proxy.metric("insync_proxy_brokers_without_port", listener="default") == 0
+        # and check-config --connect on the same configuration fails with the very line `run` logged (exit 1)
+        lines: list[str] = []
+        assert not check_connection(load_config(str(proxy.config_file)), lines.append)
+        failed = [line for line in lines if line.startswith("FAIL")]
+        assert failed == [f"FAIL node_ids: {errors[0].split(' ERROR insync_proxy: ', 1)[1]}"], (failed, errors)
         # and serves the brokers it maps: 65001 is named at port 0, never at its real address
         partial = proxy.ports["partial"][1]
         expected = {1001: ("127.0.0.1", partial), 1002: ("127.0.0.1", partial + 1), 65001: ("127.0.0.1", NO_PORT)}

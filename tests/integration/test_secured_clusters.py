@@ -311,7 +311,7 @@ CHECKS: dict[str, tuple[bool, dict[str, str]]] = {
     "mtls_without_certificate": (False, {"tls": "FAIL"}),
     "plaintext_to_tls_port": (False, {"api_versions": "FAIL"}),
 }
-STEPS = ("tcp", "tls", "api_versions", "sasl", "metadata", "describe_configs", "brokers", "acls")
+STEPS = ("tcp", "tls", "api_versions", "sasl", "metadata", "describe_configs", "brokers", "node_ids", "acls")
 
 
 @pytest.mark.parametrize("kind", list(CHECKS))
