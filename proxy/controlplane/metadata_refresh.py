@@ -127,9 +127,12 @@ class MetadataRefresh:
         return self.warm_up and (self._warm_up is None or not self._warm_up.done())
 
     def _masked(self, text: str) -> str:
-        """`text` without the control connection's password (a broker's refusal may quote what it got)."""
-        password = getattr(self.control.sasl, "password", None)
-        return text.replace(password, "***") if password else text
+        """`text` without the control connection's secrets (a broker's refusal may quote what it got)."""
+        for name in ("password", "oauthbearer_client_secret"):
+            secret = getattr(self.control.sasl, name, None)
+            if secret:
+                text = text.replace(secret, "***")
+        return text
 
     def unready_reason(self) -> str | None:
         """Why /readyz must fail because of the proxy's own Metadata: none yet, too old (with the last upstream
