@@ -33,13 +33,16 @@ RUN apt-get update \
 # The build tools, pinned: --no-build-isolation below builds with these.
 RUN pip install mypy==2.4.1 setuptools==84.2.1 wheel==0.48.0
 WORKDIR /src
-# The runtime dependencies first (their own layer, rebuilt only when pyproject.toml changes): wheels for
+# The runtime dependencies first, with the kerberos and aws extras (their own layer, rebuilt only when
+# pyproject.toml changes; extras.txt pins the two extras for the runtime stage): wheels for
 # the runtime stage, and installed here because mypyc type-checks the modules that import them.
 COPY pyproject.toml ./
 RUN python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(*p["dependencies"], *p["optional-dependencies"]["kerberos"], *p["optional-dependencies"]["aws"], sep="\n")' \
         > /tmp/requirements.txt \
     && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt \
-    && pip install --no-index --find-links=/wheels -r /tmp/requirements.txt
+    && pip install --no-index --find-links=/wheels -r /tmp/requirements.txt \
+    && python -c 'from importlib.metadata import version; print(*(f"{n}=={version(n)}" for n in ("gssapi", "botocore")), sep="\n")' \
+        > /wheels/extras.txt
 # The source: the whole build context, which .dockerignore filters down to the package and its build files.
 COPY . .
 # One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels),
@@ -78,7 +81,7 @@ RUN apt-get update \
 COPY --from=builder /wheels/SHA256SUMS /usr/local/share/insync-proxy/wheels.sha256
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     sha256sum --check --quiet /usr/local/share/insync-proxy/wheels.sha256 \
-    && pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl gssapi botocore \
+    && pip install --no-index --find-links=/wheels /wheels/insync_proxy-*.whl -r /wheels/extras.txt \
     && python -c "import gssapi, botocore" \
     && python -c "import uvloop, prometheus_client, insync_proxy.proxy as p; print('insync-proxy', p.__version__)" \
     && python -m insync_proxy.proxy.observability.compiled
