@@ -24,14 +24,14 @@ from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.client.preflight import check_connection, sasl_login
 from insync_proxy.devcluster.cluster import ClusterSettings, KerberosListener, LocalKafkaCluster
 from insync_proxy.devcluster.kerberos import INSTALL_HINT, KdcError, LocalKdc, ensure_hosts
-from insync_proxy.protocol import ErrorCode, MetadataRequest, MetadataResponse
+from insync_proxy.protocol import MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import SaslConfig
 from tests.helpers import wait_until
+from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
 
 pytestmark = pytest.mark.own_cluster
 
@@ -75,12 +75,7 @@ def kerberos(cluster_pool: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         ensure_hosts([TEMPLATE.format(node_id=n) for n in NODES])
     except KdcError as exc:
         pytest.skip(f"the brokers' names cannot be made to resolve to 127.0.0.1: {exc}")
-    from tests import conftest
-
-    assert conftest._POOL is cluster_pool
-    conftest._PROXIES.release()
-    cluster_pool.release()
-    conftest._OWN.release()
+    make_room(cluster_pool)
     kdc = LocalKdc(tmp_path_factory.mktemp("kdc")).start()
     keytabs = {n: kdc.add_principal(f"kafka/{TEMPLATE.format(node_id=n)}") for n in NODES}
     proxy_keytab = kdc.add_principal("insync-proxy")
@@ -162,26 +157,10 @@ def test_java_client_and_librdkafka_with_kerberos_through_the_proxy(kerberos: Ke
 
 def test_acks_minus_two_is_answered_by_the_proxy_and_the_audit_topic_written_over_kerberos(
         kerberos: KerberosCluster) -> None:
-    cluster, proxy = kerberos.cluster, kerberos.proxy
-    topic = f"krb-acks-{uuid.uuid4().hex[:8]}"
-    cluster.create_topic(topic, configs={"min.insync.replicas": "2"}, assignments={0: [1, 2]})
-    assert cluster.wait_for_leader(topic, 0) == 1
+    proxy = kerberos.proxy
     host = TEMPLATE.format(node_id=1)
-    with RawKafkaClient(f"{host}:{proxy.broker_port(1)}") as client:
-        sasl_login(client, kerberos.client_sasl(host), host)
-        wait_until(lambda: client.produce({(topic, 0): batch(b"warm")}, acks=-2)[(topic, 0)].error_code == 0, 60,
-                   interval=0.5, what="an acks=-2 write through the proxy")
-        answered = proxy.metric("insync_proxy_proxy_answered_errors_total", error_code="19")
-        cluster.pause_broker(2)
-        try:
-            cluster.wait_for_isr(topic, 0, 1)
-            wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") > 0, 60,
-                       what="the proxy to see the ISR below min")
-            result = client.produce({(topic, 0): batch(b"must-not-land")}, acks=-2)
-        finally:
-            cluster.resume_broker(2)
-    assert result[(topic, 0)].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
-    assert proxy.metric("insync_proxy_proxy_answered_errors_total", error_code="19") == answered + 1
+    acks_minus_two_is_answered_by_the_proxy(kerberos.cluster, proxy, f"{host}:{proxy.broker_port(1)}",
+                                            lambda client: sasl_login(client, kerberos.client_sasl(host), host))
     # The audit topic is written over the proxy's Kerberos login too
     wait_until(lambda: proxy.metric("insync_proxy_audit_events_written_total", sink="kafka") > 0, 60,
                what="audit events written to the audit topic")

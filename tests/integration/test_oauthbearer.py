@@ -33,9 +33,9 @@ from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import SaslConfig
 from insync_proxy.proxy.controlplane.sasl import SaslError, oauthbearer_login
 from tests.helpers import consume_values, wait_until
+from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
 
 pytestmark = pytest.mark.own_cluster
 
@@ -66,12 +66,7 @@ class OAuthCluster:
 @pytest.fixture(scope="module")
 def oauth(cluster_pool: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthCluster]:
     """An identity provider, brokers validating its tokens (10 s sessions), and a proxy logging in with one."""
-    from tests import conftest
-
-    assert conftest._POOL is cluster_pool
-    conftest._PROXIES.release()
-    cluster_pool.release()
-    conftest._OWN.release()
+    make_room(cluster_pool)
     idp = IdentityProvider(token_seconds=300).start()
     secrets = {name: idp.add_client(name) for name in ("insync-proxy", "alice", "rdkafka")}
     directory = tmp_path_factory.mktemp("oauth")
@@ -205,27 +200,9 @@ def test_java_client_and_librdkafka_log_in_through_the_proxy_and_metadata_carrie
 
 def test_acks_minus_two_is_answered_not_enough_replicas_by_the_proxy_with_a_paused_broker(
         oauth: OAuthCluster) -> None:
-    cluster, proxy = oauth.cluster, oauth.proxy
-    topic = f"oauth-acks-{uuid.uuid4().hex[:8]}"
-    cluster.create_topic(topic, configs={"min.insync.replicas": "2"}, assignments={0: [1, 2]})
-    assert cluster.wait_for_leader(topic, 0) == 1
-    with RawKafkaClient(f"127.0.0.1:{proxy.broker_port(1)}") as client:
-        sasl_login(client, oauth.sasl("alice"))
-        wait_until(lambda: client.produce({(topic, 0): batch(b"warm")}, acks=-2)[(topic, 0)].error_code == 0, 60,
-                   interval=0.5, what="an acks=-2 write through the proxy")
-        answered = proxy.metric("insync_proxy_proxy_answered_errors_total", error_code="19")
-        # When broker 2 is paused, the partition's ISR shrinks below min.insync.replicas
-        cluster.pause_broker(2)
-        try:
-            cluster.wait_for_isr(topic, 0, 1)
-            wait_until(lambda: proxy.metric("insync_proxy_partitions_below_min_isr") > 0, 60,
-                       what="the proxy to see the ISR below min")
-            result = client.produce({(topic, 0): batch(b"must-not-land")}, acks=-2)
-        finally:
-            cluster.resume_broker(2)
-    # Then the proxy answered NOT_ENOUGH_REPLICAS itself (its ISR view came over its OAuth login)
-    assert result[(topic, 0)].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
-    assert proxy.metric("insync_proxy_proxy_answered_errors_total", error_code="19") == answered + 1
+    # The proxy's ISR view came over its OAuth login; the client logs in with a token of its own
+    acks_minus_two_is_answered_by_the_proxy(oauth.cluster, oauth.proxy, f"127.0.0.1:{oauth.proxy.broker_port(1)}",
+                                            lambda client: sasl_login(client, oauth.sasl("alice")))
 
 
 def test_two_minutes_of_ten_second_sessions_lose_no_tag_and_log_no_error(oauth: OAuthCluster) -> None:
