@@ -373,17 +373,21 @@ def _port_setting(config: ProxyConfig, port: int) -> str:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    """Validate, print the effective configuration (secrets masked); --connect: try the brokers too."""
+    """Validate and print the effective configuration (secrets masked); --connect: one line per step into the cluster
+    instead."""
     loaded = _configuration(args)
     if loaded is None:
         return 2
     config, warnings = loaded
     for warning in warnings:
         print(f"insync-proxy: configuration warning: {warning}", file=sys.stderr)
-    sys.stdout.write(effective_toml(config))
-    print(f"# configuration valid ({DOCS} describes every setting)", flush=True)
     if not args.connect:
+        sys.stdout.write(effective_toml(config))
+        print(f"# configuration valid ({DOCS} describes every setting)", flush=True)
         return 0
+    # --connect: one line per step, as the README promises (without --connect the settings are printed)
+    print(f"ok   config: configuration valid (check-config without --connect prints every setting; {DOCS})",
+          flush=True)
     from insync_proxy.client.preflight import check_connection  # loaded only here: `run` never needs it
 
     _setup_logging(config.log_level, config.log_format, config.log_summary_interval_seconds)
@@ -803,7 +807,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "configured TLS and SASL, reads Metadata and one DescribeConfigs, one line per step: exit 0 when "
                     "every step works, 1 otherwise.", epilog=CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("--connect", action="store_true",
-                       help="also connect to the brokers (TLS, SASL, Metadata, DescribeConfigs)")
+                       help="connect to the brokers as `run` would (TLS, SASL, Metadata, DescribeConfigs, ...), one "
+                            "line per step, instead of printing the settings")
     _add_run_flags(check)
 
     demo = sub.add_parser(
