@@ -31,10 +31,13 @@ def _readme_report_command() -> str:
 def test_readme_report_command_runs_verbatim_on_the_proxys_flat_audit_directory(spark: Any, tmp_path: Path) -> None:
     if shutil.which("insync-proxy", path=ENV["PATH"]) is None:
         pytest.fail("`insync-proxy` is not on PATH: install the project (pip install -e '.[pipeline]')")
+    from insync_proxy.proxy.config.settings import AuditConfig
+
     command = _readme_report_command()
-    assert command == "insync-proxy report --input 'audit/**/*.jsonl' --output out/"
-    # Given the directory layout the proxy writes: audit/audit-<proxy_id>-<time>.jsonl, no subdirectory
-    audit = tmp_path / "audit"
+    default = AuditConfig().directory  # where the proxy writes by default, relative to where it runs
+    assert command == f"insync-proxy report --input '{default}/**/*.jsonl' --output out/"
+    # Given the directory layout the proxy writes: <audit.directory>/audit-<proxy_id>-<time>.jsonl, no subdirectory
+    audit = tmp_path / default
     write_jsonl(audit / "audit-orders-pod-1-20261121T070000000000Z.jsonl",
                 [summary(0, requests=7, records=14, record_bytes=700), readiness(3, False, 1), readiness(8, True, 3)])
     write_jsonl(audit / "audit-orders-pod-1-20261121T080000000000Z.jsonl",
