@@ -243,11 +243,15 @@ def test_two_minutes_of_ten_second_sessions_lose_no_tag_and_log_no_error(oauth: 
     assert errors == [] and sent[0] > 100, (errors[:5], sent[0])
     assert proxy.metric("insync_proxy_audit_events_written_total", sink="kafka") > audit_before
     assert proxy.metric("insync_proxy_control_authentication_failures_total", mechanism="OAUTHBEARER") == 0
-    # And the proxy renewed its sessions in place: no ERROR or WARNING line, no failover
+    # And the proxy renewed its sessions in place: no ERROR line, no connection a broker closed, no login refused
+    # (a session that ends unrenewed is a broker closing the control connection: "... lost: the broker closed the
+    # control connection; trying another broker"). A request that a loaded broker answers late is not this test's
+    # matter: its WARNING says "timed out after".
     with proxy.log_file.open() as log:
         log.seek(log_start)
         lines = log.read().splitlines()
-    bad = [line for line in lines if re.search(r"\b(ERROR|WARNING)\b", line)]
+    bad = [line for line in lines if re.search(r"\bERROR\b", line)
+           or (re.search(r"\bWARNING\b", line) and "timed out after" not in line)]
     assert bad == [], bad
     whole = proxy.log_file.read_text()
     assert "the proxy renews its sessions in place before they end" in whole
