@@ -217,7 +217,7 @@ class LocalKafkaCluster:
         self.cluster_id = _random_cluster_id()
         # Every port this cluster needs, drawn at once: ports drawn one by one may repeat.
         n = self.settings.brokers
-        pool = free_ports(n * 3 + 1)
+        pool = free_ports(n * 4 + 1)
         ports = self.settings.broker_ports or pool[:n]
         if len(ports) != self.settings.brokers:
             raise ClusterError(f"{self.settings.brokers} brokers need as many ports, got {ports}")
@@ -248,7 +248,7 @@ class LocalKafkaCluster:
             else {}
         )
         self.kerberos_ports: dict[int, int] = (
-            dict(zip(self.brokers, free_ports(n), strict=True)) if self.settings.kerberos else {})
+            {node_id: pool[3 * n + 1 + i] for i, node_id in enumerate(self.brokers)} if self.settings.kerberos else {})
 
     # ----------------------------------------------------------------- lifecycle
     @property

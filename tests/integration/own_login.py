@@ -3,8 +3,11 @@ KIP-926 precheck answered from an ISR view that came over that login."""
 
 from __future__ import annotations
 
+import shutil
+import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
@@ -48,3 +51,23 @@ def acks_minus_two_is_answered_by_the_proxy(cluster: LocalKafkaCluster, proxy: P
     # Then the proxy answered NOT_ENOUGH_REPLICAS itself
     assert result[(topic, 0)].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     assert proxy.metric("insync_proxy_proxy_answered_errors_total", error_code="19") == answered + 1
+
+
+def start_keeping_logs(cluster: LocalKafkaCluster, *more: Path) -> None:
+    """Start `cluster`; if it does not start, keep its nodes' logs (and `more` files: the KDC's log) in test-logs/
+    for the post-mortem, then raise."""
+    try:
+        cluster.start()
+    except BaseException:
+        from tests.conftest import LOG_KEEP_DIR
+
+        target = LOG_KEEP_DIR / f"kafka-{cluster.version}-{cluster.cluster_id}"
+        for node_dir in cluster.data_dir.iterdir() if cluster.data_dir.exists() else ():
+            if (node_dir / "logs").is_dir():
+                shutil.copytree(node_dir / "logs", target / node_dir.name, dirs_exist_ok=True)
+        for path in more:
+            if path.exists():
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, target / path.name)
+        print(f"\nlogs of the cluster that did not start kept in {target}", file=sys.stderr)
+        raise

@@ -363,3 +363,44 @@ def test_ctrl_c_while_kafka_starts_stops_everything_with_one_line_and_no_traceba
     assert f"insync-proxy {command.split()[0]}: interrupted; what it had started is stopped" in err, err
     wait_until(lambda: not ({cluster_id for _, cluster_id in find_devcluster_jvms()} & ours), 60,
                what="the new cluster's JVMs to be gone")
+
+
+def _readiness_lines() -> str:
+    """The quick start's line that waits for /readyz (with its continuation), as the README has it."""
+    lines = readme_quick_start().splitlines()
+    at = next(i for i, line in enumerate(lines) if "/readyz" in line)
+    taken = [lines[at]]
+    while taken[-1].rstrip().endswith("\\"):
+        at += 1
+        taken.append(lines[at])
+    return "\n".join(taken) + "\n"
+
+
+@pytest.mark.slow
+def test_the_quick_starts_readiness_line_stops_the_block_with_why_when_the_proxy_never_becomes_ready(
+    tmp_path: Path
+) -> None:
+    _skip_unless_ports_free((9190,), "the quick start's readiness line asks the proxy's default admin port")
+    # Given a proxy that cannot become ready (no broker where its bootstrap_servers point), its log in proxy.log as
+    # the quick start has it
+    log = tmp_path / "proxy.log"
+    proxy = subprocess.Popen(
+        [_console_script(), "run", "--bootstrap-servers", "127.0.0.1:1", "--bootstrap-port", str(free_port()),
+         "--broker-port-base", str(free_port_base()), "--admin-port", "9190", "--audit-directory",
+         str(tmp_path / "audit")], cwd=tmp_path, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        # When the README's readiness line runs, then a line after it, stopping at the first failure
+        script = tmp_path / "ready.sh"
+        script.write_text("set -e\n" + _readiness_lines() + "echo carried-on\n")
+        ran = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    finally:
+        os.killpg(proxy.pid, signal.SIGTERM)
+        proxy.wait(60)
+    # Then the block stops (non-zero, nothing after it runs), saying why the proxy is not ready and the log's end,
+    # with none of curl's retry noise
+    assert ran.returncode != 0, ran
+    assert "carried-on" not in ran.stdout
+    assert "not ready" in ran.stdout and "127.0.0.1:1" in ran.stdout, ran.stdout
+    assert "INFO insync_proxy" in ran.stdout, ran.stdout  # the log's last lines
+    assert "Failed to connect" not in ran.stderr, ran.stderr

@@ -29,7 +29,7 @@ from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import SaslConfig
 from tests.helpers import wait_until
-from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room
+from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room, start_keeping_logs
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
@@ -84,7 +84,7 @@ def kerberos(cluster_pool: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
     cluster_pool.started_cluster_ids.add(cluster.cluster_id)
     proxy = None
     try:
-        cluster.start()
+        start_keeping_logs(cluster, kdc.log_file, kdc.directory / "krb5kdc.out")
         cluster.create_topic(AUDIT_TOPIC, 1, 3)
         control = (f'advertised_host = "{TEMPLATE}"\n[control_sasl]\nmechanism = "GSSAPI"\n'
                    f'kerberos_principal = "{kdc.principal("insync-proxy")}"\nkerberos_keytab = "{proxy_keytab}"\n'

@@ -33,7 +33,7 @@ from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import SaslConfig
 from insync_proxy.proxy.controlplane.sasl import SaslError, oauthbearer_login
 from tests.helpers import consume_values, wait_until
-from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room
+from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room, start_keeping_logs
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
@@ -77,7 +77,7 @@ def oauth(cluster_pool: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     cluster_pool.started_cluster_ids.add(cluster.cluster_id)
     proxy = None
     try:
-        cluster.start()
+        start_keeping_logs(cluster)
         cluster.create_topic(AUDIT_TOPIC, 1, 3)
         control = (f'\n[control_sasl]\nmechanism = "OAUTHBEARER"\noauthbearer_token_endpoint_url = '
                    f'"{idp.token_endpoint_url}"\noauthbearer_client_id = "insync-proxy"\n'
