@@ -376,6 +376,7 @@ def _readiness_lines() -> str:
     return "\n".join(taken) + "\n"
 
 
+@pytest.mark.own_cluster  # in this module's group: its other tests take port 9190 too, one at a time
 @pytest.mark.slow
 def test_the_quick_starts_readiness_line_stops_the_block_with_why_when_the_proxy_never_becomes_ready(
     tmp_path: Path
