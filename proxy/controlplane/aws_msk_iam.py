@@ -38,14 +38,22 @@ def region_of(host: str) -> str | None:
     return found.group(1) if found else None
 
 
+#: botocore's credentials by profile, found once: refreshable ones (roles, web identity, metadata) renew themselves, so
+#: a login does not walk the provider chain again (at most a few: one per [control_sasl] aws_profile seen).
+_FOUND: dict[str | None, Any] = {}
+
+
 def credentials(profile: str | None) -> Any:
     """Frozen credentials from botocore's default chain (blocking: it may ask a metadata service or STS)."""
     import botocore.exceptions
     import botocore.session
 
     try:
-        session = botocore.session.Session(profile=profile)
-        found = session.get_credentials()
+        found = _FOUND.get(profile)
+        if found is None:
+            found = botocore.session.Session(profile=profile).get_credentials()
+            if found is not None and len(_FOUND) < 4:
+                _FOUND[profile] = found
     except botocore.exceptions.ProfileNotFound:
         raise AwsIamError(f"AWS profile {profile!r} is not in the shared configuration files: check "
                           "control_sasl.aws_profile, AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE") from None
