@@ -66,15 +66,16 @@ def credentials(profile: str | None) -> Any:
     return found.get_frozen_credentials()
 
 
-def signed_payload(host: str, region: str, frozen: Any, user_agent: str = USER_AGENT) -> bytes:
-    """The AWS_MSK_IAM authentication payload for `host`, signed now with `frozen` credentials."""
+def signed_payload(host: str, region: str, frozen: Any, user_agent: str = USER_AGENT,
+                   expires: int = EXPIRES_SECONDS) -> bytes:
+    """The AWS_MSK_IAM authentication payload for `host`, signed now with `frozen` credentials, valid `expires` s."""
     from urllib.parse import parse_qsl, urlsplit
 
     from botocore.auth import SigV4QueryAuth
     from botocore.awsrequest import AWSRequest
 
     request = AWSRequest(method="GET", url=f"https://{host}/", params={"Action": ACTION})
-    SigV4QueryAuth(frozen, SERVICE, region, expires=EXPIRES_SECONDS).add_auth(request)
+    SigV4QueryAuth(frozen, SERVICE, region, expires=expires).add_auth(request)
     prepared = request.prepare()
     payload = {key.lower(): value for key, value in parse_qsl(urlsplit(prepared.url).query, keep_blank_values=True)}
     payload.update({"version": VERSION, "host": host, "user-agent": user_agent})
