@@ -5,26 +5,16 @@ same source, type hints turned into C): about a third less CPU per request (docs
 interpreted package is the reference and what a plain ``pip install`` gives. ``scripts/compile`` builds
 in place for development and tests; the container image builds a compiled wheel (Dockerfile).
 
-mypyc names a module after its path, and the source folders (protocol/, proxy/, ...) are mapped into
-``insync_proxy`` by pyproject.toml's package-dir, so the build compiles them from a staged tree,
-``build/src/insync_proxy/<folder>`` (links to the folders, made here, outside the package). The
-extension modules are named ``insync_proxy.<folder>.<module>``; setuptools puts each where package-dir
-says (beside its source with ``build_ext --inplace``, under ``insync_proxy/`` in a wheel).
+mypyc names a module after its path: each is compiled as ``insync_proxy/<folder>/<module>.py`` (through the
+package's link to the top-level folder), so the extension is ``insync_proxy.<folder>.<module>``, beside its
+source with ``build_ext --inplace`` and under ``insync_proxy/`` in a wheel.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
 
 from setuptools import setup
-
-ROOT = Path(__file__).resolve().parent
-#: The source folders mapped into insync_proxy (pyproject.toml: package-dir).
-SOURCE_FOLDERS = ("protocol", "audit", "proxy", "client", "pipeline", "devcluster")
-#: Where the build sees the package as it is installed (insync_proxy/<folder>/...).
-STAGED = Path("build") / "src"
 
 #: The data path: framing, header peek, Produce walks, the connection core and the behaviours on it, with the
 #: generated version tables the walkers read (compiled with them, their Final ints become constants), and the
@@ -68,19 +58,6 @@ COMPILED_MODULES = [
 ]
 
 
-def stage_package(staged: Path = STAGED) -> Path:
-    """build/src/insync_proxy: the package as installed, its folders linked from the source tree."""
-    package = staged / "insync_proxy"
-    if package.exists():
-        shutil.rmtree(package)
-    package.mkdir(parents=True)
-    for name in ("__init__.py", "__main__.py"):
-        shutil.copy2(ROOT / "insync_proxy" / name, package / name)
-    for folder in SOURCE_FOLDERS:
-        (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
-    return package
-
-
 def _ext_modules() -> list[object]:
     if os.environ.get("INSYNC_PROXY_COMPILE", "").lower() not in ("1", "true", "yes"):
         return []
@@ -89,9 +66,8 @@ def _ext_modules() -> list[object]:
     except ImportError as exc:  # pip's isolated build has only setuptools: see scripts/compile
         raise SystemExit("INSYNC_PROXY_COMPILE=1 needs mypy in the build environment: "
                          "pip install mypy, then build with --no-build-isolation") from exc
-    package = stage_package()
     # the runtime library shared by the modules lives in the package too: insync_proxy/_data_path__mypyc
-    return list(mypycify([str(package / m) for m in COMPILED_MODULES], opt_level="3", debug_level="1",
+    return list(mypycify([f"insync_proxy/{m}" for m in COMPILED_MODULES], opt_level="3", debug_level="1",
                          group_name="insync_proxy._data_path"))
 
 

@@ -31,9 +31,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import loopback_bench as lb  # noqa: E402
+from benchmarks import loopback_bench as lb  # noqa: E402
 
 
 def dumped_total(path: Path) -> int:

@@ -45,7 +45,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from insync_proxy.protocol import (  # noqa: E402
     ApiKey,
@@ -149,8 +148,7 @@ def serve_fake_broker(port: int) -> None:
 def run_load(port: int, seconds: float, connections: int, in_flight: int, version: int, rate: float = 0) -> None:
     """Prints the number of requests answered (correlation ids checked) in `seconds`; `rate`: requests/s in
     all (each connection its share, at most `in_flight` outstanding), 0 for as fast as answers come."""
-    import proxy_bench as pb
-
+    from benchmarks import proxy_bench as pb
     from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET
 
     pb.PRODUCE_VERSION = version

@@ -66,10 +66,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import proxy_bench as pb  # noqa: E402
-
+from benchmarks import proxy_bench as pb  # noqa: E402
 from benchmarks.shared import run_threads, write_summary  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402

@@ -67,10 +67,8 @@ from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from year_wire import MetadataAnswer, WireConnection, WireError  # noqa: E402
-
+from benchmarks.year_wire import MetadataAnswer, WireConnection, WireError  # noqa: E402
 from insync_proxy.devcluster.certificates import _key_and_csr, _sign, make_test_certificates  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,

@@ -34,9 +34,13 @@ def compiled_modules(package: Path | None = None) -> list[CompiledModule]:
     """The package's modules that have a C extension beside their source, by module name.
 
     `package` is an installed package's folder (insync_proxy/ with its subpackages inside, as in a
-    wheel); by default, the folders the running package is imported from."""
-    roots = ((("insync_proxy",), package),) if package is not None else _installed_folders()
-    return sorted((m for name, folder in roots for m in _find(name, folder)), key=lambda m: m.name)
+    wheel); by default, the folder the running package is imported from (in a checkout its subpackages
+    are links to the top-level folders, followed)."""
+    if package is None:
+        import insync_proxy
+
+        package = Path(str(insync_proxy.__file__)).parent
+    return sorted(_find(("insync_proxy",), package), key=lambda m: m.name)
 
 
 @functools.cache
@@ -45,7 +49,7 @@ def _find(package: tuple[str, ...], root: Path) -> tuple[CompiledModule, ...]:
     read from the files each time it is asked."""
     in_place = (root.parent / "setup.py").is_file()  # a source checkout, not site-packages
     found: list[CompiledModule] = []
-    for directory, _dirs, files in os.walk(root):
+    for directory, _dirs, files in os.walk(root, followlinks=True):
         relative = Path(directory).relative_to(root).parts
         for file in files:
             suffix = next((s for s in importlib.machinery.EXTENSION_SUFFIXES if file.endswith(s)), None)
@@ -58,26 +62,6 @@ def _find(package: tuple[str, ...], root: Path) -> tuple[CompiledModule, ...]:
             found.append(CompiledModule(".".join((*package, *relative, stem)), extension,
                                         extension.with_name(stem + ".py") if in_place else None))
     return tuple(found)
-
-
-def _installed_folders() -> tuple[tuple[tuple[str, ...], Path], ...]:
-    """insync_proxy's folder and each subpackage's folder outside it: in a source checkout the
-    subpackages are the top-level folders protocol/, audit/, proxy/, pipeline/ (pyproject.toml's
-    package-dir); in a wheel they sit inside the package."""
-    import importlib.util
-
-    import insync_proxy
-
-    package = Path(str(insync_proxy.__file__)).parent
-    folders: list[tuple[tuple[str, ...], Path]] = [(("insync_proxy",), package)]
-    for name in insync_proxy.SOURCE_FOLDERS:
-        spec = importlib.util.find_spec(f"insync_proxy.{name}")
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        folder = Path(list(spec.submodule_search_locations)[0])
-        if not folder.is_relative_to(package):
-            folders.append((("insync_proxy", name), folder))
-    return tuple(folders)
 
 
 def describe(modules: list[CompiledModule]) -> str:

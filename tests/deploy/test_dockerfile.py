@@ -89,12 +89,13 @@ def test_docker_run_examples_publish_the_bootstrap_admin_and_broker_ports() -> N
 
 
 def _build_inputs() -> set[str]:
-    """What `pip wheel .` needs from the context: the build files, the readme, and every folder package-dir maps
-    into the wheel (not dev tooling beside them, such as protocolgen/)."""
+    """What `pip wheel .` needs from the context: the build files, the readme, the package and every folder it
+    links to (not dev tooling beside them, such as protocolgen/)."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     readme = pyproject["project"].get("readme", "README.md")
-    packages = set(pyproject["tool"]["setuptools"]["package-dir"].values())
-    return {"pyproject.toml", "setup.py", "LICENSE", readme, *packages}
+    linked = {p.name for p in (REPO / "insync_proxy").iterdir() if p.is_symlink()}
+    assert len(linked) >= 6, linked
+    return {"pyproject.toml", "setup.py", "LICENSE", readme, "insync_proxy", *linked}
 
 
 def test_dockerignore_keeps_everything_the_dockerfile_copies() -> None:

@@ -293,9 +293,8 @@ def test_image_holds_the_source_under_test(built_image: BuiltImage) -> None:
 
     package = Path(insync_proxy.__file__).parent
 
-    def source(relative: Path) -> Path:  # pyproject.toml's package-dir: subpackages are top-level folders
-        top = relative.parts[0]
-        return package.parent / relative if top in insync_proxy.SOURCE_FOLDERS else package / relative
+    def source(relative: Path) -> Path:  # through the package's links to the top-level folders
+        return package / relative
 
     image = ImageProxy(built_image, bootstrap_servers="")
     try:

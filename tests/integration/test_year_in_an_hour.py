@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.year_in_an_hour import compiled_extensions
 from tests.helpers import scratch_directory
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from year_in_an_hour import compiled_extensions  # noqa: E402
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """The package's structure, read from its source with ast: one-way doors between the rooms, no import
-cycles, narrow behaviours, sans-IO cores, real folders, the dev tooling in a room of its own, and the
-package made of exactly its mapped folders."""
+cycles, narrow behaviours, sans-IO cores, the dev tooling in a room of its own, and the package made of exactly
+its linked folders, which every tool can follow."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import insync_proxy
+from tests.source_tree import ROOT, SOURCE_FOLDERS
 
-ROOT = Path(__file__).resolve().parents[2]
 PROXY = ROOT / "proxy"
 PACKAGE = "insync_proxy.proxy"
 #: The wings of the runtime, lowest first: a wing imports only itself and the wings below it. Configuration
@@ -27,8 +26,8 @@ TOP = {"__init__.py", "server.py", "reload.py"}
 CLIENT = "insync_proxy.client"
 #: The dev tooling: the local Kafka, chaos, certificates, probes (devcluster/).
 DEV_TOOLING = "insync_proxy.devcluster"
-#: The folders mapped into insync_proxy (pyproject.toml: package-dir), by subpackage name.
-FOLDERS = {name: ROOT / name for name in insync_proxy.SOURCE_FOLDERS}
+#: The folders linked into insync_proxy (insync_proxy/<name> -> ../<name>), by subpackage name.
+FOLDERS = SOURCE_FOLDERS
 
 
 def _module_name(path: Path) -> str:
@@ -43,7 +42,7 @@ def _module_name(path: Path) -> str:
 
 
 def _package_modules() -> dict[str, Path]:
-    """Every module of the package: insync_proxy/ itself and the folders mapped into it."""
+    """Every module of the package: insync_proxy/ itself and the folders linked into it."""
     files = [*(ROOT / "insync_proxy").glob("*.py"), *(p for folder in FOLDERS.values() for p in folder.rglob("*.py"))]
     return {_module_name(p): p for p in files}
 
@@ -182,26 +181,30 @@ def test_the_command_line_reaches_the_dev_tooling_only_inside_its_commands() -> 
     assert eager == [], f"cli.py imports the dev tooling at module level, lines {eager}"
 
 
-def test_the_package_is_its_mapped_folders_only() -> None:
+def test_the_package_is_its_linked_folders_only() -> None:
     # Given a fresh interpreter in the checkout (the checkout on sys.path, as the suite and benchmarks
-    # run it); Then each subpackage comes from its own top-level folder, and nothing else of the
-    # checkout is part of the package: not tests/, benchmarks/ nor setup.py.
-    code = ("import importlib, json, insync_proxy\n"
+    # run it, and as `pip install -e .` puts it there); Then each subpackage is its top-level folder, seen
+    # through the package's link, with no import hook; and nothing else of the checkout is part of the
+    # package: not tests/, benchmarks/ nor setup.py.
+    code = ("import importlib, json, sys, insync_proxy\n"
             "found = {}\n"
-            "for name in ('tests', 'benchmarks', 'setup', 'scripts', *insync_proxy.SOURCE_FOLDERS):\n"
+            f"for name in ('tests', 'benchmarks', 'setup', 'scripts', *{sorted(FOLDERS)!r}):\n"
             "    try:\n"
             "        found[name] = importlib.import_module('insync_proxy.' + name).__file__\n"
             "    except ModuleNotFoundError as exc:\n"
             "        found[name] = 'not found: ' + str(exc.name)\n"
-            "print(json.dumps({'path': list(insync_proxy.__path__), 'found': found}))\n")
+            "hooks = [type(f).__module__ for f in sys.meta_path if 'insync' in type(f).__module__]\n"
+            "print(json.dumps({'path': list(insync_proxy.__path__), 'found': found, 'hooks': hooks}))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     seen = __import__("json").loads(out.stdout)
     assert seen["path"] == [str(ROOT / "insync_proxy")]
+    assert seen["hooks"] == []
     for name in ("tests", "benchmarks", "setup", "scripts"):
         assert seen["found"][name] == f"not found: insync_proxy.{name}", (name, seen["found"][name])
-    for name in insync_proxy.SOURCE_FOLDERS:
-        assert seen["found"][name] == str(ROOT / name / "__init__.py"), (name, seen["found"][name])
+    for name, folder in FOLDERS.items():
+        assert seen["found"][name] == str(ROOT / "insync_proxy" / name / "__init__.py"), (name, seen["found"][name])
+        assert Path(seen["found"][name]).resolve() == folder / "__init__.py"
 
 
 def test_every_import_of_the_package_lands_on_a_module_of_its_folders() -> None:
@@ -257,24 +260,33 @@ def test_the_cycle_check_follows_function_level_imports(tmp_path: Path) -> None:
     assert _find_cycle(graph) == ["a", "b", "a"]
 
 
-def test_the_package_holds_no_symlink() -> None:
-    # Tools that read a tree without following links must see the whole package, each file once.
-    links = [str(Path(d, n).relative_to(ROOT))
-             for folder in [ROOT / "insync_proxy", *FOLDERS.values()]
+def test_the_package_links_each_top_level_source_folder_and_nothing_else() -> None:
+    # Each link is relative (a clone anywhere works), tracked by git as a link, and names a top-level folder
+    # that is a package; the folders hold no link of their own (a tool that does not follow links, ruff, sees
+    # each file once, at its folder).
+    links = sorted(p for p in (ROOT / "insync_proxy").iterdir() if p.is_symlink())
+    assert [p.name for p in links] == sorted(FOLDERS) and len(links) >= 6
+    for link in links:
+        assert os.readlink(link) == f"../{link.name}"
+        assert (ROOT / link.name / "__init__.py").is_file()
+    inner = [str(Path(d, n).relative_to(ROOT)) for folder in FOLDERS.values()
              for d, dirs, files in os.walk(folder) for n in dirs + files if Path(d, n).is_symlink()]
-    assert links == []
+    assert inner == []
     tracked = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert [line for line in tracked.splitlines() if line.startswith("120000")] == []
+    assert sorted(line.split("\t")[1] for line in tracked.splitlines() if line.startswith("120000")) == \
+        [f"insync_proxy/{p.name}" for p in links]
 
 
-def test_every_source_folder_is_mapped_by_package_dir() -> None:
+def test_setuptools_finds_the_package_through_the_links() -> None:
     import tomllib
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert config["package-dir"] == {"insync_proxy": "insync_proxy",
-                                     **{f"insync_proxy.{name}": name for name in FOLDERS}}
+    assert config["package-dir"] == {"": "."}  # the checkout's root is the source root: a plain path entry
+    from setuptools import find_packages
+
+    found = set(find_packages(str(ROOT), include=config["packages"]["find"]["include"]))
     packages = {_module_name(p.parent) for folder in FOLDERS.values() for p in folder.rglob("__init__.py")}
-    assert set(config["packages"]) == packages | {"insync_proxy"}
+    assert found == packages | {"insync_proxy"}
 
 
 def test_the_cycle_check_finds_a_cycle_when_there_is_one() -> None:

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import insync_proxy
+from tests.source_tree import ROOT, SOURCE_FOLDERS
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("docs/architecture.md", "docs/pipeline.md")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -113,8 +112,8 @@ def _definitions() -> Definitions:
 
 def _package_files() -> list[Path]:
     """The package's modules, and setup.py (the compiled build's module list)."""
-    folders = [ROOT / "insync_proxy", *(ROOT / f for f in insync_proxy.SOURCE_FOLDERS)]
-    return [ROOT / "setup.py", *(p for folder in folders for p in folder.rglob("*.py"))]
+    files = [*(ROOT / "insync_proxy").glob("*.py"), *(p for folder in SOURCE_FOLDERS.values() for p in folder.rglob("*.py"))]
+    return [ROOT / "setup.py", *files]
 
 
 def _file_exists(name: str) -> bool:
@@ -161,8 +160,7 @@ def _camel(name: str) -> bool:
     return name[0].isupper() and any(c.islower() for c in name) and "_" not in name
 
 
-_MODULES = {"insync_proxy", *insync_proxy.SOURCE_FOLDERS,
-            *(p.stem for f in insync_proxy.SOURCE_FOLDERS for p in (ROOT / f).rglob("*.py"))}
+_MODULES = {"insync_proxy", *SOURCE_FOLDERS, *(p.stem for folder in SOURCE_FOLDERS.values() for p in folder.rglob("*.py"))}
 
 
 def _module_for(parts: list[str], defs: Definitions) -> tuple[str | None, list[str]]:

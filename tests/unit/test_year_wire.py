@@ -5,9 +5,9 @@ tag 637 may carry after a change."""
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
+from benchmarks.year_in_an_hour import allowed_values
+from benchmarks.year_wire import metadata_request, read_metadata_v12
 from insync_proxy.protocol import encode_response
 from insync_proxy.protocol.messages import (
     MetadataResponse,
@@ -15,11 +15,6 @@ from insync_proxy.protocol.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from year_in_an_hour import allowed_values  # noqa: E402
-from year_wire import metadata_request, read_metadata_v12  # noqa: E402
 
 
 def test_the_hand_written_reader_reads_what_protocol_writes_tag_637_included() -> None:
