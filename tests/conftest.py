@@ -239,6 +239,12 @@ def _version_id(version: str | None) -> str:
     return f"kafka-{version or selected_version()}"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--scenario", action="store_true",
+                     help="also run the tests marked `scenario` (the scenario runner's 5-minute year): CI's own step "
+                          "after the suite, ./scripts/test-scenario")
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     """Which build the suite tests: the interpreted source or the compiled data path (scripts/compile)."""
     return f"insync-proxy data path: {describe(compiled_modules())}"
@@ -276,6 +282,14 @@ def _requested_version(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks set here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The scenario runner's run is a step of its own (./scripts/test-scenario, after the suite in CI): the suite
+    # leaves it out, and says so at its end.
+    if not config.getoption("--scenario"):
+        scenario = [item for item in items if item.get_closest_marker("scenario")]
+        if scenario:
+            items[:] = [item for item in items if item not in scenario]
+            config.hook.pytest_deselected(items=scenario)
+            _SCENARIO_LEFT_OUT.extend(item.nodeid for item in scenario)
     # Marked from what a test uses, so no test can forget it: `-m "not needs_kafka"` starts no JVM.
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -373,12 +387,23 @@ def work_unit(item: pytest.Item) -> str:
 
 #: What the workers' own end-of-run checks found (pytest-xdist: each worker runs its clusters and proxies).
 _WORKER_FAILURES: list[str] = []
+#: The scenario tests this run left out (no --scenario): named in one line at its end.
+_SCENARIO_LEFT_OUT: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _SCENARIO_LEFT_OUT:
+        terminalreporter.write_line(f"{len(_SCENARIO_LEFT_OUT)} scenario test(s) left out (the scenario runner's "
+                                    "5-minute year): they run in their own step, ./scripts/test-scenario")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
     """The controller hears of a worker's failed end-of-run checks (sent in `workeroutput`)."""
     _WORKER_FAILURES.extend(getattr(node, "workeroutput", {}).get("insync_failures", []))
+    for nodeid in getattr(node, "workeroutput", {}).get("insync_scenario_left_out", []):
+        if nodeid not in _SCENARIO_LEFT_OUT:  # each worker collects (and leaves out) the same tests
+            _SCENARIO_LEFT_OUT.append(nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -401,6 +426,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: the controller reports it
         workeroutput["insync_failures"] = failures
+        workeroutput["insync_scenario_left_out"] = list(_SCENARIO_LEFT_OUT)
         return
     for failure in failures:
         print(f"\nFAILED: {failure}", file=sys.stderr)

@@ -321,6 +321,50 @@ def _ready(url: str) -> bool:
         return False
 
 
+def _interrupt_while_kafka_starts(argv: list[str], cwd: Path, env: dict[str, str]
+                                  ) -> tuple[int, str, str, set[str]] | None:
+    """Runs `argv`, and once a JVM of the new cluster runs, sends Ctrl-C: (exit code, stdout, stderr, the new cluster
+    ids), or None when the command was done (the cluster ready) before a JVM of it was seen. The JVMs seen are
+    paused until Ctrl-C is sent, so the cluster cannot become ready meanwhile (on a busy machine it once did)."""
+    from insync_proxy.devcluster.cluster import find_devcluster_jvms
+
+    before = {cluster_id for _, cluster_id in find_devcluster_jvms()}
+    # Ctrl-C as a terminal delivers it: SIGINT at its default (a background job of a script inherits it ignored)
+    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    paused: list[int] = []
+
+    def started() -> list[tuple[int, str]]:
+        return [(pid, cid) for pid, cid in find_devcluster_jvms() if cid not in before]
+
+    try:
+        wait_until(lambda: bool(started()) or process.poll() is not None, 120, interval=0.05,
+                   what="a JVM of the new cluster")
+        for pid, _ in started():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                paused.append(pid)
+        ours = {cid for _, cid in started()}
+        if process.poll() is not None:
+            out, err = process.communicate()
+            assert process.returncode == 0 and ours, (process.returncode, out, err)
+            return None
+        # Ctrl-C reaches the command only: the JVMs must be stopped by it
+        process.send_signal(signal.SIGINT)
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        out, err = process.communicate(timeout=STOP_TIMEOUT)
+        return process.returncode, out, err, ours
+    finally:
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+
+
 @pytest.mark.own_cluster
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["demo", "dev-cluster up"])
@@ -330,35 +374,25 @@ def test_ctrl_c_while_kafka_starts_stops_everything_with_one_line_and_no_traceba
     from insync_proxy.devcluster.cluster import find_devcluster_jvms
     from insync_proxy.devcluster.distribution import kafka_libs
 
-    before = {cluster_id for _, cluster_id in find_devcluster_jvms()}
-    argv = [_console_script(), *command.split()]
-    if command == "demo":
-        argv += ["--bootstrap-port", str(free_port()), "--broker-port-base", str(free_port_base()),
-                 "--admin-port", str(free_port())]
-    else:
-        argv += ["--dir", str(tmp_path / "kafka-dev"), "--port-base", str(free_port_base(5))]
     env = {**os.environ, "INSYNC_PROXY_CACHE": str(tmp_path / "cache"), "INSYNC_PROXY_KAFKA_LIBS": str(kafka_libs())}
-    # Ctrl-C as a terminal delivers it: SIGINT at its default (a background job of a script inherits it ignored)
-    process = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        # Given Kafka starting (a JVM of a new cluster runs)
-        def started() -> set[str]:
-            return {cluster_id for _, cluster_id in find_devcluster_jvms()} - before
-
-        wait_until(lambda: bool(started()) or process.poll() is not None, 120, interval=0.1,
-                   what="a JVM of the new cluster")
-        ours = started()
-        assert ours, process.communicate()
-        # When Ctrl-C reaches the command (only the command: the JVMs must be stopped by it)
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=STOP_TIMEOUT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
+    for attempt in range(3):
+        argv = [_console_script(), *command.split()]
+        if command == "demo":
+            argv += ["--bootstrap-port", str(free_port()), "--broker-port-base", str(free_port_base()),
+                     "--admin-port", str(free_port())]
+        else:
+            argv += ["--dir", str(tmp_path / f"kafka-dev-{attempt}"), "--port-base", str(free_port_base(5))]
+        interrupted = _interrupt_while_kafka_starts(argv, tmp_path, env)
+        if interrupted is not None:
+            returncode, out, err, ours = interrupted
+            break
+        # the cluster was ready before a JVM of it was seen: no start to interrupt; stopped, and tried again
+        subprocess.run([_console_script(), "dev-cluster", "down", "--dir", str(tmp_path / f"kafka-dev-{attempt}")],
+                       env=env, capture_output=True, timeout=STOP_TIMEOUT)
+    else:
+        pytest.fail("three times the cluster was ready before a JVM of it was seen: no start to interrupt")
     # Then it exits 130 with one clean line, no traceback, and nothing of it keeps running
-    assert process.returncode == 130, (out, err)
+    assert returncode == 130, (out, err)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert f"insync-proxy {command.split()[0]}: interrupted; what it had started is stopped" in err, err
     wait_until(lambda: not ({cluster_id for _, cluster_id in find_devcluster_jvms()} & ours), 60,

@@ -1,5 +1,6 @@
 """A year in five minutes: benchmarks/year_in_an_hour.py with its short schedule (every event type once, small
-rates) against a cluster of its own, and every invariant of its table held."""
+rates) against a cluster of its own, and every invariant of its table held. Marked `scenario`: ./scripts/test
+leaves it out, ./scripts/test-scenario runs it (CI's step after the suite)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.scenario
 @pytest.mark.own_cluster("year")
 @pytest.mark.timeout(1500)
 def test_a_year_in_five_minutes_keeps_every_invariant(exclusive_cluster_slot: None) -> None:
