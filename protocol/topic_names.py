@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from .api_keys import ApiKey
+from .api_keys import FIRST_FLEXIBLE_VERSION, ApiKey
 from .errors import ProtocolError, TruncatedData
 from .headers import peek_request_header
 from .messages import CreateTopicsResponse, decode_response
@@ -24,12 +24,11 @@ _SET = 0  # IncrementalAlterConfigs operation
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 
-#: API key -> first flexible version.
+#: The requests that create, delete or reconfigure topics: API key -> first flexible version (from the specs).
 TOPIC_CHANGING_APIS: dict[int, int] = {
-    ApiKey.CREATE_TOPICS: 5,
-    ApiKey.DELETE_TOPICS: 4,
-    ApiKey.ALTER_CONFIGS: 2,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    key: first for key in (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS,
+                           ApiKey.INCREMENTAL_ALTER_CONFIGS)
+    if (first := FIRST_FLEXIBLE_VERSION[key]) is not None
 }
 
 

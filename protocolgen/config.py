@@ -95,5 +95,10 @@ DEFAULTS: Final[dict[tuple[str, str, str], str]] = {
 #: specs), so a proxy can still peek the headers of a 3.x cluster's inter-broker requests.
 REMOVED_API_FIRST_FLEXIBLE: Final[dict[int, int]] = {4: 4, 5: 2, 6: 6, 7: 3}
 
+#: Names an API key had in an older Kafka, kept as aliases of the specs' name (ApiKey(74).name is the specs').
+API_KEY_ALIASES: Final[dict[str, int]] = {
+    "LIST_CLIENT_METRICS_RESOURCES": 74,  # ListClientMetricsResources until Kafka 4.1 (KIP-1142)
+}
+
 #: The spec files the generator reads besides the decoded APIs' requests and responses.
 HEADER_SPECS: Final = ("RequestHeader", "ResponseHeader")

@@ -473,11 +473,13 @@ metadata_scan.py, metadata_splice.py, fetch.py, headers.py) read here which vers
 which version a message is flexible, and the tags of tagged fields: the same specs the message classes
 (protocol/kafka_messages.py) come from. Names: ``<MESSAGE>_<FIELD PATH>_SINCE`` (first version with the
 field), ``_UNTIL`` (last), ``_NULLABLE_SINCE``, ``_TAG``; ``<API>_MIN_VERSION`` / ``_MAX_VERSION``: the versions
-protocol/ supports (protocolgen/config.py), ``<API>_FLEXIBLE_SINCE``: the first flexible version.
+protocol/ supports (protocolgen/config.py), ``<API>_FLEXIBLE_SINCE``: the first flexible version. ``ApiKey``:
+every API key the specs define, by Kafka's name.
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Final
 
 #: The Kafka release the specs come from.
@@ -537,6 +539,13 @@ def generate_versions(messages: list[Message], texts: dict[str, str], kafka: str
             if v.low > 0:
                 out.append(f"{member}_{snake(raw['name']).upper()}_SINCE: Final = {v.low}")
     summary = json.loads(texts[API_SUMMARY])
+    out.append("\n\nclass ApiKey(IntEnum):")
+    out.append('    """Kafka API keys, named as in ``org.apache.kafka.common.protocol.ApiKeys``: every key of the specs."""')
+    out.append("")
+    for key, entry in summary.items():
+        out.append(f"    {_api_member(entry['name'])} = {key}")
+    for alias, key in config.API_KEY_ALIASES.items():
+        out.append(f"    {alias} = {key}  # {summary[str(key)]['name']}'s older name (protocolgen/config.py)")
     out.append("\n#: First flexible version of every API key Kafka defines (None: never flexible); the keys Kafka")
     out.append("#: 4.0 removed keep their last one (protocolgen/config.py). Picks the header versions.")
     out.append("FIRST_FLEXIBLE_VERSION: Final[dict[int, int | None]] = {")

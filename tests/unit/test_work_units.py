@@ -23,7 +23,7 @@ def pytest_collection_finish(session):
 '''
 
 
-def _groups(tmp_path: Path, *paths: str, workers: int | None = None) -> dict[str, str]:
+def _groups(tmp_path: Path, *paths: str, workers: int | None = None, options: tuple[str, ...] = ()) -> dict[str, str]:
     """Collects the given test files (nothing runs, no JVM starts) and returns each test's group, in the
     order the tests were sorted into (`workers`: as a pytest-xdist worker of a run with that many collects)."""
     (tmp_path / "work_units_plugin.py").write_text(_GROUPS_PLUGIN)
@@ -32,7 +32,7 @@ def _groups(tmp_path: Path, *paths: str, workers: int | None = None) -> dict[str
            **({"PYTEST_XDIST_WORKER_COUNT": str(workers)} if workers else {}),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-m", "pytest", "-p", "work_units_plugin", "--collect-only", "-q",
-                             "-n", "0", *paths], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                             "-n", "0", *options, *paths], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     groups: dict[str, str] = json.loads(out.read_text())
     return groups
@@ -54,7 +54,7 @@ def test_the_five_minute_scenario_starts_first_and_a_group_without_jvms_waits_be
     # Given the scenario test (one test, 320 s), tests on the shared cluster, the image's and some without JVMs
     groups = _groups(tmp_path, "tests/deploy/test_compose.py", "tests/deploy/test_dockerfile.py",
                      "tests/deploy/test_image.py", "tests/integration/test_acks.py",
-                     "tests/integration/test_year_in_an_hour.py", workers=3)
+                     "tests/integration/test_year_in_an_hour.py", workers=3, options=("--scenario",))
     # When three workers take the groups in order (pytest-xdist: a worker with two tests or fewer left takes
     # the next group at once, so the scenario's worker takes the fourth, to run after the scenario)
     order = list(dict.fromkeys(groups.values()))
@@ -63,6 +63,15 @@ def test_the_five_minute_scenario_starts_first_and_a_group_without_jvms_waits_be
     assert order[0] == "own:year", order
     assert order[1:3] == [f"kafka:{selected_version()}", "image"], order
     assert order[3] == "tests/deploy/test_compose.py", order
+
+
+def test_the_suite_leaves_the_scenario_out_unless_asked(tmp_path: Path) -> None:
+    # Given the scenario test and a test without JVMs; When collected as ./scripts/test collects (no --scenario)
+    plain = _groups(tmp_path, "tests/integration/test_year_in_an_hour.py", "tests/deploy/test_dockerfile.py")
+    # Then the scenario is not in the run (./scripts/test-scenario runs it), and with --scenario it is
+    assert plain and not [n for n in plain if "test_year_in_an_hour" in n], plain
+    asked = _groups(tmp_path, "tests/integration/test_year_in_an_hour.py", options=("--scenario", "-m", "scenario"))
+    assert list(asked.values()) == ["own:year"], asked
 
 
 def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
