@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from insync_proxy.pipeline.defaults import STREAM_WATERMARK, STREAM_WINDOW
 from insync_proxy.pipeline.spark_env import PipelineError, Progress
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-DEFAULT_WINDOW = "1 minute"
-DEFAULT_WATERMARK = "5 minutes"
+DEFAULT_WINDOW = STREAM_WINDOW
+DEFAULT_WATERMARK = STREAM_WATERMARK
 #: Under the checkpoint: the end-of-input markers :func:`close_open_windows` writes (a file source of the
 #: windows query, so each marker is read once and recorded in the checkpoint like any input).
 END_OF_INPUT_DIR = "end-of-input"

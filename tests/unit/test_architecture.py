@@ -20,14 +20,20 @@ PACKAGE = "insync_proxy.proxy"
 #: and writes what it learns into the data path's own ClusterView; the audit sinks use the control
 #: connection; behaviours use all of them; proxy/'s top (the process object and its reloads) wires them.
 WINGS = ("config", "observability", "datapath", "controlplane", "audit", "behaviours")
-#: The modules at proxy/'s top, above every wing (__init__.py only holds the version).
-TOP = {"__init__.py", "server.py", "reload.py"}
+#: The modules at proxy/'s top, above every wing (__init__.py only holds the version; lifecycle.py runs the
+#: process object from start to stop).
+TOP = {"__init__.py", "server.py", "reload.py", "lifecycle.py"}
 #: Client-side helpers (client/): not the proxy, and not imported by it.
 CLIENT = "insync_proxy.client"
 #: The dev tooling: the local Kafka, chaos, certificates, probes (devcluster/).
 DEV_TOOLING = "insync_proxy.devcluster"
 #: The folders linked into insync_proxy (insync_proxy/<name> -> ../<name>), by subpackage name.
 FOLDERS = SOURCE_FOLDERS
+
+
+def _own_files() -> list[Path]:
+    """The package's own modules (insync_proxy/, insync_proxy/cli/), not those behind its links."""
+    return [Path(d, n) for d, dirs, files in os.walk(ROOT / "insync_proxy") for n in files if n.endswith(".py")]
 
 
 def _module_name(path: Path) -> str:
@@ -42,8 +48,9 @@ def _module_name(path: Path) -> str:
 
 
 def _package_modules() -> dict[str, Path]:
-    """Every module of the package: insync_proxy/ itself and the folders linked into it."""
-    files = [*(ROOT / "insync_proxy").glob("*.py"), *(p for folder in FOLDERS.values() for p in folder.rglob("*.py"))]
+    """Every module of the package: insync_proxy/ itself (the command line, insync_proxy/cli/, included) and the
+    folders linked into it."""
+    files = [*_own_files(), *(p for folder in FOLDERS.values() for p in folder.rglob("*.py"))]
     return {_module_name(p): p for p in files}
 
 
@@ -164,21 +171,21 @@ def test_the_runtime_rooms_import_no_dev_tooling() -> None:
 
 
 def test_the_command_line_reaches_the_dev_tooling_only_inside_its_commands() -> None:
-    # `insync-proxy run` loads no dev tooling: cli.py imports it inside the functions of `demo`,
-    # `dev-cluster` and `chaos`, never at module level (tests/unit/test_packaging.py checks the same
-    # in a fresh interpreter).
-    cli = ROOT / "insync_proxy" / "cli.py"
-    tree = ast.parse(cli.read_text(), str(cli))
-    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
-    inside = {id(node) for function in functions for node in ast.walk(function)}
+    # `insync-proxy run` loads no dev tooling: the command line (insync_proxy/cli/) imports it inside the
+    # functions of `demo`, `dev-cluster` and `chaos`, never at module level (tests/unit/test_packaging.py
+    # checks the same in a fresh interpreter).
     lazy, eager = [], []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(DEV_TOOLING):
-            (lazy if id(node) in inside else eager).append(node.lineno)
-        elif isinstance(node, ast.Import) and any(a.name.startswith(DEV_TOOLING) for a in node.names):
-            (lazy if id(node) in inside else eager).append(node.lineno)
-    assert lazy, "cli.py no longer reaches the dev tooling: the check would see nothing"
-    assert eager == [], f"cli.py imports the dev tooling at module level, lines {eager}"
+    for cli in sorted((ROOT / "insync_proxy" / "cli").glob("*.py")):
+        tree = ast.parse(cli.read_text(), str(cli))
+        functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+        inside = {id(node) for function in functions for node in ast.walk(function)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(DEV_TOOLING):
+                (lazy if id(node) in inside else eager).append(f"{cli.name}:{node.lineno}")
+            elif isinstance(node, ast.Import) and any(a.name.startswith(DEV_TOOLING) for a in node.names):
+                (lazy if id(node) in inside else eager).append(f"{cli.name}:{node.lineno}")
+    assert lazy, "the command line no longer reaches the dev tooling: the check would see nothing"
+    assert eager == [], f"the command line imports the dev tooling at module level: {eager}"
 
 
 def test_the_package_is_its_linked_folders_only() -> None:
@@ -286,7 +293,9 @@ def test_setuptools_finds_the_package_through_the_links() -> None:
 
     found = set(find_packages(str(ROOT), include=config["packages"]["find"]["include"]))
     packages = {_module_name(p.parent) for folder in FOLDERS.values() for p in folder.rglob("__init__.py")}
-    assert found == packages | {"insync_proxy"}
+    own = {_module_name(p.parent) for p in _own_files() if p.name == "__init__.py"}
+    assert "insync_proxy.cli" in own
+    assert found == packages | own
 
 
 def test_the_cycle_check_finds_a_cycle_when_there_is_one() -> None:
@@ -328,9 +337,10 @@ def test_the_process_object_wires_and_starts_and_hosts_no_service() -> None:
     (proxy_class,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "InsyncProxy"]
     coroutines = {n.name for n in proxy_class.body if isinstance(n, ast.AsyncFunctionDef)}
     assert coroutines <= {"start", "stop", "_summary_loop"}, coroutines
-    # And nothing but the command line imports it (check-config's preflight makes TLS contexts from tls.py)
+    # And nothing but the process's life (lifecycle.py, which `run` and `demo` call) imports it (check-config's
+    # preflight makes TLS contexts from tls.py)
     for name, path in _package_modules().items():
-        if name in (f"{PACKAGE}.server", "insync_proxy.cli"):
+        if name in (f"{PACKAGE}.server", f"{PACKAGE}.lifecycle"):
             continue
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         assert f"{PACKAGE}.server" not in _imports(path, package), f"{name} imports the process object"

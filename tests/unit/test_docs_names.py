@@ -112,7 +112,8 @@ def _definitions() -> Definitions:
 
 def _package_files() -> list[Path]:
     """The package's modules, and setup.py (the compiled build's module list)."""
-    files = [*(ROOT / "insync_proxy").glob("*.py"), *(p for folder in SOURCE_FOLDERS.values() for p in folder.rglob("*.py"))]
+    # rglob does not follow the package's links: insync_proxy/ and insync_proxy/cli/, then the linked folders
+    files = [*(ROOT / "insync_proxy").rglob("*.py"), *(p for folder in SOURCE_FOLDERS.values() for p in folder.rglob("*.py"))]
     return [ROOT / "setup.py", *files]
 
 
@@ -160,7 +161,8 @@ def _camel(name: str) -> bool:
     return name[0].isupper() and any(c.islower() for c in name) and "_" not in name
 
 
-_MODULES = {"insync_proxy", *SOURCE_FOLDERS, *(p.stem for folder in SOURCE_FOLDERS.values() for p in folder.rglob("*.py"))}
+_MODULES = {"insync_proxy", *SOURCE_FOLDERS, *(p.stem for p in (ROOT / "insync_proxy").rglob("*.py")),
+            *(p.stem for folder in SOURCE_FOLDERS.values() for p in folder.rglob("*.py"))}
 
 
 def _module_for(parts: list[str], defs: Definitions) -> tuple[str | None, list[str]]:
