@@ -38,9 +38,9 @@ from insync_proxy.proxy.controlplane.control import ControlConnection
 from insync_proxy.proxy.observability.logsetup import apply_logging
 
 if TYPE_CHECKING:
-    from insync_proxy.proxy.audit import AuditLog
     from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
     from insync_proxy.proxy.audit.summary import ProduceSummaries
+    from insync_proxy.proxy.audit.writer import AuditLog
     from insync_proxy.proxy.controlplane.metadata_refresh import MetadataRefresh
     from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
     from insync_proxy.proxy.datapath.connection import ConnectionSettings

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from insync_proxy.proxy.audit import AuditLog
 from insync_proxy.proxy.audit.kafka_sink import KafkaAuditSink
 from insync_proxy.proxy.audit.summary import ProduceSummaries
+from insync_proxy.proxy.audit.writer import AuditLog
 from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite

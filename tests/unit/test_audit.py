@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from insync_proxy.proxy.audit import AuditLog
+from insync_proxy.proxy.audit.writer import AuditLog
 from insync_proxy.proxy.config.settings import AuditConfig
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.helpers import wait_until
