@@ -25,6 +25,7 @@ from setuptools import setup
 #: declared in a dataclass body, which would make them fields (docs/protocol.md).
 COMPILED_MODULES = [
     "protocol/kafka_versions.py",
+    "protocol/kafka_walkers.py",
     "protocol/api_keys.py",
     "protocol/addresses.py",
     "protocol/primitives.py",

@@ -25,7 +25,13 @@ from .kafka_messages import NodeEndpoint
 from .kafka_versions import FETCH_MAX_VERSION as _MAX_VERSION
 from .kafka_versions import FETCH_RESPONSE_NODE_ENDPOINTS_SINCE as _FIRST_NODE_ENDPOINTS_VERSION
 from .kafka_versions import FETCH_RESPONSE_NODE_ENDPOINTS_TAG as _NODE_ENDPOINTS_TAG
-from .kafka_versions import FETCH_RESPONSE_RESPONSES_TOPIC_ID_SINCE as _TOPIC_ID_SINCE
+from .kafka_walkers import (
+    FETCH_RESPONSE_ABORTED_TRANSACTION_SKIP,
+    FETCH_RESPONSE_FETCHABLE_TOPIC_RESPONSE_FIXED_PREFIX,
+    FETCH_RESPONSE_FIXED_PREFIX,
+    FETCH_RESPONSE_PARTITION_DATA_FIXED_PREFIX,
+    FETCH_RESPONSE_TAGS_AT,
+)
 from .primitives import Buffer, Reader, Writer, bytes_view, read_uvarint_at, skip_tagged_fields_at
 from .schema import ArrayOf, decode_value, encode_value
 
@@ -38,6 +44,8 @@ __all__ = [
 ]
 
 FETCH_NODE_ENDPOINTS_TAG: Final = _NODE_ENDPOINTS_TAG
+#: The first version the generated grammar walks (flexible Fetch: protocolgen/config.py's WALKED_ONLY_APIS).
+_FIRST_WALKED_VERSION: Final = next(v for v, f in enumerate(FETCH_RESPONSE_TAGS_AT) if f is not None)
 _NODE_ENDPOINTS: Final = ArrayOf(NodeEndpoint)
 #: An unknown top-level tag (clients skip unknown tags) whose zero bytes keep a rewritten response's
 #: length when the proxy's addresses are shorter than the brokers'.
@@ -45,33 +53,15 @@ FETCH_PADDING_TAG: Final = 10_000
 
 
 def _top_level_tags_offset(mv: memoryview, v: int) -> int:
-    """Offset of the top-level tagged-field section of a flexible (v12+) Fetch response."""
-    r = Reader(mv)
-    r.int32()  # correlation id
+    """Offset of the top-level tagged-field section of a flexible (v12+) Fetch response: the response header read,
+    then the body's fields skipped by the generated grammar (protocol/kafka_walkers.py), records by their length."""
+    tags_at = FETCH_RESPONSE_TAGS_AT[v] if 0 <= v < len(FETCH_RESPONSE_TAGS_AT) else None
+    if tags_at is None:
+        raise UnsupportedVersion(f"Fetch v{v}: the walk knows v{_FIRST_WALKED_VERSION}-v{_MAX_VERSION}")
+    pos = 4  # correlation id
     if response_header_version(ApiKey.FETCH, v) == 1:
-        r.tagged_fields()
-    r.int32()  # throttle_time_ms
-    r.int16()  # error_code
-    r.int32()  # session_id
-    n_topics = r.array_length(True)
-    for _ in range(max(n_topics, 0)):
-        if v >= _TOPIC_ID_SINCE:
-            r.take(16)  # topic_id
-        else:
-            r.compact_string()
-        n_parts = r.array_length(True)
-        for _ in range(max(n_parts, 0)):
-            # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
-            r.take(30)
-            n_aborted = r.array_length(True)
-            for _ in range(max(n_aborted, 0)):
-                r.take(16)  # producer_id, first_offset
-                r.tagged_fields()
-            r.int32()  # preferred_read_replica
-            r.compact_nullable_bytes()  # records: skipped, not decoded
-            r.tagged_fields()
-        r.tagged_fields()
-    return r.pos
+        pos = skip_tagged_fields_at(mv, pos)
+    return tags_at(mv, pos)
 
 
 def find_fetch_node_endpoints(frame: Buffer, api_version: int) -> tuple[NodeEndpoint, ...]:
@@ -176,7 +166,8 @@ class FetchEndpointsTap:
     leader from Metadata, as before KIP-951, and never sees a broker's address.
     """
 
-    __slots__ = ("_carry", "_parts", "_skip", "_state", "_topics", "addresses", "api_version", "dropped")
+    __slots__ = ("_aborted", "_body_head", "_carry", "_partition_head", "_parts", "_skip", "_state", "_topic_head",
+                 "_topics", "addresses", "api_version", "dropped")
 
     def __init__(self, api_version: int, addresses: Mapping[int, tuple[str, int]]) -> None:
         if not _FIRST_NODE_ENDPOINTS_VERSION <= api_version <= _MAX_VERSION:
@@ -190,6 +181,13 @@ class FetchEndpointsTap:
         self._parts = 0  # partitions left in the current topic, the current one included
         self._skip = 0  # record bytes still to skip
         self._carry = b""  # the start of a step cut by the end of the last piece
+        # The fixed-width heads and the aborted transaction's skip of this version (protocol/kafka_walkers.py)
+        self._body_head = FETCH_RESPONSE_FIXED_PREFIX[api_version]  # throttle_time_ms, error_code, session_id
+        self._topic_head = FETCH_RESPONSE_FETCHABLE_TOPIC_RESPONSE_FIXED_PREFIX[api_version]  # topic_id
+        self._partition_head = FETCH_RESPONSE_PARTITION_DATA_FIXED_PREFIX[api_version]
+        aborted = FETCH_RESPONSE_ABORTED_TRANSACTION_SKIP[api_version]
+        assert aborted is not None
+        self._aborted = aborted
 
     def feed(self, data: memoryview) -> int:
         if self._state == _DONE:
@@ -233,10 +231,11 @@ class FetchEndpointsTap:
         """Read one step at ``b[p]``; move the walk on only if the step was whole."""
         state = self._state
         if state == _PARTITION:
-            p += 30  # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset
+            p += self._partition_head  # partition_index, error_code, high_watermark, last_stable_offset, ...
             aborted, p = read_uvarint_at(b, p)
+            skip_aborted = self._aborted
             for _ in range(aborted - 1):
-                p = skip_tagged_fields_at(b, p + 16)  # producer_id, first_offset, tagged fields
+                p = skip_aborted(b, p)  # producer_id, first_offset, tagged fields
             records, p = read_uvarint_at(b, p + 4)  # after preferred_read_replica: compact nullable bytes
             if p > len(b):
                 raise _Short
@@ -255,13 +254,13 @@ class FetchEndpointsTap:
                 self._state = _TOPIC if self._topics > 0 else _DONE
             return p
         if state == _TOPIC:
-            parts, p = read_uvarint_at(b, p + 16)  # after topic_id
+            parts, p = read_uvarint_at(b, p + self._topic_head)  # after topic_id
             self._parts = parts - 1
             self._state = _PARTITION if self._parts > 0 else _TOPIC_TAGS
             return p
         # _HEADER: correlation id, header tags, throttle_time_ms, error_code, session_id, topic count
         p = skip_tagged_fields_at(b, p + 4)
-        topics, p = read_uvarint_at(b, p + 10)
+        topics, p = read_uvarint_at(b, p + self._body_head)
         self._topics = topics - 1
         self._state = _TOPIC if self._topics > 0 else _DONE
         return p

@@ -42,6 +42,7 @@ from .kafka_versions import (
     METADATA_RESPONSE_TOPICS_TOPIC_AUTHORIZED_OPERATIONS_SINCE as _TOPIC_AUTHORIZED_OPERATIONS_SINCE,
 )
 from .kafka_versions import METADATA_RESPONSE_TOPICS_TOPIC_ID_SINCE as _TOPIC_ID_SINCE
+from .kafka_walkers import METADATA_RESPONSE_PARTITION_FIXED_PREFIX as _PARTITION_FIXED
 from .messages import AUTHORIZED_OPERATIONS_OMITTED, MIN_INSYNC_REPLICAS_TAG
 from .primitives import Buffer, Reader, read_uvarint_at
 
@@ -260,6 +261,7 @@ def _read_partitions(buf: memoryview, p: int, count: int, v: int, starts: list[i
     has_epoch = v >= _LEADER_EPOCH_SINCE
     n_arrays = 3 if v >= _OFFLINE_REPLICAS_SINCE else 2
     unpack_head = (_PARTITION_HEAD_V7 if has_epoch else _PARTITION_HEAD).unpack_from
+    fixed = _PARTITION_FIXED[v]
     unpack_i32 = _I32.unpack_from
     new = tuple.__new__
     out: list[ScannedPartition] = []
@@ -267,7 +269,7 @@ def _read_partitions(buf: memoryview, p: int, count: int, v: int, starts: list[i
         if starts is not None:
             starts.append(p)
         head = unpack_head(buf, p)
-        p += 14 if has_epoch else 10
+        p += fixed
         values: list[object] = [head[1], head[0], head[2], head[3] if has_epoch else -1]
         for _ in range(n_arrays):
             c = unpack_i32(buf, p)[0]
@@ -299,7 +301,7 @@ def _walk_partitions(buf: memoryview, p: int, count: int, v: int, starts: list[i
     """Skip ``count`` partitions of a v0-v8 answer (fixed-width arrays) from ``p`` with integer reads only;
     return the offset after them. v9+ answers are walked by `_skip_partitions` over ``bytes``."""
     n = len(buf)
-    fixed = 14 if v >= _LEADER_EPOCH_SINCE else 10  # error_code, partition_index, leader_id[, leader_epoch]
+    fixed = _PARTITION_FIXED[v]  # error_code, partition_index, leader_id[, leader_epoch]
     n_arrays = 3 if v >= _OFFLINE_REPLICAS_SINCE else 2
     unpack_i32 = _I32.unpack_from
     for _ in range(count):
@@ -321,7 +323,7 @@ def _skip_partitions(data: bytes, p: int, count: int, v: int, starts: list[int] 
     over ``bytes``: compiled, ``bytes`` indexing is a native read where a memoryview's goes through the generic
     protocol (a 3,000-topic answer walks 6,000 partitions)."""
     n = len(data)
-    fixed = 14 if v >= _LEADER_EPOCH_SINCE else 10
+    fixed = _PARTITION_FIXED[v]
     n_arrays = 3 if v >= _OFFLINE_REPLICAS_SINCE else 2
     if v < _FLEXIBLE_SINCE:
         return _walk_partitions(memoryview(data), p, count, v, starts)

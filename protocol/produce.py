@@ -35,6 +35,10 @@ from .kafka_versions import (
     PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE,
     PRODUCE_RESPONSE_THROTTLE_TIME_MS_SINCE,
 )
+from .kafka_walkers import (
+    PRODUCE_RESPONSE_BATCH_INDEX_AND_ERROR_MESSAGE_SKIP,
+    PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX,
+)
 from .messages import decode_response, encode_response
 from .primitives import (
     Buffer,
@@ -703,12 +707,10 @@ def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseSca
                                api_version >= PRODUCE_FLEXIBLE_SINCE and not (end + 5 == len(frame) and frame[end + 4] == 0))
 
 
-#: index, error_code and base_offset, then log_append_time_ms (v2+) and log_start_offset (v5+).
-_LOG_APPEND_TIME_SINCE: Final = PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_APPEND_TIME_MS_SINCE
-_LOG_START_OFFSET_SINCE: Final = PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_SINCE
-#: index int32, error_code int16, base_offset int64 (+ log_append_time_ms, log_start_offset int64), by version.
-_PARTITION_FIXED: Final = tuple(14 + (8 if v >= _LOG_APPEND_TIME_SINCE else 0) + (8 if v >= _LOG_START_OFFSET_SINCE else 0)
-                               for v in range(PRODUCE_MAX_VERSION + 1))
+#: A partition's fixed-width head by version (index, error_code, base_offset, then log_append_time_ms from v2 and
+#: log_start_offset from v5), and the skip of one record error: generated from the specs (protocol/kafka_walkers.py).
+_PARTITION_FIXED: Final = PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX
+_RECORD_ERROR_SKIP: Final = PRODUCE_RESPONSE_BATCH_INDEX_AND_ERROR_MESSAGE_SKIP
 
 
 def _walk_response(frame: Buffer, version: int) -> tuple[int, list[tuple[str | uuid.UUID, int, int]], int]:
@@ -751,10 +753,11 @@ def _walk_response(frame: Buffer, version: int) -> tuple[int, list[tuple[str | u
                     pos += 3  # no record errors, null error message, no tags
                     continue
                 record_errors, pos = read_array_length_at(frame, pos, flexible)
-                for _ in range(record_errors):
-                    pos = _skip_nullable_string_at(frame, pos + 4, flexible)  # batch_index, batch_index_error_message
-                    if flexible:
-                        pos = skip_tagged_fields_at(frame, pos)
+                if record_errors > 0:
+                    skip_record_error = _RECORD_ERROR_SKIP[version]
+                    assert skip_record_error is not None  # a version with record errors has their skip
+                    for _ in range(record_errors):
+                        pos = skip_record_error(frame, pos)
                 pos = _skip_nullable_string_at(frame, pos, flexible)  # error_message
                 if flexible:
                     pos = skip_tagged_fields_at(frame, pos)

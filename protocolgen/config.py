@@ -32,6 +32,10 @@ WALKED_ONLY_APIS: Final[dict[str, tuple[int, int]]] = {
     "Fetch": (12, 18),
 }
 
+#: The messages whose grammar is generated down to skip functions and fixed-prefix tables (protocol/kafka_walkers.py,
+#: protocolgen/walkers.py): the ones the fast walkers read.
+WALKED_MESSAGES: Final = ("ProduceResponse", "FetchResponse", "MetadataResponse")
+
 #: Kafka's struct names that collide across specs (or read badly alone), per message: the Python name.
 STRUCT_NAMES: Final[dict[tuple[str, str], str]] = {
     ("DescribeQuorumRequest", "TopicData"): "DescribeQuorumRequestTopic",

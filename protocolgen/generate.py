@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "protocolgen" / "specs"
 MESSAGES_OUT = Path("protocol") / "kafka_messages.py"
 VERSIONS_OUT = Path("protocol") / "kafka_versions.py"
+WALKERS_OUT = Path("protocol") / "kafka_walkers.py"
 #: Summary of every API key's request spec (name, versions, flexible versions): the header tables.
 API_SUMMARY = "api_keys.json"
 KAFKA_VERSION_FILE = "KAFKA_VERSION"
@@ -576,8 +577,11 @@ def generate(texts: dict[str, str]) -> dict[Path, str]:
         if hi < m.spec_versions.high:
             print(f"note: Kafka {kafka} defines {m.api}{m.kind} up to v{m.spec_versions.high}, "
                   f"the cap is v{hi} (protocolgen/config.py)", file=sys.stderr)
+    from .walkers import generate_walkers
+
     return {MESSAGES_OUT: generate_messages(messages, kafka),
-            VERSIONS_OUT: generate_versions(messages + walked, texts, kafka)}
+            VERSIONS_OUT: generate_versions(messages + walked, texts, kafka),
+            WALKERS_OUT: generate_walkers(messages + walked, kafka)}
 
 
 def committed_specs() -> dict[str, str]:

@@ -24,6 +24,7 @@ from protocolgen.generate import (
     MESSAGES_OUT,
     SPECS,
     VERSIONS_OUT,
+    WALKERS_OUT,
     committed_specs,
     generate,
     main,
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_regenerating_from_the_committed_specs_changes_nothing() -> None:
     # Given the committed specs; When the modules are generated again; Then they are the committed ones
     generated = generate(committed_specs())
-    assert set(generated) == {MESSAGES_OUT, VERSIONS_OUT}
+    assert set(generated) == {MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT}
     for path, text in generated.items():
         assert (ROOT / path).read_text() == text, f"{path} is not what scripts/generate-protocol writes"
 
@@ -48,7 +49,7 @@ def test_the_check_script_passes_on_the_repository() -> None:
 
 
 def _copy_outputs(tmp_path: Path) -> None:
-    for path in (MESSAGES_OUT, VERSIONS_OUT):
+    for path in (MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, tmp_path / path)
     shutil.copytree(SPECS, tmp_path / "protocolgen" / "specs")
@@ -79,6 +80,23 @@ def test_a_spec_change_reaches_the_classes_and_the_walkers_tables() -> None:
     # Then the message class and the walkers' fact both follow
     assert 'transactional_id: str | None = kfield(STRING, "4+", nullable="3+", default=None)' in generated[MESSAGES_OUT]
     assert "PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE: Final = 4" in generated[VERSIONS_OUT]
+
+
+def test_a_spec_change_reaches_the_generated_skip_functions() -> None:
+    # Given Kafka's specs where a Produce answer's partition gains an int32 in v13 (as a new Kafka release may)
+    specs = committed_specs()
+    produce = specs["ProduceResponse.json"]
+    anchor = '{ "name": "LogStartOffset", "type": "int64", "versions": "5+", "default": "-1", "ignorable": true,'
+    assert anchor in produce
+    specs["ProduceResponse.json"] = produce.replace(
+        anchor, '{ "name": "NewField", "type": "int32", "versions": "13+", "about": "new" },\n' + anchor)
+    # When the modules are generated
+    walkers = generate(specs)[WALKERS_OUT]
+    # Then v13 has a partition layout of its own, with a head 4 bytes longer, and the table says so
+    assert "def skip_produce_response_partition_produce_response_v13(" in walkers
+    assert "pos += 34  # index, error_code, base_offset, log_append_time_ms, new_field, log_start_offset" in walkers
+    assert "PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX: Final[tuple[int, ...]] = " \
+           "(14, 14, 22, 22, 22, 30, 30, 30, 30, 30, 30, 30, 30, 34,)" in walkers
 
 
 def test_a_new_kafka_version_is_served_only_once_its_cap_is_raised(monkeypatch: pytest.MonkeyPatch,
