@@ -1,6 +1,6 @@
 """Side-by-side benchmark of insync-proxy and other Kafka proxies in front of one cluster (issue 13; not a test).
 
-    python benchmarks/peers_bench.py [--quick] [--sections produce,fetch,perf,memory] [--targets ...]
+    python benchmarks/peers_bench.py [--quick] [--sections produce,roundtrip,fetch,perf,memory] [--targets ...]
                                      [--baseline DIR] [--audit-off] [--produce-rate 2000]
 
 Starts its own 3-broker KRaft Kafka (devcluster/) and, in front of it, every target that can run:
@@ -20,7 +20,7 @@ and, when asked: `--baseline DIR` (repeatable) another checkout's insync-proxy (
 built there with ./scripts/compile) as `insync-proxy@<rev>`, old and new in the same rounds; `--audit-off`
 this checkout's insync-proxy with the audit off as `insync-proxy-no-audit`.
 
-and runs four sections, interleaving the targets over rounds (the order rotates every round). Every
+and runs five sections, interleaving the targets over rounds (the order rotates every round). Every
 proxy cost is CPU seconds of the proxy's processes (with their children) from /proc (threads' schedstat run
 time, utime/stime where threads come and go), which stays meaningful on a shared machine where wall time
 does not.
@@ -30,6 +30,9 @@ does not.
            and per MiB, wakeups (the proxy's threads' context switches) and read/write syscalls per request;
            in every round, after the saturating load, the same at a fixed moderate rate (`--produce-rate`,
            default 2,000 requests/s: a wakeup per request or two, where the cost per wakeup shows)
+  roundtrip  one connection, one request in flight, one 100-byte record (raw Produce v12), acks=1 and acks=-1:
+           each target's round trip p50/p90/p99/p99.9 in microseconds and what it adds to direct's (paired
+           by round), with the proxy's wakeups and syscalls per request at one in flight
   fetch    raw Fetch v11 of one partition (300 MiB, 100 MiB with --quick) from offset 0, 8 MiB per
            response, one connection: MiB/s, ratio vs direct and vs relay, proxy CPU ms per MiB
   perf     Kafka's ProducerPerformance (1 KiB, acks=all, max throughput; and a fixed rate's p50/p99) and
@@ -90,7 +93,7 @@ MIB = 1024 * 1024
 TARGETS = ("direct", "insync-proxy", "kafka-proxy", "kroxylicious", "relay", "socat")
 COMPILED_PEERS = ("kafka-proxy", "kroxylicious")
 AUDIT_OFF = "insync-proxy-no-audit"
-SECTIONS = ("produce", "fetch", "perf", "memory")
+SECTIONS = ("produce", "roundtrip", "fetch", "perf", "memory")
 KROXYLICIOUS_VERSION = "0.12.0"
 PEERS_DIR = cache_dir() / "peers"
 LAUNCHER_SOURCE = ROOT / "benchmarks" / "peers" / "BenchKroxylicious.java"
@@ -139,6 +142,7 @@ class Plan:
     connections: int
     rate_explicit: bool = False  # --rate given: no automatic lowering of perf_rate
     produce_rate: int = 2000  # requests/s of the produce section's fixed-rate load (0: none)
+    round_trips: int = 3000  # round trips per target, acks value and round (the roundtrip section)
 
 
 FULL = Plan(rounds=3, warmup_seconds=3, jit_warmup_seconds=20, produce_seconds=5, produce_connections=4,
@@ -146,7 +150,8 @@ FULL = Plan(rounds=3, warmup_seconds=3, jit_warmup_seconds=20, produce_seconds=5
             perf_max_seconds=12, perf_rate=5000, perf_rate_seconds=12, consume_records=200_000, connections=1000)
 QUICK = Plan(rounds=1, warmup_seconds=1.5, jit_warmup_seconds=8, produce_seconds=3, produce_connections=4,
              produce_window=4, batch_records=16, fetch_mib=100, fetch_max_bytes=8 * MIB, fetch_min_seconds=2, perf_warmup_records=10_000,
-             perf_max_seconds=6, perf_rate=5000, perf_rate_seconds=6, consume_records=60_000, connections=1000)
+             perf_max_seconds=6, perf_rate=5000, perf_rate_seconds=6, consume_records=60_000, connections=1000,
+             round_trips=1500)
 
 
 # ---------------------------------------------------------------------------------------------- statistics
@@ -964,6 +969,83 @@ def section_produce(targets: Sequence[Target], cluster: LocalKafkaCluster, plan:
         results["produce_fixed_rate"] = {"requests_per_sec": plan.produce_rate, "targets": out["fixed"]}
 
 
+#: The round-trip section's percentiles.
+ROUND_TRIP_PERCENTILES = (50, 90, 99, 99.9)
+
+
+def section_roundtrip(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Plan,
+                      results: dict[str, Any]) -> None:
+    """What each target adds to a request's round trip: one connection, one request in flight, one 100-byte record
+    to the leader's port, acks=1 and acks=-1; in every round each target in turn (the order rotating), the first
+    100 round trips of a run left out (the connection's and the path's warm-up). The added latency is paired by
+    round: a target's percentile minus direct's in the same round."""
+    topic = produce_topic(cluster, plan)
+    names = [t.name for t in targets]
+    by_name = {t.name: t for t in targets}
+    record = batch(b"r" * 100)
+    warm = 100
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {acks: {n: [] for n in names} for acks in (1, -1)}
+    pb.say(f"[roundtrip] {plan.rounds} round(s) of {plan.round_trips:,} round trips per target and acks value")
+
+    def one(target: Target, acks: int) -> dict[str, Any]:
+        frame = pb.produce_frame(topic, 0, record, acks)
+        seconds = pb.round_trips(target.ports[1], frame, plan.round_trips + warm,
+                                 lambda answer: _no_produce_error(answer, target.name))[warm:]
+        micros = sorted(s * 1e6 for s in seconds)
+        return {"requests": len(micros), **{f"p{q}": pb.pct(micros, q) for q in ROUND_TRIP_PERCENTILES}}
+
+    for r in range(plan.rounds):
+        for acks in (1, -1):
+            for name in rotated(names, r):
+                run = attempt(name, f"round trips (acks={acks})", lambda n=name, a=acks: measure(  # type: ignore[misc]
+                    by_name[n], lambda: one(by_name[n], a)))
+                if run is None:
+                    continue
+                run["round"] = r
+                requests = max(1, run["requests"])
+                for key in ("wakeups", "reads", "writes"):
+                    run[f"{key}_per_request"] = run.get(f"proxy_{key}", float("nan")) / requests
+                run["cpu_us_per_request"] = run["proxy_cpu_s"] / requests * 1e6
+                runs[acks][name].append(run)
+                pb.say(f"[roundtrip] round {r + 1}, acks={acks}: {name}: p50 {run['p50']:.0f} us, "
+                       f"p99 {run['p99']:.0f} us")
+    out: dict[str, Any] = {}
+    for acks in (1, -1):
+        direct = {run["round"]: run for run in runs[acks].get("direct", [])}
+        rows = []
+        for name in names:
+            rs = runs[acks][name]
+            entry: dict[str, Any] = {"runs": rs}
+            row: list[object] = [name, acks]
+            for q in ROUND_TRIP_PERCENTILES:
+                values = [run[f"p{q}"] for run in rs]
+                entry[f"p{q}_us"] = summary(values)
+                row.append(spread(values))
+            for q in (50, 99):
+                added = [run[f"p{q}"] - direct[run["round"]][f"p{q}"] for run in rs if run["round"] in direct]
+                entry[f"added_p{q}_us"] = summary(added)
+                row.append(spread(added) if name != "direct" else "")
+            for key in ("wakeups_per_request", "reads_per_request", "writes_per_request", "cpu_us_per_request"):
+                entry[key] = summary([run[key] for run in rs])
+            row += [spread([run["wakeups_per_request"] for run in rs]),
+                    spread([run["reads_per_request"] + run["writes_per_request"] for run in rs]),
+                    spread([run["cpu_us_per_request"] for run in rs])]
+            out.setdefault(str(acks), {})[name] = entry
+            rows.append(row)
+        pb.table(f"2{'a' if acks == 1 else 'b'}. Round trip, acks={acks}: one connection, one request in flight, one "
+                 f"100-byte record (Produce v{pb.PRODUCE_VERSION}); microseconds, median (min..max) of "
+                 f"{plan.rounds} round(s) of {plan.round_trips:,}; adds: minus direct's in the same round",
+                 ("target", "acks", "p50", "p90", "p99", "p99.9", "adds p50", "adds p99", "wakeups/request",
+                  "syscalls/request", "proxy CPU us/request"), rows)
+    results["roundtrip"] = out
+
+
+def _no_produce_error(answer: bytes, target: str) -> None:
+    errors = [code for code in pb.produce_errors(answer) if code]
+    if errors:
+        raise RuntimeError(f"{target}: Produce answered with errors {errors}")
+
+
 def section_fetch(targets: Sequence[Target], cluster: LocalKafkaCluster, plan: Plan, results: dict[str, Any]) -> None:
     topic = f"peers-fetch-{plan.fetch_mib}"
     names = [t.name for t in targets]
@@ -1457,10 +1539,11 @@ def main(argv: list[str] | None = None) -> int:
         results["rss_at_start_mib"] = {t.name: tree_memory(t.pids())["rss_mib"] for t in running if t.pids()}
         pb.say(f"targets: {', '.join(t.name for t in running)}; load average "
                f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-        if any(s in args.sections for s in ("produce", "fetch")):
+        if any(s in args.sections for s in ("produce", "roundtrip", "fetch")):
             warm_up(running, cluster, plan)
         runners: dict[str, Callable[[], None]] = {
             "produce": lambda: section_produce(running, cluster, plan, results),
+            "roundtrip": lambda: section_roundtrip(running, cluster, plan, results),
             "fetch": lambda: section_fetch(running, cluster, plan, results),
             "perf": lambda: section_perf(running, cluster, plan, work, results),
             "memory": lambda: section_memory(running, plan, results),
