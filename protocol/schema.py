@@ -73,6 +73,26 @@ class VersionRange:
     def __contains__(self, version: object) -> bool:
         return isinstance(version, int) and self.low <= version <= self.high
 
+    @property
+    def empty(self) -> bool:
+        """No version ("none": ``low > high``)."""
+        return self.low > self.high
+
+    def __and__(self, other: VersionRange) -> VersionRange:
+        return VersionRange(max(self.low, other.low), min(self.high, other.high))
+
+    def covers(self, other: VersionRange) -> bool:
+        """Every version of ``other`` is in this range."""
+        return other.empty or (self.low <= other.low and self.high >= other.high)
+
+    def text(self) -> str:
+        """Kafka's notation of the range (the inverse of `parse`)."""
+        if self.empty:
+            return "none"
+        if self.high == MAX_VERSION:
+            return f"{self.low}+"
+        return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
+
 
 @dataclass(frozen=True, slots=True)
 class Prim:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from insync_proxy.protocol.schema import MAX_VERSION, VersionRange
+
 from . import config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +33,6 @@ WALKERS_OUT = Path("protocol") / "kafka_walkers.py"
 #: Summary of every API key's request spec (name, versions, flexible versions): the header tables.
 API_SUMMARY = "api_keys.json"
 KAFKA_VERSION_FILE = "KAFKA_VERSION"
-MAX_VERSION = 0x7FFF
 
 # ------------------------------------------------------------------------------------------------
 # Reading the specs
@@ -94,40 +95,8 @@ def import_specs(source: Path, kafka_version: str | None) -> dict[str, str]:
 # The model
 
 
-@dataclass(frozen=True)
-class Versions:
-    """An inclusive version range; ``low > high`` is empty ("none")."""
-
-    low: int
-    high: int
-
-    @classmethod
-    def parse(cls, text: str) -> Versions:
-        if text == "none":
-            return cls(1, 0)
-        if text.endswith("+"):
-            return cls(int(text[:-1]), MAX_VERSION)
-        if "-" in text:
-            lo, hi = text.split("-")
-            return cls(int(lo), int(hi))
-        return cls(int(text), int(text))
-
-    @property
-    def empty(self) -> bool:
-        return self.low > self.high
-
-    def __and__(self, other: Versions) -> Versions:
-        return Versions(max(self.low, other.low), min(self.high, other.high))
-
-    def covers(self, other: Versions) -> bool:
-        return other.empty or (self.low <= other.low and self.high >= other.high)
-
-    def text(self) -> str:
-        if self.empty:
-            return "none"
-        if self.high == MAX_VERSION:
-            return f"{self.low}+"
-        return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
+#: Kafka's version ranges: the codec's own class (protocol/schema.py), one definition of the notation.
+Versions = VersionRange
 
 
 PRIMITIVES = {"bool": "BOOL", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
