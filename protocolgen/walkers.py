@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from insync_proxy.protocol.schema import MAX_VERSION
 
 from . import config
-from .generate import Message, Struct, Versions, snake
+from .model import Message, Struct, Versions, snake
 
 #: Bytes of each fixed-width primitive.
 FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "float64": 8,

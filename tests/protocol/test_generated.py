@@ -28,8 +28,8 @@ from protocolgen.generate import (
     committed_specs,
     generate,
     main,
-    parse_spec,
 )
+from protocolgen.model import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
