@@ -275,10 +275,15 @@ def await_queries(queries: list[StreamingQuery], tally: StreamTally, poll_second
     """Wait until every query has stopped, counting their progress as they go; a failed query's
     exception is raised (``StreamingQueryException``)."""
     try:
-        while any(q.isActive for q in queries):
+        while True:
+            active = [q for q in queries if q.isActive]
+            if not active:
+                break
             for q in queries:
                 tally.take(q)
-            next(q for q in queries if q.isActive).awaitTermination(poll_seconds)
+            # A query may stop between the check and the wait (an available-now run ending): the wait then returns at
+            # once (or raises its failure), where picking the first active one again found none (StopIteration).
+            active[0].awaitTermination(poll_seconds)
     finally:
         for q in queries:
             tally.take(q)

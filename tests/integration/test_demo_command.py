@@ -324,8 +324,9 @@ def _ready(url: str) -> bool:
 def _interrupt_while_kafka_starts(argv: list[str], cwd: Path, env: dict[str, str]
                                   ) -> tuple[int, str, str, set[str]] | None:
     """Runs `argv`, and once a JVM of the new cluster runs, sends Ctrl-C: (exit code, stdout, stderr, the new cluster
-    ids), or None when the command was done (the cluster ready) before a JVM of it was seen. The JVMs seen are
-    paused until Ctrl-C is sent, so the cluster cannot become ready meanwhile (on a busy machine it once did)."""
+    ids), or None when Kafka was up before the signal came (the command said so, or had ended: on a busy machine the
+    test can be starved for the whole start, and a Ctrl-C then lands after the work is done). The JVMs seen are
+    paused until Ctrl-C is sent, so the cluster cannot become ready meanwhile."""
     from insync_proxy.devcluster.cluster import find_devcluster_jvms
 
     before = {cluster_id for _, cluster_id in find_devcluster_jvms()}
@@ -355,6 +356,8 @@ def _interrupt_while_kafka_starts(argv: list[str], cwd: Path, env: dict[str, str
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         out, err = process.communicate(timeout=STOP_TIMEOUT)
+        if process.returncode == 0 and ("stop it with:" in out or "insync-proxy are up" in out):
+            return None  # Kafka was up before the signal came (a starved test): not a start that was interrupted
         return process.returncode, out, err, ours
     finally:
         for pid in paused:
