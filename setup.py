@@ -7,14 +7,15 @@ in place for development and tests; the container image builds a compiled wheel 
 
 mypyc names a module after its path: each is compiled as ``insync_proxy/<folder>/<module>.py`` (through the
 package's link to the top-level folder), so the extension is ``insync_proxy.<folder>.<module>``, beside its
-source with ``build_ext --inplace`` and under ``insync_proxy/`` in a wheel.
+source with ``build_ext --inplace`` and under ``insync_proxy/`` in a wheel. The same switch builds the hand-written C
+of `C_MODULES`.
 """
 
 from __future__ import annotations
 
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 #: The data path: framing, header peek, Produce walks, the connection core and the behaviours on it, with the
 #: generated version tables the walkers read (compiled with them, their Final ints become constants), and the
@@ -58,6 +59,10 @@ COMPILED_MODULES = [
     "proxy/audit/summary.py",
 ]
 
+#: Hand-written C beside them: the walks every Produce request and answer takes, and the header peek of every
+#: request (protocol/_wire.c; protocol/native.py loads it, the Python walks stay the reference and the fallback).
+C_MODULES = {"insync_proxy.protocol._wire": "insync_proxy/protocol/_wire.c"}
+
 
 def _ext_modules() -> list[object]:
     if os.environ.get("INSYNC_PROXY_COMPILE", "").lower() not in ("1", "true", "yes"):
@@ -68,8 +73,10 @@ def _ext_modules() -> list[object]:
         raise SystemExit("INSYNC_PROXY_COMPILE=1 needs mypy in the build environment: "
                          "pip install mypy, then build with --no-build-isolation") from exc
     # the runtime library shared by the modules lives in the package too: insync_proxy/_data_path__mypyc
-    return list(mypycify([f"insync_proxy/{m}" for m in COMPILED_MODULES], opt_level="3", debug_level="1",
-                         group_name="insync_proxy._data_path"))
+    compiled = list(mypycify([f"insync_proxy/{m}" for m in COMPILED_MODULES], opt_level="3", debug_level="1",
+                             group_name="insync_proxy._data_path"))
+    return compiled + [Extension(name, [source], extra_compile_args=["-O2", "-Wall", "-Werror"])
+                       for name, source in C_MODULES.items()]
 
 
 if __name__ == "__main__":

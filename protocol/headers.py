@@ -19,6 +19,7 @@ from .errors import InvalidValue, MalformedFrame, ProtocolError, TruncatedData
 from .kafka_versions import REQUEST_HEADER_CLIENT_ID_SINCE as _CLIENT_ID_SINCE
 from .kafka_versions import REQUEST_HEADER_FLEXIBLE_SINCE as _REQUEST_FLEXIBLE
 from .kafka_versions import RESPONSE_HEADER_FLEXIBLE_SINCE as _RESPONSE_FLEXIBLE
+from .native import peek_request_header as _core_peek
 from .primitives import Buffer, Reader, SlottedRecord, Writer
 
 __all__ = [
@@ -106,6 +107,20 @@ class RequestHeaderPeeker:
         self._text = ""
 
     def peek(self, frame: Buffer) -> RequestHeaderPeek:
+        if _core_peek is not None:
+            peeked = _core_peek(frame, self._raw)
+            if peeked is not None:  # the compiled core read it (protocol/native.py)
+                api_key, api_version, correlation_id, raw, header_size = peeked
+                client_id: str | None = None
+                if raw is self._raw:
+                    client_id = self._text
+                elif raw is not None:
+                    try:
+                        client_id = str(raw, "utf-8")
+                    except UnicodeDecodeError:
+                        raise MalformedFrame("client_id is not valid UTF-8") from None
+                    self._raw, self._text = raw, client_id
+                return RequestHeaderPeek(api_key, api_version, correlation_id, client_id, header_size)
         return _peek(frame, self)
 
 

@@ -40,6 +40,8 @@ from .kafka_walkers import (
     PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX,
 )
 from .messages import decode_response, encode_response
+from .native import scan_produce_response as _core_scan_response
+from .native import walk_produce_request as _core_walk_request
 from .primitives import (
     Buffer,
     Reader,
@@ -383,6 +385,10 @@ def produce_partition_records(
     frame's `produce_acks_offset`, when the caller has it already. Raises ProtocolError where a record set's
     batch headers do not read cleanly.
     """
+    if _core_walk_request is not None and acks_offset is not None:
+        walked = _core_walk_request(frame, acks_offset, _topic_id)  # the compiled core (protocol/native.py)
+        if walked is not None:
+            return walked
     out: list[tuple[str | uuid.UUID, int, int, int]] = []
     acks = _walk_request(frame, -1 if acks_offset is None else acks_offset, out)[0]
     return acks, out
@@ -702,7 +708,13 @@ class ProduceResponseScan(SlottedRecord):
 def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseScan:
     """One lean walk of a Produce response (header + body): in the common case (no error, no tags) nothing
     is decoded, not even the topic names. Raises ProtocolError when the frame does not read cleanly."""
-    answered, failed, end = _walk_response(frame, api_version)
+    failed: list[tuple[str | uuid.UUID, int, int]]
+    scanned = None if _core_scan_response is None else _core_scan_response(frame, api_version)
+    if scanned is not None:  # the compiled core walked it: no partition failed (protocol/native.py)
+        answered, end = scanned
+        failed = []
+    else:
+        answered, failed, end = _walk_response(frame, api_version)
     return ProduceResponseScan(answered, failed,
                                api_version >= PRODUCE_FLEXIBLE_SINCE and not (end + 5 == len(frame) and frame[end + 4] == 0))
 

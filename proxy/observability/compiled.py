@@ -13,6 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+#: The hand-written C modules' names (setup.py: C_MODULES), told apart in an installed wheel too.
+C_MODULE_NAMES = frozenset({"_wire"})
+
 
 @dataclass(frozen=True)
 class CompiledModule:
@@ -59,8 +62,11 @@ def _find(package: tuple[str, ...], root: Path) -> tuple[CompiledModule, ...]:
             if stem.endswith("__mypyc"):  # the runtime library the compiled modules share: no source
                 continue
             extension = Path(directory) / file
+            source = extension.with_name(stem + ".py")
+            if not source.exists() and extension.with_name(stem + ".c").exists():
+                source = extension.with_name(stem + ".c")  # hand-written C (setup.py: C_MODULES)
             found.append(CompiledModule(".".join((*package, *relative, stem)), extension,
-                                        extension.with_name(stem + ".py") if in_place else None))
+                                        source if in_place else None))
     return tuple(found)
 
 
@@ -69,7 +75,10 @@ def describe(modules: list[CompiledModule]) -> str:
     if not modules:
         return "interpreted (scripts/compile builds the compiled data path)"
     stale = [m.name for m in modules if m.stale]
-    line = f"compiled with mypyc: {len(modules)} modules"
+    in_c = sum(1 for m in modules if m.name.rpartition(".")[2] in C_MODULE_NAMES)
+    line = f"compiled with mypyc: {len(modules) - in_c} modules"
+    if in_c:
+        line += f", and {in_c} in C"
     if stale:
         line += (f"; {len(stale)} older than their source, so not the code on disk: {', '.join(stale)} "
                  "(run scripts/compile again, or scripts/compile --clean)")

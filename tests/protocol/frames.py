@@ -7,9 +7,14 @@ from collections.abc import Sequence
 
 from insync_proxy.protocol.api_keys import ApiKey
 from insync_proxy.protocol.headers import RequestHeader, encode_request_header, encode_response_with_header
+from insync_proxy.protocol.kafka_messages import PartitionProduceData, ProduceRequest, TopicProduceData
 from insync_proxy.protocol.messages import NodeEndpoint, encode_request, encode_response
 from insync_proxy.protocol.primitives import Writer
+from insync_proxy.protocol.records import encode_record_batch
 from insync_proxy.protocol.schema import ArrayOf, Message, encode_value
+
+#: The topic id of `produce_frame_with_batches`'s v13+ requests.
+TOPIC_ID = uuid.UUID("0b9c6a4e-6a6e-4d0b-9b43-9a1f2e3d4c5b")
 
 
 def request_frame(msg: Message, version: int, correlation_id: int = 1, client_id: str | None = "test") -> bytes:
@@ -70,3 +75,19 @@ def fetch_response_frame(
 
 
 FETCH = ApiKey.FETCH
+
+
+def produce_frame_with_batches(version: int, acks: int, layout: list[tuple[str, list[tuple[int, list[int] | None]]]],
+                               client_id: str | None = "c") -> bytes:
+    """A Produce request: per topic, per partition, the sizes of its batches' records (None: null records)."""
+    topics = []
+    for name, partitions in layout:
+        data = []
+        for index, batches in partitions:
+            records = None if batches is None else b"".join(
+                encode_record_batch([b"v" * 3] * n) for n in batches)
+            data.append(PartitionProduceData(index=index, records=records))
+        topics.append(TopicProduceData(name=name, topic_id=TOPIC_ID, partition_data=tuple(data)))
+    header = RequestHeader(request_api_key=0, request_api_version=version, correlation_id=7, client_id=client_id)
+    request = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=1000, topic_data=tuple(topics))
+    return encode_request_header(header) + encode_request(request, version)

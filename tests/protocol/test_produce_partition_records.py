@@ -3,42 +3,19 @@
 from __future__ import annotations
 
 import struct
-import uuid
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from insync_proxy.protocol import (
-    ProduceRequest,
     ProtocolError,
-    RequestHeader,
     count_records,
-    encode_request,
-    encode_request_header,
     index_produce_request,
     produce_partition_records,
 )
-from insync_proxy.protocol.messages import PartitionProduceData, TopicProduceData
-from insync_proxy.protocol.records import encode_record_batch
 
-TOPIC_ID = uuid.UUID("0b9c6a4e-6a6e-4d0b-9b43-9a1f2e3d4c5b")
-
-
-def _frame(version: int, acks: int, layout: list[tuple[str, list[tuple[int, list[int] | None]]]]) -> bytes:
-    """A Produce request: per topic, per partition, the sizes of its batches' records (None: null records)."""
-    topics = []
-    for name, partitions in layout:
-        data = []
-        for index, batches in partitions:
-            records = None if batches is None else b"".join(
-                encode_record_batch([b"v" * 3] * n) for n in batches)
-            data.append(PartitionProduceData(index=index, records=records))
-        topics.append(TopicProduceData(name=name, topic_id=TOPIC_ID, partition_data=tuple(data)))
-    header = RequestHeader(request_api_key=0, request_api_version=version, correlation_id=7, client_id="c")
-    request = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=1000, topic_data=tuple(topics))
-    return encode_request_header(header) + encode_request(request, version)
-
+from .frames import TOPIC_ID, produce_frame_with_batches
 
 layouts = st.lists(
     st.tuples(st.sampled_from(["orders", "t", "payments-eu"]),
@@ -53,7 +30,7 @@ layouts = st.lists(
 def test_lean_walk_matches_the_index_and_the_batch_counts(
     version: int, acks: int, layout: list[tuple[str, list[tuple[int, list[int] | None]]]]
 ) -> None:
-    frame = _frame(version, acks, layout)
+    frame = produce_frame_with_batches(version, acks, layout)
     got_acks, partitions = produce_partition_records(frame)
     index = index_produce_request(frame)
     assert got_acks == acks == index.acks
@@ -68,7 +45,7 @@ def test_lean_walk_matches_the_index_and_the_batch_counts(
 
 
 def test_topic_ids_are_returned_for_v13() -> None:
-    _, partitions = produce_partition_records(_frame(13, -1, [("ignored", [(0, [2])])]))
+    _, partitions = produce_partition_records(produce_frame_with_batches(13, -1, [("ignored", [(0, [2])])]))
     assert partitions == [(TOPIC_ID, 0, partitions[0][2], 2)]
 
 
@@ -81,7 +58,7 @@ def test_old_message_sets_count_one_per_entry() -> None:
 
 
 def test_a_truncated_request_raises_protocol_error() -> None:
-    frame = _frame(9, -1, [("t", [(0, [3])])])
+    frame = produce_frame_with_batches(9, -1, [("t", [(0, [3])])])
     for cut in (len(frame) - 1, len(frame) // 2, 20):
         with pytest.raises(ProtocolError):
             produce_partition_records(frame[:cut])

@@ -42,6 +42,20 @@ def test_compiled_modules_are_named_and_the_shared_runtime_is_not_one(tmp_path: 
     assert describe(modules) == "compiled with mypyc: 1 modules"
 
 
+def test_a_c_module_is_judged_by_its_c_source(tmp_path: Path) -> None:
+    # the hand-written core (setup.py: C_MODULES) has a .c source beside it, no .py
+    package = _package(tmp_path, in_place=True)
+    (package / "proxy" / "_wire.c").write_text("")
+    (package / "proxy" / f"_wire{SUFFIX}").write_bytes(b"")
+    _age(package / "proxy" / "_wire.c", 60)
+    modules = compiled_modules(package)
+    wire = next(m for m in modules if m.name == "insync_proxy.proxy._wire")
+    assert wire.source == package / "proxy" / "_wire.c" and not wire.stale
+    assert describe(modules) == "compiled with mypyc: 1 modules, and 1 in C"
+    _age(package / "proxy" / f"_wire{SUFFIX}", 120)
+    assert wire.stale
+
+
 def test_a_source_edited_after_an_in_place_build_is_stale(tmp_path: Path) -> None:
     package = _package(tmp_path, in_place=True)
     _age(package / "proxy" / f"core{SUFFIX}", 60)

@@ -1,0 +1,67 @@
+"""The compiled core of the walks (protocol/_wire.c), when it is built, configured from the generated tables.
+
+`scripts/compile` and the image's compiled wheel build it; a plain install has none and every name here is
+None: the Python walks (protocol/headers.py, protocol/produce.py) then do all the work, as they do whenever
+the core answers None (a frame it leaves to them). tests/protocol/test_wire_core.py holds the two to the
+same results.
+"""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from collections.abc import Callable
+from types import ModuleType
+from typing import Final
+
+from .api_keys import ApiKey
+from .kafka_versions import (
+    FIRST_FLEXIBLE_VERSION,
+    PRODUCE_FLEXIBLE_SINCE,
+    PRODUCE_MAX_VERSION,
+    PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE,
+    PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE,
+    PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE,
+)
+from .kafka_walkers import PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX
+from .primitives import Buffer
+
+__all__ = ["WIRE", "configure", "peek_request_header", "scan_produce_response", "walk_produce_request"]
+
+
+def load() -> ModuleType | None:
+    """The configured core, or None where it was not built."""
+    try:
+        core = importlib.import_module("._wire", __package__)  # a C extension: no import of its own
+    except ImportError:
+        return None
+    configure(core)
+    return core
+
+
+def configure(core: ModuleType) -> None:
+    """Give a core module the wire facts it reads by version (a test's own build too)."""
+    core.configure(
+        FIRST_FLEXIBLE_VERSION,
+        int(ApiKey.CONTROLLED_SHUTDOWN),
+        PRODUCE_MAX_VERSION,
+        PRODUCE_FLEXIBLE_SINCE,
+        PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE,
+        PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE,
+        PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE,
+        PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX,
+    )
+
+
+#: The core's module (None: not built).
+WIRE: Final = load()
+#: (api_key, api_version, correlation_id, client_id: None | the cached bytes | new bytes, header_size).
+peek_request_header: Final[Callable[[Buffer, bytes], tuple[int, int, int, bytes | None, int] | None] | None] = (
+    None if WIRE is None else WIRE.peek_request_header)
+#: (acks, [(topic, partition, record bytes, records), ...]), as produce.py's `produce_partition_records`.
+walk_produce_request: Final[Callable[[Buffer, int, Callable[[bytes], uuid.UUID]],
+                                     tuple[int, list[tuple[str | uuid.UUID, int, int, int]]] | None] | None] = (
+    None if WIRE is None else WIRE.walk_produce_request)
+#: (partitions answered, where the responses end) of a Produce response no partition of which failed.
+scan_produce_response: Final[Callable[[Buffer, int], tuple[int, int] | None] | None] = (
+    None if WIRE is None else WIRE.scan_produce_response)
