@@ -29,6 +29,7 @@ static int last_api_key = -1;
 static int controlled_shutdown_key = 7;
 static int produce_max_version = -1;
 static int produce_flexible_since = 9;
+static int produce_transactional_id_since = 3;
 static int produce_request_topic_id_since = 13;
 static int produce_response_topic_id_since = 13;
 static int produce_record_errors_since = 8;
@@ -116,6 +117,21 @@ static inline int string_length(const Frame *f, Py_ssize_t *pos, int flexible, i
     return 0;
 }
 
+/* A tuple of `n` new references (stolen, NULL-checked: a NULL item fails it and releases the others). Cheaper
+ * than Py_BuildValue, which parses its format at every call. */
+static PyObject *tuple_of(Py_ssize_t n, PyObject **items) {
+    PyObject *tuple = NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (items[i] == NULL) goto fail;
+    tuple = PyTuple_New(n);
+    if (tuple == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(tuple, i, items[i]);
+    return tuple;
+fail:
+    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(items[i]);
+    return NULL;
+}
+
 static int acquire(PyObject *obj, Py_buffer *view, Frame *f) {
     if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
     f->p = (const unsigned char *)view->buf;
@@ -126,7 +142,7 @@ static int acquire(PyObject *obj, Py_buffer *view, Frame *f) {
 /* ------------------------------------------------------------------ configure */
 PyDoc_STRVAR(configure_doc,
 "configure(first_flexible, controlled_shutdown, produce_max_version, produce_flexible_since,\n"
-"          produce_request_topic_id_since, produce_response_topic_id_since, produce_record_errors_since,\n"
+"          produce_transactional_id_since, produce_request_topic_id_since, produce_response_topic_id_since, produce_record_errors_since,\n"
 "          produce_partition_fixed)\n"
 "\n"
 "The wire facts by version, from the generated tables: `first_flexible` maps API key -> first flexible\n"
@@ -135,9 +151,9 @@ PyDoc_STRVAR(configure_doc,
 
 static PyObject *wire_configure(PyObject *self, PyObject *args) {
     PyObject *flexible, *fixed;
-    int cs, pmax, pflex, preq_id, presp_id, prec;
-    if (!PyArg_ParseTuple(args, "O!iiiiiiO", &PyDict_Type, &flexible, &cs, &pmax, &pflex, &preq_id, &presp_id,
-                          &prec, &fixed))
+    int cs, pmax, pflex, ptxn, preq_id, presp_id, prec;
+    if (!PyArg_ParseTuple(args, "O!iiiiiiiO", &PyDict_Type, &flexible, &cs, &pmax, &pflex, &ptxn, &preq_id,
+                          &presp_id, &prec, &fixed))
         return NULL;
     if (pmax < 0 || pmax >= MAX_PRODUCE_VERSIONS) {
         PyErr_Format(PyExc_ValueError, "produce_max_version %d outside 0..%d", pmax, MAX_PRODUCE_VERSIONS - 1);
@@ -192,6 +208,7 @@ static PyObject *wire_configure(PyObject *self, PyObject *args) {
     controlled_shutdown_key = cs;
     produce_max_version = pmax;
     produce_flexible_since = pflex;
+    produce_transactional_id_since = ptxn;
     produce_request_topic_id_since = preq_id;
     produce_response_topic_id_since = presp_id;
     produce_record_errors_since = prec;
@@ -256,7 +273,9 @@ static PyObject *wire_peek_request_header(PyObject *self, PyObject *const *args,
         Py_DECREF(client_id);
         goto fallback;
     }
-    result = Py_BuildValue("(iilNn)", api_key, api_version, (long)correlation_id, client_id, pos);
+    PyObject *items[5] = {PyLong_FromLong(api_key), PyLong_FromLong(api_version), PyLong_FromLong(correlation_id),
+                          client_id, PyLong_FromSsize_t(pos)};
+    result = tuple_of(5, items);
     goto done;
 fallback:
     Py_INCREF(Py_None);
@@ -267,6 +286,43 @@ done:
 }
 
 /* ------------------------------------------------------------------ Produce requests */
+PyDoc_STRVAR(produce_acks_offset_doc,
+"produce_acks_offset(frame, header_size) -> offset of acks | -1\n"
+"\n"
+"protocol/produce.py `produce_acks_offset` of a Produce request frame whose header is `header_size` bytes:\n"
+"past transactional_id (v3+). -1: anything the Python reader would refuse.");
+
+static PyObject *wire_produce_acks_offset(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "produce_acks_offset(frame, header_size)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    Frame f;
+    if (acquire(args[0], &view, &f) < 0) return NULL;
+    Py_ssize_t offset = -1;
+    if (configured && pos >= 0 && f.n >= 4) {
+        int version = be16(f.p + 2);
+        if (version >= 0 && version <= produce_max_version) {
+            if (version >= produce_flexible_since) {
+                int64_t length;
+                if (uvarint(&f, &pos, &length) < 0) goto done;
+                if (length) pos += (Py_ssize_t)(length - 1);
+            } else if (version >= produce_transactional_id_since) {
+                if (pos + 2 > f.n) goto done;
+                int length = be16(f.p + pos);
+                if (length < -1) goto done;
+                pos += length > 0 ? 2 + length : 2;
+            }
+            if (pos + 2 <= f.n) offset = pos;
+        }
+    }
+done:
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(offset);
+}
 
 /* How many records a record set holds from its batch headers (protocol/produce.py count_records); -1 where
  * they do not read cleanly. */
@@ -372,8 +428,10 @@ static PyObject *wire_walk_produce_request(PyObject *self, PyObject *const *args
             }
             if (flexible && empty_tags(&f, &pos) < 0) goto fallback;
             if (records < 0) goto fallback;
-            PyObject *row = Py_BuildValue("(OlLL)", topic, (long)partition, (long long)(size > 0 ? size : 0),
-                                          (long long)records);
+            Py_INCREF(topic);
+            PyObject *items[4] = {topic, PyLong_FromLong(partition), PyLong_FromLongLong(size > 0 ? size : 0),
+                                  PyLong_FromLongLong(records)};
+            PyObject *row = tuple_of(4, items);
             if (row == NULL) goto done;
             int failed = PyList_Append(out, row);
             Py_DECREF(row);
@@ -384,7 +442,9 @@ static PyObject *wire_walk_produce_request(PyObject *self, PyObject *const *args
     }
     if (flexible && empty_tags(&f, &pos) < 0) goto fallback;
     if (pos != f.n) goto fallback;
-    result = Py_BuildValue("(iO)", acks, out);
+    Py_INCREF(out);
+    PyObject *items[2] = {PyLong_FromLong(acks), out};
+    result = tuple_of(2, items);
     goto done;
 fallback:
     Py_INCREF(Py_None);
@@ -455,7 +515,8 @@ static PyObject *wire_scan_produce_response(PyObject *self, PyObject *const *arg
         if (flexible && empty_tags(&f, &pos) < 0) goto fallback;
     }
     if (pos > f.n) goto fallback;
-    result = Py_BuildValue("(Ln)", (long long)answered, pos);
+    PyObject *items[2] = {PyLong_FromLongLong(answered), PyLong_FromSsize_t(pos)};
+    result = tuple_of(2, items);
     goto done;
 fallback:
     Py_INCREF(Py_None);
@@ -470,6 +531,8 @@ static PyMethodDef wire_methods[] = {
     {"configure", (PyCFunction)wire_configure, METH_VARARGS, configure_doc},
     {"peek_request_header", (PyCFunction)(void (*)(void))wire_peek_request_header, METH_FASTCALL,
      peek_request_header_doc},
+    {"produce_acks_offset", (PyCFunction)(void (*)(void))wire_produce_acks_offset, METH_FASTCALL,
+     produce_acks_offset_doc},
     {"walk_produce_request", (PyCFunction)(void (*)(void))wire_walk_produce_request, METH_FASTCALL,
      walk_produce_request_doc},
     {"scan_produce_response", (PyCFunction)(void (*)(void))wire_scan_produce_response, METH_FASTCALL,

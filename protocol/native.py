@@ -20,13 +20,15 @@ from .kafka_versions import (
     PRODUCE_FLEXIBLE_SINCE,
     PRODUCE_MAX_VERSION,
     PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE,
+    PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE,
     PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE,
     PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE,
 )
 from .kafka_walkers import PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX
 from .primitives import Buffer
 
-__all__ = ["WIRE", "configure", "peek_request_header", "scan_produce_response", "walk_produce_request"]
+__all__ = ["WIRE", "configure", "peek_request_header", "produce_acks_offset", "scan_produce_response",
+           "walk_produce_request"]
 
 
 def load() -> ModuleType | None:
@@ -46,6 +48,7 @@ def configure(core: ModuleType) -> None:
         int(ApiKey.CONTROLLED_SHUTDOWN),
         PRODUCE_MAX_VERSION,
         PRODUCE_FLEXIBLE_SINCE,
+        PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE,
         PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE,
         PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE,
         PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE,
@@ -58,6 +61,8 @@ WIRE: Final = load()
 #: (api_key, api_version, correlation_id, client_id: None | the cached bytes | new bytes, header_size).
 peek_request_header: Final[Callable[[Buffer, bytes], tuple[int, int, int, bytes | None, int] | None] | None] = (
     None if WIRE is None else WIRE.peek_request_header)
+#: Where a Produce request's acks is, given its header's size; -1: left to the Python reader.
+produce_acks_offset: Final[Callable[[Buffer, int], int] | None] = None if WIRE is None else WIRE.produce_acks_offset
 #: (acks, [(topic, partition, record bytes, records), ...]), as produce.py's `produce_partition_records`.
 walk_produce_request: Final[Callable[[Buffer, int, Callable[[bytes], uuid.UUID]],
                                      tuple[int, list[tuple[str | uuid.UUID, int, int, int]]] | None] | None] = (

@@ -40,6 +40,7 @@ from .kafka_walkers import (
     PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX,
 )
 from .messages import decode_response, encode_response
+from .native import produce_acks_offset as _core_acks_offset
 from .native import scan_produce_response as _core_scan_response
 from .native import walk_produce_request as _core_walk_request
 from .primitives import (
@@ -130,6 +131,10 @@ def produce_acks_offset(frame: Buffer, header_size: int = -1) -> int:
     """
     if header_size < 0:
         return _request_head(frame)[2]
+    if _core_acks_offset is not None:
+        offset = _core_acks_offset(frame, header_size)  # the compiled core (protocol/native.py)
+        if offset >= 0:
+            return offset
     version: int
     try:
         version = _I16.unpack_from(frame, 2)[0]

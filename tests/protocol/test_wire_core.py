@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import random
 import shutil
+import struct
 import subprocess
 import sysconfig
 import uuid
@@ -44,6 +45,7 @@ from insync_proxy.protocol.kafka_messages import (
 )
 from insync_proxy.protocol.messages import encode_request, encode_response
 from insync_proxy.protocol.produce import (
+    _acks_at,
     _topic_id,
     _walk_request,
     _walk_response,
@@ -90,6 +92,16 @@ def _python_request(frame: bytes, acks_offset: int) -> tuple[int, list[tuple[Any
         return None
 
 
+def _python_acks_offset(frame: bytes, header_size: int) -> int:
+    try:
+        version = int.from_bytes(frame[2:4], "big", signed=True)
+        if not 0 <= version <= kafka_versions.PRODUCE_MAX_VERSION:
+            return -1
+        return _acks_at(frame, version, header_size)
+    except (ProtocolError, struct.error, IndexError):
+        return -1
+
+
 def _python_response(frame: bytes, version: int) -> tuple[int, list[Any], int] | None:
     try:
         return _walk_response(frame, version)
@@ -110,6 +122,14 @@ def check_request(core: ModuleType, frame: bytes, acks_offset: int) -> bool:
     if got is None:
         return False
     assert got == _python_request(frame, acks_offset)
+    return True
+
+
+def check_acks_offset(core: ModuleType, frame: bytes, header_size: int) -> bool:
+    got = core.produce_acks_offset(frame, header_size)
+    if got < 0:
+        return False
+    assert got == _python_acks_offset(frame, header_size)
     return True
 
 
@@ -166,6 +186,9 @@ def test_producers_requests_are_walked_by_the_core(
     offset = produce_acks_offset(frame)
     assert check_request(core, frame, offset)
     assert check_peek(core, frame)
+    header_size = _peek(frame, None).header_size
+    assert check_acks_offset(core, frame, header_size)
+    assert core.produce_acks_offset(frame, header_size) == offset == produce_acks_offset(frame, header_size)
     # and the functions the proxy calls take the core's answer
     walked = produce_partition_records(frame, offset)
     assert walked == _python_request(frame, offset)
@@ -202,11 +225,13 @@ def test_any_produce_exchange_clean_cut_or_corrupt(core: ModuleType, version: in
     request = data.draw(message_strategy(ProduceRequest, version))
     frame = request_frame(request, version, client_id=data.draw(st.none() | st.text(max_size=8)))
     offset = produce_acks_offset(frame)
+    header_size = _peek(frame, None).header_size
     response = data.draw(message_strategy(ProduceResponse, version))
     answer = encode_response_with_header(ApiKey.PRODUCE, version, 7, encode_response(response, version))
     for candidate in [frame, *(mutate(frame, rng) for _ in range(30)), *(frame[:n] for n in range(len(frame)))]:
         check_request(core, candidate, offset)
         check_peek(core, candidate)
+        check_acks_offset(core, candidate, header_size)
     for candidate in [answer, *(mutate(answer, rng) for _ in range(30)), *(answer[:n] for n in range(len(answer)))]:
         check_response(core, candidate, version)
 
