@@ -36,7 +36,7 @@ OTHER_ENV_VARS: dict[str, str] = {
     "INSYNC_PROXY_CACHE": "where Kafka jars and the dev cluster's state live (default ~/.cache/insync-proxy)",
     "INSYNC_PROXY_DEV_CLUSTER_DIR": "the directory of `dev-cluster`'s cluster (default: the cache's dev-cluster/)",
     "INSYNC_PROXY_TEST_LOGS": "where the tests keep logs of failed runs",
-    "INSYNC_PROXY_COMPILE": "`1` builds the compiled (mypyc) data path at install time",
+    "INSYNC_PROXY_COMPILE": "`1` builds the compiled data path at install time (mypyc, and the C core `protocol/_wire.c`)",
 }
 
 METADATA_SCHEMAS = ("tagged", "kip637")
