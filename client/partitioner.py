@@ -103,11 +103,11 @@ class MinInsyncMetadata:
 
     @staticmethod
     def _login(client: BlockingKafkaClient, sasl: SaslConfig) -> None:
-        from insync_proxy.client.preflight import sasl_login  # the proxy's own SASL exchange, when asked for
-        from insync_proxy.proxy.controlplane.sasl import SaslError
+        # the proxy's own SASL exchange, when asked for
+        from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate_blocking
 
         try:
-            sasl_login(client, sasl)
+            authenticate_blocking(client.request_raw, sasl)
         except SaslError as exc:
             raise KafkaClientError(f"SASL login to {client.address} refused: {exc}") from exc
 

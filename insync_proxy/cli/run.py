@@ -162,7 +162,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     # --connect: one line per step, as the README promises (without --connect the settings are printed)
     print(f"ok   config: configuration valid (check-config without --connect prints every setting; {DOCS})",
           flush=True)
-    from insync_proxy.client.preflight import check_connection  # loaded only here: `run` never needs it
+    from insync_proxy.cli.preflight import check_connection  # loaded only here: `run` never needs it
 
     setup_logging(config.log_level, config.log_format, config.log_summary_interval_seconds)
     return 0 if check_connection(config, lambda line: print(line, flush=True)) else 1

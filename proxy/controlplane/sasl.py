@@ -1,8 +1,8 @@
 """SASL for the proxy's own control connection: PLAIN, SCRAM-SHA-256/512 (RFC 5802/7677) and OAUTHBEARER (RFC 7628,
 with a token from proxy/controlplane/oauth.py).
 
-Client connections never come here: their SASL frames pass through the proxy untouched. `authenticate` runs one
-login on a fresh connection, or again on a live one (KIP-368's re-authentication: a broker with
+Client connections never come here: their SASL frames pass through the proxy untouched. The messages themselves are
+protocol/sasl.py's (sans-IO); here they are exchanged. `authenticate` runs one login on a fresh connection, or again on a live one (KIP-368's re-authentication: a broker with
 `connections.max.reauth.ms` ends a session that is not renewed), and returns the session's lifetime.
 SaslHandshake v1 and SaslAuthenticate v1 bodies come from the schema in protocol/messages.py; the
 caller's ``request`` adds the header and returns the response body.
@@ -10,10 +10,7 @@ caller's ``request`` adds the header and returns the response body.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import os
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -27,29 +24,25 @@ from insync_proxy.protocol import (
     decode_response,
     encode_request,
 )
+from insync_proxy.protocol.sasl import (
+    SCRAM_DIGESTS,
+    SaslError,
+    ScramClient,
+    oauthbearer_initial_response,
+    plain_initial_response,
+)
 from insync_proxy.protocol.schema import Message
+
+__all__ = ["SaslError", "authenticate", "authenticate_blocking", "credentials_hint", "login_name", "mechanisms_hint",
+           "oauthbearer_initial_response", "oauthbearer_login", "service_host"]
 
 HANDSHAKE_VERSION = 1
 AUTHENTICATE_VERSION = 1
 
 #: (api_key, api_version, request body) -> response body
 RawRequest = Callable[[int, int, bytes], Awaitable[bytes]]
-
-
-class SaslError(Exception):
-    """Authentication failed; the message never contains the password.
-
-    `error_code`: the broker's Kafka error code when it refused (33 UNSUPPORTED_SASL_MECHANISM,
-    58 SASL_AUTHENTICATION_FAILED), None when the exchange itself went wrong.
-    """
-
-    def __init__(self, message: str, error_code: int | None = None, *, credentials_refused: bool = False) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        #: The broker (or the token endpoint) refused these credentials: retrying them elsewhere is no use.
-        self.credentials_refused = credentials_refused or error_code == 58
-        #: A refused SaslHandshake: the mechanisms the listener enables.
-        self.enabled: tuple[str, ...] | None = None
+#: The same, answered at once (a blocking client's `request_raw`).
+BlockingRequest = Callable[[int, int, bytes], bytes]
 
 
 M = TypeVar("M", bound=Message)
@@ -140,11 +133,11 @@ async def authenticate(request: RawRequest, sasl: Any, broker_host: str = "") ->
     session = _Session()
     await _handshake(request, mechanism)
     if mechanism == "PLAIN":
-        username, password = sasl.username or "", sasl.password or ""
-        await _authenticate(request, b"\0" + username.encode() + b"\0" + password.encode(), session)
-    elif mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        await _scram(request, "sha256" if mechanism.endswith("256") else "sha512", sasl.username or "",
-                     sasl.password or "", session)
+        await _authenticate(request, plain_initial_response(sasl.username or "", sasl.password or ""), session)
+    elif mechanism in SCRAM_DIGESTS:
+        scram = ScramClient(SCRAM_DIGESTS[mechanism], sasl.username or "", sasl.password or "")
+        server_first = await _authenticate(request, scram.first_message())
+        scram.verify(await _authenticate(request, scram.final_message(server_first), session))
     elif mechanism == "OAUTHBEARER":
         await _oauthbearer(request, sasl, session)
     elif mechanism == "GSSAPI":
@@ -156,11 +149,14 @@ async def authenticate(request: RawRequest, sasl: Any, broker_host: str = "") ->
     return session.lifetime_ms
 
 
-def oauthbearer_initial_response(token: str, extensions: tuple[str, ...] = ()) -> bytes:
-    """RFC 7628's client initial response as Kafka reads it: GS2 header, `auth=Bearer <token>`, KIP-342
-    extensions (key=value), each followed by 0x01, and a closing 0x01."""
-    fields = [f"auth=Bearer {token}", *extensions]
-    return ("n,,\x01" + "".join(f"{f}\x01" for f in fields) + "\x01").encode()
+def authenticate_blocking(request: BlockingRequest, sasl: Any, broker_host: str = "") -> int:
+    """`authenticate` over a blocking client's requests (check-config --connect, the partitioner); not on a running
+    event loop."""
+
+    async def ask(api_key: int, version: int, body: bytes) -> bytes:
+        return request(api_key, version, body)
+
+    return asyncio.run(authenticate(ask, sasl, broker_host))
 
 
 async def oauthbearer_login(request: RawRequest, token: str, extensions: tuple[str, ...] = ()) -> int:
@@ -196,48 +192,6 @@ async def _oauthbearer(request: RawRequest, sasl: Any, session: _Session) -> Non
                             f"(sub {token.subject!r}, expires in {token.expires_at - time.time():.0f}s): {exc}", 58) \
                 from None
         raise
-
-
-def _attributes(message: str, required: str) -> dict[str, str]:
-    """A SCRAM message's attributes (RFC 5802 section 5); SaslError if the server sent an error or garbage."""
-    try:
-        attributes = dict(item.split("=", 1) for item in message.split(","))
-    except ValueError:
-        raise SaslError("malformed SCRAM message from the broker") from None
-    if "e" in attributes:
-        raise SaslError(f"SCRAM error from the broker: {attributes['e']}")
-    missing = [name for name in required if name not in attributes]
-    if missing:
-        raise SaslError(f"SCRAM message from the broker lacks {', '.join(missing)}")
-    return attributes
-
-
-def _escape(name: str) -> str:
-    return name.replace("=", "=3D").replace(",", "=2C")
-
-
-async def _scram(request: RawRequest, digest: str, username: str, password: str, session: _Session) -> None:
-    nonce = base64.b64encode(os.urandom(24)).decode()
-    client_first_bare = f"n={_escape(username)},r={nonce}"
-    server_first = (await _authenticate(request, ("n,," + client_first_bare).encode())).decode()
-    fields = _attributes(server_first, "rsi")
-    server_nonce, salt, iterations = fields["r"], base64.b64decode(fields["s"]), int(fields["i"])
-    if not server_nonce.startswith(nonce):
-        raise SaslError("SCRAM server nonce does not extend the client nonce")
-    salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
-    client_key = hmac.new(salted, b"Client Key", digest).digest()
-    stored_key = hashlib.new(digest, client_key).digest()
-    client_final_bare = f"c=biws,r={server_nonce}"
-    auth_message = f"{client_first_bare},{server_first},{client_final_bare}".encode()
-    signature = hmac.new(stored_key, auth_message, digest).digest()
-    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-    final = f"{client_final_bare},p={base64.b64encode(proof).decode()}"
-    server_final = (await _authenticate(request, final.encode(), session)).decode()
-    server_key = hmac.new(salted, b"Server Key", digest).digest()
-    expected = base64.b64encode(hmac.new(server_key, auth_message, digest).digest()).decode()
-    received = _attributes(server_final, "v")["v"]
-    if not hmac.compare_digest(received.encode(), expected.encode()):
-        raise SaslError("SCRAM server signature does not match: the broker is not who it claims to be")
 
 
 async def _gssapi(request: RawRequest, sasl: Any, broker_host: str, session: _Session) -> None:

@@ -20,14 +20,15 @@ from typing import Any
 
 import pytest
 
+from insync_proxy.cli.preflight import check_connection
 from insync_proxy.client.blocking_client import BlockingKafkaClient
-from insync_proxy.client.preflight import check_connection, sasl_login
 from insync_proxy.devcluster.cluster import ClusterSettings, KerberosListener, LocalKafkaCluster
 from insync_proxy.devcluster.kerberos import INSTALL_HINT, KdcError, LocalKdc, ensure_hosts
 from insync_proxy.protocol import MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import SaslConfig
+from insync_proxy.proxy.controlplane.sasl import authenticate_blocking
 from tests.helpers import wait_until
 from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room, start_keeping_logs
 from tests.java_client import JavaClient
@@ -111,7 +112,7 @@ def test_check_config_logs_in_with_the_keytab_and_names_each_brokers_advertised_
 def _min_insync(kerberos: KerberosCluster, node_id: int, topic: str) -> int:
     host = TEMPLATE.format(node_id=node_id)
     with BlockingKafkaClient(host, kerberos.proxy.broker_port(node_id)) as client:
-        sasl_login(client, kerberos.client_sasl(host), host)
+        authenticate_blocking(client.request_raw, kerberos.client_sasl(host), host)
         response = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=topic),)), 12, MetadataResponse)
     brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
     assert brokers == {n: (TEMPLATE.format(node_id=n), kerberos.proxy.broker_port(n)) for n in NODES}, brokers
@@ -160,7 +161,7 @@ def test_acks_minus_two_is_answered_by_the_proxy_and_the_audit_topic_written_ove
     proxy = kerberos.proxy
     host = TEMPLATE.format(node_id=1)
     acks_minus_two_is_answered_by_the_proxy(kerberos.cluster, proxy, f"{host}:{proxy.broker_port(1)}",
-                                            lambda client: sasl_login(client, kerberos.client_sasl(host), host))
+                                            lambda client: authenticate_blocking(client.request_raw, kerberos.client_sasl(host), host))
     # The audit topic is written over the proxy's Kerberos login too
     wait_until(lambda: proxy.metric("insync_proxy_audit_events_written_total", sink="kafka") > 0, 60,
                what="audit events written to the audit topic")

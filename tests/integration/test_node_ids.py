@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka.errors import KafkaConnectionError
 
-from insync_proxy.client.preflight import check_connection
+from insync_proxy.cli.preflight import check_connection
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.proxy.config.broker_ports import NO_PORT
 from insync_proxy.proxy.config.loader import load_config

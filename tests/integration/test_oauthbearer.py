@@ -23,15 +23,15 @@ from confluent_kafka import Producer
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
+from insync_proxy.cli.preflight import check_connection
 from insync_proxy.client.blocking_client import BlockingKafkaClient, parse_address
-from insync_proxy.client.preflight import check_connection, sasl_login
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, OAuthBearerValidation
 from insync_proxy.devcluster.identity_provider import IdentityProvider
 from insync_proxy.protocol import ErrorCode, MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import SaslConfig
-from insync_proxy.proxy.controlplane.sasl import SaslError, oauthbearer_login
+from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate_blocking, oauthbearer_login
 from tests.helpers import consume_values, wait_until
 from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room, start_keeping_logs
 from tests.java_client import JavaClient
@@ -160,7 +160,7 @@ def test_check_config_walks_the_token_and_the_login_and_names_a_wrong_secret(oau
 def _min_insync(proxy: ProxyProcess, sasl: SaslConfig, topic: str) -> int:
     """Tag 637 of `topic` in a Metadata v12 answer through the proxy, logged in as a client with OAUTHBEARER."""
     with BlockingKafkaClient.connect(proxy.bootstrap()) as client:
-        sasl_login(client, sasl)
+        authenticate_blocking(client.request_raw, sasl)
         response = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=topic),)), 12, MetadataResponse)
     return response.topics[0].min_insync_replicas
 
@@ -202,7 +202,7 @@ def test_acks_minus_two_is_answered_not_enough_replicas_by_the_proxy_with_a_paus
         oauth: OAuthCluster) -> None:
     # The proxy's ISR view came over its OAuth login; the client logs in with a token of its own
     acks_minus_two_is_answered_by_the_proxy(oauth.cluster, oauth.proxy, f"127.0.0.1:{oauth.proxy.broker_port(1)}",
-                                            lambda client: sasl_login(client, oauth.sasl("alice")))
+                                            lambda client: authenticate_blocking(client.request_raw, oauth.sasl("alice")))
 
 
 def test_two_minutes_of_ten_second_sessions_lose_no_tag_and_log_no_error(oauth: OAuthCluster) -> None:

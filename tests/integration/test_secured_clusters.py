@@ -31,8 +31,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from insync_proxy.cli.preflight import check_connection
 from insync_proxy.client.blocking_client import BlockingKafkaClient
-from insync_proxy.client.preflight import check_connection, sasl_login
 from insync_proxy.devcluster.certificates import DevCertificates, make_test_certificates
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.devcluster.distribution import selected_version
@@ -40,6 +40,7 @@ from insync_proxy.protocol import MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
+from insync_proxy.proxy.controlplane.sasl import authenticate_blocking
 from tests.helpers import consume_values, wait_until
 from tests.java_client import JavaClient
 from tests.proxy_harness import TEST_POLICIES, ProxyProcess
@@ -154,7 +155,7 @@ def _min_insync_through(bootstrap: str, topic: str, sasl: SaslConfig | None) -> 
     """Tag 637 of `topic` in a Metadata v12 answer from the proxy (logged in as a client would be)."""
     with BlockingKafkaClient.connect(bootstrap) as client:
         if sasl is not None:
-            sasl_login(client, sasl)
+            authenticate_blocking(client.request_raw, sasl)
         response = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=topic),)), 12, MetadataResponse)
     return response.topics[0].min_insync_replicas
 

@@ -314,9 +314,9 @@ def test_check_config_connect_calls_the_preflight_and_exits_by_its_answer(
         say("bootstrap k:1: ok")  # type: ignore[operator]
         return config.proxy_id == "good"
 
-    module = types.ModuleType("insync_proxy.client.preflight")
+    module = types.ModuleType("insync_proxy.cli.preflight")
     module.check_connection = check_connection  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "insync_proxy.client.preflight", module)
+    monkeypatch.setitem(sys.modules, "insync_proxy.cli.preflight", module)
     for key in [k for k in __import__("os").environ if k.startswith("INSYNC_PROXY_")]:
         monkeypatch.delenv(key)
     argv = ["check-config", "--connect", "--bootstrap-servers", "k:1"]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from insync_proxy.client.preflight import check_connection
+from insync_proxy.cli.preflight import check_connection
 from insync_proxy.proxy.config.schema import validate
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig, UpstreamTlsConfig
 from tests.unit.test_control_login import PlainBroker
