@@ -30,6 +30,7 @@ from insync_proxy.proxy.behaviours.addresses import AddressRewrite  # noqa: E402
 from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation  # noqa: E402
 from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher  # noqa: E402
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher  # noqa: E402
+from insync_proxy.proxy.behaviours.order import in_order  # noqa: E402
 from insync_proxy.proxy.datapath.core import CloseReason, ConnectionCore  # noqa: E402
 from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry, Exchange  # noqa: E402
 from insync_proxy.proxy.datapath.observer import ExchangeObserver  # noqa: E402
@@ -83,9 +84,9 @@ def measure(version: int, variant: str, exchanges: int) -> float:
         behaviours = [AddressRewrite()]
     elif variant == PRODUCE_ONLY:
         behaviours = side.behaviours
-    else:  # as the proxy registers them (proxy/server.py)
-        behaviours = [ApiVersionsNegotiation(), MetadataEnricher(context), AddressRewrite(),
-                      TopicConfigWatcher(context), *side.behaviours]
+    else:  # as the proxy registers them, in its one order (proxy/behaviours/order.py)
+        behaviours = in_order([ApiVersionsNegotiation(), MetadataEnricher(context), AddressRewrite(),
+                               TopicConfigWatcher(context), *side.behaviours])
     core = ConnectionCore(BehaviourRegistry(behaviours), LISTENER, _NullIO(), max_frame_bytes=1 << 24,
                           observer=ExchangeObserver(side.metrics))
     requests = [_request(version, i, -2 if answered else -1) for i in range(64)]

@@ -20,6 +20,7 @@ from insync_proxy.proxy.behaviours.api_versions import ApiVersionsNegotiation
 from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
+from insync_proxy.proxy.behaviours.order import in_order
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.config.broker_ports import bootstrap_host
 from insync_proxy.proxy.config.settings import ProxyConfig
@@ -111,18 +112,17 @@ class InsyncProxy:
         )
         #: A topic's ISR re-read at most once a second, for a failed acks precheck and a leader's error alike.
         rereads = IsrRereads(context.refresh_topics)
-        return [
+        # in the one order every exchange meets them (proxy/behaviours/order.py)
+        return in_order([
             ApiVersionsNegotiation(),
             MetadataEnricher(context),
             AddressRewrite(),
             TopicConfigWatcher(context),
-            # Produce, one concern each, in this order (proxy/behaviours/produce_exchange.py): topic ids named, the
-            # acks decided, then at completion the partitions counted and the leaders' errors learnt.
             TopicIdResolution(context),
             AcksPolicy(context, self.config.acks_policies, rereads),
             ProduceAccounting(context, self.summaries, every_request=self.config.audit.detail == "every_request"),
             IsrLearning(context, rereads),
-        ]
+        ])
 
     def _control_connection(self, addresses: list[tuple[str, int]]) -> ControlConnection:
         """A connection of the proxy's own: the control connection, or one to the audit topic's leader."""

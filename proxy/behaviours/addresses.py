@@ -13,15 +13,10 @@ from __future__ import annotations
 import logging
 from typing import ClassVar, Final
 
-from insync_proxy.protocol import (
-    ApiKey,
-    ProduceResponseScan,
-    ProtocolError,
-    rewrite_produce_node_endpoints,
-    scan_produce_response,
-)
+from insync_proxy.protocol import ApiKey, ProduceResponseScan, ProtocolError, rewrite_produce_node_endpoints
 from insync_proxy.protocol.endpoints import ENDPOINT_REWRITERS
 from insync_proxy.protocol.fetch import FetchEndpointsTap
+from insync_proxy.proxy.behaviours.produce_exchange import produce_exchange
 from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame, StreamVerdict
 
 log: Final = logging.getLogger("insync_proxy.addresses")
@@ -47,16 +42,15 @@ class AddressRewrite(BehaviourBase):
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame:
         key, version = exchange.api_key, exchange.api_version
         if key == ApiKey.PRODUCE:
-            # The hot path, before the table: one scan of the response serves this rewrite and the acks
-            # policy's accounting, and nothing before v10 carries an address.
+            # The hot path, before the table: nothing before v10 carries an address, and the exchange's one scan
+            # of the answer serves this rewrite and the accounting at completion.
             if version < 10:
                 return frame
+            scan: ProduceResponseScan | None
             try:
-                scan: ProduceResponseScan | None = scan_produce_response(frame, version)
-            except ProtocolError:
-                scan = None  # the whole decode below says what is wrong
-            else:
-                exchange.put(scan)  # the acks policy's accounting reads the same walk
+                scan = produce_exchange(exchange).scan_response(frame, version)
+            except ProtocolError:  # a request without readable acks (not Produce's behaviours' to answer)
+                scan = None  # the whole decode below says what is wrong with the answer, if anything
             return rewrite_produce_node_endpoints(frame, version, exchange.listener.addresses, scan)
         return ENDPOINT_REWRITERS[key](frame, version, exchange.listener.addresses)
 

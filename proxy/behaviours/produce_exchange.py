@@ -37,7 +37,7 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.protocol.produce import PartitionKey, ProduceRequestIndex, produce_partition_records
 from insync_proxy.proxy.datapath.cluster_view import Readiness
-from insync_proxy.proxy.datapath.exchange import Exchange
+from insync_proxy.proxy.datapath.exchange import Exchange, Frame
 
 #: The name metrics and audit use for a topic id the proxy could not name (never the id itself).
 UNKNOWN_TOPIC_ID: Final = "__unknown_topic_id__"
@@ -127,19 +127,23 @@ class ProduceExchange:
             raise self._error
         return partitions
 
-    def response_scan(self, exchange: Exchange) -> ProduceResponseScan | None:
-        """The response written to the client, scanned once (asked at completion). None: no response (acks=0)
-        or one that does not read cleanly."""
+    def scan_response(self, frame: Frame, api_version: int) -> ProduceResponseScan | None:
+        """The broker's answer, scanned once: what the address rewrite (node_endpoints, v10+) and the completion's
+        accounting both read. None: it does not read cleanly (the full decode then says what is wrong)."""
         if not self._scanned:
             self._scanned = True
-            scan = exchange.get(ProduceResponseScan)  # the address rewrite's (Produce v10+)
-            response = exchange.response
-            if scan is None and response is not None:
-                try:
-                    scan = scan_produce_response(response, exchange.api_version)
-                except ProtocolError:
-                    scan = None
-            self._scan = scan
+            try:
+                self._scan = scan_produce_response(frame, api_version)
+            except ProtocolError:
+                self._scan = None
+        return self._scan
+
+    def response_scan(self, exchange: Exchange) -> ProduceResponseScan | None:
+        """The answer's scan at completion: the one the address rewrite took, else the response written to the
+        client, scanned now (the same partitions and codes). None: no response (acks=0) or one that does not read
+        cleanly."""
+        if not self._scanned and exchange.response is not None:
+            return self.scan_response(exchange.response, exchange.api_version)
         return self._scan
 
 

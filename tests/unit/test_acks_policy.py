@@ -27,6 +27,7 @@ from insync_proxy.proxy.audit.summary import ProduceSummaries
 from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
+from insync_proxy.proxy.behaviours.order import in_order
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.config.settings import AcksPolicyConfig
 from insync_proxy.proxy.controlplane.context import BehaviourContext
@@ -120,9 +121,9 @@ class Sidecar:
         rereads = IsrRereads(context.refresh_topics, clock=clock)
         self.policy = AcksPolicy(context, list(policies), rereads)
         self.accounting = ProduceAccounting(context, self.summaries)
-        #: The Produce behaviours as the proxy registers them (proxy/server.py), in its order.
-        self.behaviours: list[Behaviour] = [
-            TopicIdResolution(context), self.policy, self.accounting, IsrLearning(context, rereads)]
+        #: The Produce behaviours, in the proxy's one order (proxy/behaviours/order.py).
+        self.behaviours: list[Behaviour] = in_order([
+            self.accounting, IsrLearning(context, rereads), self.policy, TopicIdResolution(context)])
         self.io = RecordingIO()
         self.core = ConnectionCore(BehaviourRegistry(self.behaviours), LISTENER, self.io, max_frame_bytes=1 << 20)
 
