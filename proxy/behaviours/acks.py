@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from insync_proxy.protocol import (
@@ -41,7 +41,16 @@ from insync_proxy.proxy.behaviours.produce_exchange import (
 from insync_proxy.proxy.config.settings import AcksPolicyConfig
 from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.datapath.cluster_view import Readiness
-from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.datapath.exchange import (
+    FORWARD,
+    FORWARD_WITHOUT_RESPONSE,
+    BehaviourBase,
+    Exchange,
+    Frame,
+    RequestResult,
+    forward,
+    respond,
+)
 
 ACKS_MIN_INSYNC: Final = -2
 _NOT_ENOUGH_REPLICAS: Final = int(ErrorCode.NOT_ENOUGH_REPLICAS)
@@ -71,18 +80,18 @@ class AcksPolicy(BehaviourBase):
         self.has_fast_fail = any(p.fast_fail for p in self.policies)
         self._policy_cache: dict[str, AcksPolicyConfig | None] = {}
 
-    def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
+    def on_request(self, exchange: Exchange) -> RequestResult:
         shared = produce_exchange(exchange)
         acks = shared.acks
         if acks == 0:
-            exchange.expects_response = False
+            return FORWARD_WITHOUT_RESPONSE
         if -2 <= acks <= 1:  # a range check, not a set lookup (hash(-1) == hash(-2): a collision)
             if acks == ACKS_MIN_INSYNC or (self.has_floor and acks == 1) or (self.has_fast_fail and acks == -1):
-                self._decide(exchange, shared, acks)
-            # else the hot path: forwarded as it came
-        elif exchange.api_version > 0:  # Produce v0 predates KIP-1: forwarded as it came
-            self._reject_invalid_acks(exchange, shared)
-        return None
+                return self._decide(shared, acks)
+            return FORWARD  # the hot path: forwarded as it came
+        if exchange.api_version > 0:  # Produce v0 predates KIP-1: forwarded as it came
+            return self._reject_invalid_acks(shared)
+        return FORWARD
 
     def _policy(self, topic: str) -> AcksPolicyConfig | None:
         """The first policy whose pattern matches the topic (cached per topic)."""
@@ -108,7 +117,7 @@ class AcksPolicy(BehaviourBase):
                     acks_sent = policy.acks_floor
         return acks_sent
 
-    def _decide(self, exchange: Exchange, shared: ProduceExchange, acks: int) -> None:
+    def _decide(self, shared: ProduceExchange, acks: int) -> RequestResult:
         view, metrics = self.view, self.metrics
         partitions = shared.partitions()
         floor_topics: set[str] | None = None
@@ -142,22 +151,23 @@ class AcksPolicy(BehaviourBase):
         upstream_acks = -1 if acks_sent == ACKS_MIN_INSYNC else acks_sent
         shared.decisions = ProduceDecisions(upstream_acks, codes, errors, floor_topics, readiness)
         if errors and len(errors) == len(partitions):
-            exchange.answer_locally(build_produce_error_response(shared.index(), errors))
-        elif errors:
+            return respond(build_produce_error_response(shared.index(), errors))
+        if errors:  # split: the others go upstream, and the proxy's answers are merged into the broker's
             index = shared.index()
             keep = {(t, p) for t, p, _, _ in partitions if (t, p) not in errors}
-            exchange.upstream_frame = list(build_forward_request_chunks(index, keep, acks=upstream_acks)[1:])
-            exchange.response_hooks.append(functools.partial(_merge, index, errors))
-        elif upstream_acks != acks:
+            return forward(list(build_forward_request_chunks(index, keep, acks=upstream_acks)[1:]),
+                           response_hook=functools.partial(_merge, index, errors))
+        if upstream_acks != acks:
             frame, a = shared.frame, shared.acks_offset
-            exchange.upstream_frame = [frame[:a], _I16.pack(upstream_acks), frame[a + 2:]]
+            return forward([frame[:a], _I16.pack(upstream_acks), frame[a + 2:]])
+        return FORWARD
 
-    def _reject_invalid_acks(self, exchange: Exchange, shared: ProduceExchange) -> None:
+    def _reject_invalid_acks(self, shared: ProduceExchange) -> RequestResult:
         index = shared.index()
         errors = {span.key: _INVALID_REQUIRED_ACKS for span in index.partitions()}
-        exchange.answer_locally(build_produce_error_response(index, errors))
         shared.decisions = ProduceDecisions(None, [_INVALID_REQUIRED_ACKS] * len(shared.partitions()), errors, None,
                                             None)
+        return respond(build_produce_error_response(index, errors))
 
 
 def policy_for(policies: Sequence[AcksPolicyConfig], topic: str) -> AcksPolicyConfig | None:

@@ -21,7 +21,14 @@ from insync_proxy.protocol import (
     split_response,
 )
 from insync_proxy.protocol.messages import ApiVersion
-from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.datapath.exchange import (
+    FORWARD,
+    BehaviourBase,
+    Exchange,
+    Frame,
+    RequestResult,
+    respond,
+)
 
 #: Highest version of each API whose requests or responses the proxy reads or rewrites.
 VERSION_CAPS: Final[dict[int, int]] = {
@@ -53,7 +60,7 @@ class ApiVersionsNegotiation(BehaviourBase):
     request_keys = frozenset({ApiKey.API_VERSIONS})
     response_keys = frozenset({ApiKey.API_VERSIONS})
 
-    def on_request(self, exchange: Exchange) -> None:
+    def on_request(self, exchange: Exchange) -> RequestResult:
         cap = VERSION_CAPS[ApiKey.API_VERSIONS]
         if exchange.api_version > cap:
             # A broker answers an unknown ApiVersions version with a v0 body: error 35 and its range.
@@ -64,7 +71,8 @@ class ApiVersionsNegotiation(BehaviourBase):
                 ),
                 0,
             )
-            exchange.answer_locally(encode_response_with_header(ApiKey.API_VERSIONS, 0, exchange.correlation_id, body))
+            return respond(encode_response_with_header(ApiKey.API_VERSIONS, 0, exchange.correlation_id, body))
+        return FORWARD
 
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame:
         correlation_id, body = split_response(frame, ApiKey.API_VERSIONS, exchange.api_version)

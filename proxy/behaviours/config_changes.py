@@ -15,7 +15,14 @@ from typing import Final
 
 from insync_proxy.protocol import ApiKey, ProtocolError, topic_names
 from insync_proxy.proxy.controlplane.context import BehaviourContext
-from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.datapath.exchange import (
+    FORWARD,
+    BehaviourBase,
+    Exchange,
+    Frame,
+    RequestResult,
+    forward,
+)
 
 log: Final = logging.getLogger("insync_proxy.config_changes")
 
@@ -31,15 +38,15 @@ class TopicConfigWatcher(BehaviourBase):
     def __init__(self, context: BehaviourContext) -> None:
         self.context = context
 
-    def on_request(self, exchange: Exchange) -> None:
+    def on_request(self, exchange: Exchange) -> RequestResult:
         try:
             names, brokers_changed, requested = topic_names.changed_topic_configs(exchange.request_frame)
         except ProtocolError as exc:
             log.debug("cannot read topic names of %s v%d: %s", exchange.api_key, exchange.api_version, exc)
-            return
+            return FORWARD
         if names or brokers_changed:
-            exchange.response_hooks.append(
-                functools.partial(self._after_change, list(names), brokers_changed, requested))
+            return forward(response_hook=functools.partial(self._after_change, list(names), brokers_changed, requested))
+        return FORWARD
 
     async def _after_change(self, names: list[str], brokers_changed: bool, requested: dict[str, int],
                             exchange: Exchange, frame: Frame) -> Frame:

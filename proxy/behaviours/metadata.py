@@ -41,7 +41,14 @@ from insync_proxy.protocol import (
 from insync_proxy.protocol.primitives import read_uvarint_at
 from insync_proxy.proxy.behaviours.api_versions import KIP637_METADATA_VERSION
 from insync_proxy.proxy.controlplane.context import BehaviourContext
-from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange, Frame
+from insync_proxy.proxy.datapath.exchange import (
+    FORWARD,
+    BehaviourBase,
+    Exchange,
+    Frame,
+    RequestResult,
+    forward,
+)
 
 log: Final = logging.getLogger("insync_proxy.metadata")
 
@@ -208,20 +215,22 @@ class MetadataEnricher(BehaviourBase):
         self._spliced: dict[tuple[str, int, bool], _SplicedAnswer] = {}
         self.kept_bytes_max = KEPT_BYTES_MAX
 
-    def on_request(self, exchange: Exchange) -> None:
+    def on_request(self, exchange: Exchange) -> RequestResult:
+        result = FORWARD
         if exchange.listener.metadata_schema == "kip637" and exchange.api_version == KIP637_METADATA_VERSION:
             # KIP-637's "v10" is Kafka's v9 plus one field: ask the broker for v9.
             header, offset = decode_request_header(exchange.request_frame)
             request = decode_request(ApiKey.METADATA, KIP637_METADATA_VERSION, exchange.request_frame[offset:])
-            exchange.upstream_frame = encode_request_header(
+            result = forward(encode_request_header(
                 replace(header, request_api_version=KIP637_UPSTREAM_VERSION)
-            ) + encode_request(request, KIP637_UPSTREAM_VERSION)
+            ) + encode_request(request, KIP637_UPSTREAM_VERSION))
             exchange.put(Kip637Request(KIP637_UPSTREAM_VERSION))
         try:
             if names_topics(exchange.request_frame):
                 exchange.put(NAMED_TOPICS)
         except (ProtocolError, IndexError, struct.error) as exc:
             log.debug("cannot read the topics of a Metadata v%d request: %s", exchange.api_version, exc)
+        return result
 
     def on_response(self, exchange: Exchange, frame: Frame) -> Frame | Awaitable[Frame]:
         kip637 = exchange.get(Kip637Request)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 
 from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.proxy.behaviours.produce_exchange import produce_exchange
 from insync_proxy.proxy.controlplane.context import BehaviourContext
-from insync_proxy.proxy.datapath.exchange import BehaviourBase, Exchange
+from insync_proxy.proxy.datapath.exchange import FORWARD, BehaviourBase, Exchange, RequestResult, wait
 from insync_proxy.proxy.observability.logs import RateLimitedLog, error_text
 
 log = logging.getLogger("insync_proxy")
@@ -41,16 +41,16 @@ class TopicIdResolution(BehaviourBase):
         #: Lookups under way, by the id they look up: concurrent requests naming one id share one lookup.
         self._resolving: dict[uuid.UUID, asyncio.Task[None]] = {}
 
-    def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
+    def on_request(self, exchange: Exchange) -> RequestResult:
         if exchange.api_version < 13:
-            return None  # names on the wire
+            return FORWARD  # names on the wire
         try:
             partitions = produce_exchange(exchange).partitions()
         except ProtocolError:
-            return None  # the decision or the broker says what is wrong with it
+            return FORWARD  # the decision or the broker says what is wrong with it
         known = self.view.topic_ids
         unknown = [t for t in dict.fromkeys(p[0] for p in partitions) if isinstance(t, uuid.UUID) and t not in known]
-        return self.resolve(unknown) if unknown else None
+        return wait(self.resolve(unknown)) if unknown else FORWARD
 
     async def resolve(self, topic_ids: Iterable[uuid.UUID]) -> None:
         """Learn the names of topic ids the view does not know: one Metadata by id on the control connection

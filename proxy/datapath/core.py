@@ -33,6 +33,10 @@ from insync_proxy.protocol.errors import FrameTooLarge
 from insync_proxy.protocol.framing import FRAME, PART, FrameStream
 from insync_proxy.protocol.headers import RequestHeaderPeeker
 from insync_proxy.proxy.datapath.exchange import (
+    FORWARD,
+    FORWARD_WITHOUT_RESPONSE_KIND,
+    RESPOND_KIND,
+    WAIT_KIND,
     Behaviour,
     BehaviourRegistry,
     Exchange,
@@ -270,13 +274,25 @@ class ConnectionCore:
         behaviours = self.registry.requests.get(exchange.api_key)
         if behaviours:
             for i in range(start, len(behaviours)):
-                wait = behaviours[i].on_request(exchange)
-                if wait is not None:
+                result = behaviours[i].on_request(exchange)
+                if result is FORWARD:
+                    continue  # the hot path: as it stands
+                kind = result.kind
+                if kind == WAIT_KIND:
+                    assert result.work is not None
                     self._deferred = (exchange, i + 1)
-                    self.io.run_async(exchange, wait)
+                    self.io.run_async(exchange, result.work)
                     return
-                if exchange.upstream_frame is None and exchange.local_response is not None:
-                    break
+                if kind == RESPOND_KIND:
+                    assert result.response is not None
+                    exchange.answer_locally(result.response)
+                    break  # answered: later behaviours do not see it
+                if result.upstream_frame is not None:
+                    exchange.upstream_frame = result.upstream_frame
+                if result.response_hook is not None:
+                    exchange.response_hooks.append(result.response_hook)
+                if kind == FORWARD_WITHOUT_RESPONSE_KIND:
+                    exchange.expects_response = False
         self._dispatch(exchange)
 
     def _dispatch(self, exchange: Exchange) -> None:

@@ -93,10 +93,10 @@ class ListenerSettings:
 class Exchange:
     """A request from a client and, once known, the response it gets back.
 
-    Behaviours may: replace `upstream_frame` (what goes to the broker: bytes, or a list of chunks;
-    None: nothing does), set `local_response` (a full response payload the proxy answers itself), add
-    a response hook that turns the broker's response into the client's, and keep their own typed
-    per-exchange state with `put(state)` / `get(StateClass)`.
+    Behaviours read it and keep their own typed per-exchange state with `put(state)` / `get(StateClass)`; what
+    goes upstream (`upstream_frame`: bytes, or a list of chunks; None: nothing does), a local answer
+    (`local_response`), whether a response comes (`expects_response`) and the response hooks are the core's to
+    set, from the `RequestResult`s the behaviours return.
     """
 
     __slots__ = (
@@ -180,6 +180,64 @@ class Exchange:
         return self.response is not None
 
 
+class RequestResult:
+    """What a behaviour decided about a request, in the manner of Kroxylicious's filter results: the core acts on it
+    (proxy/datapath/core.py), a behaviour never changes what goes upstream itself.
+
+    - `FORWARD`: the request goes on as it stands (to the next behaviour, then upstream);
+    - `forward(frame, response_hook=...)`: something else goes upstream (bytes, or a list of chunks sent as one
+      frame), and/or a hook turns the broker's response into the client's;
+    - `FORWARD_WITHOUT_RESPONSE`: it goes on, and no response will come (Produce acks=0);
+    - `respond(response)`: the proxy answers it now; nothing goes upstream and later behaviours do not see it;
+    - `wait(work)`: something must be looked up first; the connection's later requests wait behind it, and the
+      next behaviour sees it once `work` is done.
+    """
+
+    __slots__ = ("kind", "response", "response_hook", "upstream_frame", "work")
+
+    def __init__(self, kind: int, *, upstream_frame: Frame | list[Frame] | None = None, response: Frame | None = None,
+                 response_hook: ResponseHook | None = None, work: Awaitable[None] | None = None) -> None:
+        self.kind = kind
+        self.upstream_frame = upstream_frame
+        self.response = response
+        self.response_hook = response_hook
+        self.work = work
+
+    def __repr__(self) -> str:
+        return f"RequestResult({_RESULT_NAMES[self.kind]})"
+
+
+#: `RequestResult.kind`s.
+FORWARD_KIND: Final = 0
+FORWARD_WITHOUT_RESPONSE_KIND: Final = 1
+RESPOND_KIND: Final = 2
+WAIT_KIND: Final = 3
+_RESULT_NAMES: Final = {FORWARD_KIND: "forward", FORWARD_WITHOUT_RESPONSE_KIND: "forward without response",
+                        RESPOND_KIND: "respond", WAIT_KIND: "wait"}
+
+#: The request goes on as it stands (built once: the hot path compares it by identity).
+FORWARD: Final = RequestResult(FORWARD_KIND)
+#: The request goes on, and no response will come (Produce acks=0).
+FORWARD_WITHOUT_RESPONSE: Final = RequestResult(FORWARD_WITHOUT_RESPONSE_KIND)
+
+
+def forward(upstream_frame: Frame | list[Frame] | None = None, *, response_hook: ResponseHook | None = None
+            ) -> RequestResult:
+    """Send `upstream_frame` upstream instead (None: the request as it stands), and/or run `response_hook` on the
+    broker's response."""
+    return RequestResult(FORWARD_KIND, upstream_frame=upstream_frame, response_hook=response_hook)
+
+
+def respond(response: Frame) -> RequestResult:
+    """The proxy answers now with `response` (a whole response payload: header and body)."""
+    return RequestResult(RESPOND_KIND, response=response)
+
+
+def wait(work: Awaitable[None]) -> RequestResult:
+    """Look something up first (`work`); the next behaviour sees the request when it is done."""
+    return RequestResult(WAIT_KIND, work=work)
+
+
 class ResponseTap(Protocol):
     """Sees a response's bytes as they pass through to the client (cut-through); may rewrite its tail.
 
@@ -207,11 +265,10 @@ class Behaviour(Protocol):
     response_keys: ClassVar[frozenset[int]]
     complete_keys: ClassVar[frozenset[int]]
 
-    def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
-        """Inspect or change a request before it goes upstream (may answer it locally).
-
-        May return an awaitable when it must look something up first: the connection's later requests
-        wait behind it (the broker sees them in the client's order)."""
+    def on_request(self, exchange: Exchange) -> RequestResult:
+        """What happens to a request before it goes upstream (`RequestResult`: `FORWARD` as it stands, `forward`
+        something else, `respond` now, `wait` for a lookup first: the connection's later requests wait behind it,
+        so the broker sees them in the client's order)."""
 
     def on_response(self, exchange: Exchange, frame: Frame) -> ResponseResult:
         """Turn the broker's response frame (header + body) into the client's."""
@@ -235,8 +292,8 @@ class BehaviourBase:
     response_keys: ClassVar[frozenset[int]] = frozenset()
     complete_keys: ClassVar[frozenset[int]] = frozenset()
 
-    def on_request(self, exchange: Exchange) -> Awaitable[None] | None:
-        return None
+    def on_request(self, exchange: Exchange) -> RequestResult:
+        return FORWARD
 
     def on_response(self, exchange: Exchange, frame: Frame) -> ResponseResult:
         return frame

@@ -419,3 +419,22 @@ def test_what_a_producer_imports_from_the_client_loads_no_proxy_runtime() -> Non
     runtime = _loaded_after("import insync_proxy.proxy.server, insync_proxy.cli")
     assert "insync_proxy.proxy.server" in runtime
     assert [m for m in runtime if m.startswith(CLIENT)] == []
+
+
+def test_behaviours_return_what_happens_to_a_request() -> None:
+    # Given every behaviour module; Then none sets what goes upstream, a local answer or a response hook itself:
+    # it returns a RequestResult (FORWARD, forward, FORWARD_WITHOUT_RESPONSE, respond, wait) for the core to act on
+    owned_by_the_core = {"upstream_frame", "local_response", "expects_response", "response_hooks"}
+    found: list[str] = []
+    for path in sorted((PROXY / "behaviours").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr in owned_by_the_core:
+                    found.append(f"{path.name}:{node.lineno} sets {target.attr}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                    node.func.attr == "answer_locally" or (node.func.attr == "append" and isinstance(
+                        node.func.value, ast.Attribute) and node.func.value.attr == "response_hooks")):
+                found.append(f"{path.name}:{node.lineno} calls {ast.unparse(node.func)}")
+    assert found == []

@@ -14,13 +14,17 @@ from insync_proxy.proxy.behaviours.addresses import AddressRewrite
 from insync_proxy.proxy.config.broker_ports import BrokerPorts
 from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
 from insync_proxy.proxy.datapath.exchange import (
+    FORWARD_WITHOUT_RESPONSE,
     BehaviourBase,
     BehaviourRegistry,
     Exchange,
     Frame,
     ListenerAddresses,
     ListenerSettings,
+    RequestResult,
     StreamVerdict,
+    forward,
+    respond,
 )
 from tests.protocol.frames import fetch_response_frame
 
@@ -110,8 +114,8 @@ def core_with(*behaviours: object, observer: CoreObserver | None = None, observe
 class AnswersListOffsetsLocally(BehaviourBase):
     request_keys: ClassVar[frozenset[int]] = frozenset({ApiKey.LIST_OFFSETS})
 
-    def on_request(self, exchange: Exchange) -> None:
-        exchange.answer_locally(struct.pack(">i", exchange.correlation_id) + b"local")
+    def on_request(self, exchange: Exchange) -> RequestResult:
+        return respond(struct.pack(">i", exchange.correlation_id) + b"local")
 
 
 class NoResponseForFindCoordinator(BehaviourBase):
@@ -123,8 +127,8 @@ class NoResponseForFindCoordinator(BehaviourBase):
     def __init__(self) -> None:
         self.completed: list[tuple[int, float | None]] = []
 
-    def on_request(self, exchange: Exchange) -> None:
-        exchange.expects_response = False
+    def on_request(self, exchange: Exchange) -> RequestResult:
+        return FORWARD_WITHOUT_RESPONSE
 
     def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
         self.completed.append((exchange.correlation_id, latency_seconds))
@@ -214,9 +218,9 @@ class MergesProduceAnswer(BehaviourBase):
 
     request_keys: ClassVar[frozenset[int]] = frozenset({ApiKey.PRODUCE})
 
-    def on_request(self, exchange: Exchange) -> None:
-        exchange.upstream_frame = [bytes(exchange.request_frame), b"-trimmed"]
-        exchange.response_hooks.append(lambda ex, frame: bytes(frame) + b"+proxy-part")
+    def on_request(self, exchange: Exchange) -> RequestResult:
+        return forward([bytes(exchange.request_frame), b"-trimmed"],
+                       response_hook=lambda ex, frame: bytes(frame) + b"+proxy-part")
 
 
 def test_a_partial_answer_is_merged_with_the_brokers() -> None:
@@ -295,7 +299,7 @@ def test_garbled_and_oversized_client_frames_close_with_a_reason() -> None:
 class Broken(BehaviourBase):
     request_keys: ClassVar[frozenset[int]] = frozenset({ApiKey.METADATA})
 
-    def on_request(self, exchange: Exchange) -> None:
+    def on_request(self, exchange: Exchange) -> RequestResult:
         raise RuntimeError("a bug")
 
 

@@ -26,7 +26,13 @@ from insync_proxy.proxy.datapath.connect_failures import (
 )
 from insync_proxy.proxy.datapath.connection import ClientConnection, ConnectionSettings
 from insync_proxy.proxy.datapath.core import NoObserver
-from insync_proxy.proxy.datapath.exchange import BehaviourBase, BehaviourRegistry, Exchange
+from insync_proxy.proxy.datapath.exchange import (
+    FORWARD_WITHOUT_RESPONSE,
+    BehaviourBase,
+    BehaviourRegistry,
+    Exchange,
+    RequestResult,
+)
 from insync_proxy.proxy.observability.logs import error_text, forget_all
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.helpers import Clock
@@ -562,8 +568,8 @@ class AnswerExpected(BehaviourBase):
 
     request_keys = frozenset({int(ApiKey.LIST_OFFSETS)})
 
-    def on_request(self, exchange: Exchange) -> None:
-        exchange.expects_response = False
+    def on_request(self, exchange: Exchange) -> RequestResult:
+        return FORWARD_WITHOUT_RESPONSE
 
 
 @pytest.mark.parametrize("new_loop", EVENT_LOOPS)
