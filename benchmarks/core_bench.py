@@ -34,9 +34,9 @@ from insync_proxy.proxy.behaviours.order import in_order  # noqa: E402
 from insync_proxy.proxy.datapath.core import CloseReason, ConnectionCore  # noqa: E402
 from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry, Exchange  # noqa: E402
 from insync_proxy.proxy.datapath.observer import ExchangeObserver  # noqa: E402
+from tests.unit.core_harness import LISTENER  # noqa: E402
 from tests.unit.produce_frames import SentProduce, broker_response  # noqa: E402
-from tests.unit.test_acks_policy import BELOW_MIN, HEALTHY, ORDERS, TOPIC_IDS, Sidecar  # noqa: E402
-from tests.unit.test_connection_core import LISTENER  # noqa: E402
+from tests.unit.sidecar import BELOW_MIN, HEALTHY, ORDERS, TOPIC_IDS, Sidecar  # noqa: E402
 
 RECORDS, RECORD_SIZE = 16, 1000
 

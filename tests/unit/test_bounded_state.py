@@ -10,7 +10,7 @@ from insync_proxy.proxy.config.settings import AcksPolicyConfig
 from insync_proxy.proxy.datapath.cluster_view import BROKER_SAID_KEPT, BROKER_SAID_SECONDS, ClusterView
 from tests.helpers import Clock
 from tests.unit.produce_frames import read_produce_request
-from tests.unit.test_acks_policy import HEALTHY, ORDERS, TOPIC_IDS, Sidecar, metadata_response
+from tests.unit.sidecar import HEALTHY, ORDERS, TOPIC_IDS, Sidecar, metadata_response
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 

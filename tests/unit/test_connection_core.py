@@ -7,108 +7,29 @@ import uuid
 from collections.abc import Awaitable
 from typing import ClassVar
 
-from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
+from insync_proxy.protocol import ApiKey
 from insync_proxy.protocol.fetch import find_fetch_node_endpoints
 from insync_proxy.protocol.messages import NodeEndpoint
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
-from insync_proxy.proxy.config.broker_ports import BrokerPorts
-from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
+from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM
 from insync_proxy.proxy.datapath.exchange import (
     FORWARD_WITHOUT_RESPONSE,
     BehaviourBase,
-    BehaviourRegistry,
     Exchange,
     Frame,
-    ListenerAddresses,
-    ListenerSettings,
     RequestResult,
     StreamVerdict,
     forward,
     respond,
 )
 from tests.protocol.frames import fetch_response_frame
-
-LISTENER = ListenerSettings(
-    name="default", label="bootstrap", metadata_schema="tagged", hide_unready_partitions=False,
-    addresses=ListenerAddresses("127.0.0.1", BrokerPorts(9100)), broker_listeners=frozenset(),
+from tests.unit.core_harness import (
+    core_with,
+    request,
+    request_ids,
+    response,
+    response_ids,
 )
-
-
-class RecordingIO:
-    """Records every action the core asks for.
-
-    `to_client` / `to_upstream`: what was written, one entry per whole frame (a write of several frames
-    is split back into them) or per piece of a frame written in parts (cut-through); `client_writes` /
-    `upstream_writes`: how many writes (syscalls, in the real adapter) the core asked for."""
-
-    def __init__(self) -> None:
-        self.to_client: list[bytes] = []
-        self.to_upstream: list[bytes] = []
-        self.client_writes = 0
-        self.upstream_writes = 0
-        self.upstream_buffers: list[tuple[Frame, ...]] = []  #: each write's buffers, as the core passed them
-        self.client_buffers: list[tuple[Frame, ...]] = []
-        self.pending_async: list[tuple[Exchange, Awaitable[Frame | None]]] = []
-        self.closed: list[CloseReason] = []
-
-    def write_client(self, *data: Frame) -> None:
-        self.client_writes += 1
-        self.client_buffers.append(data)
-        self.to_client.extend(_frames_or_piece(b"".join(bytes(d) for d in data)))
-
-    def write_upstream(self, *data: Frame) -> None:
-        self.upstream_writes += 1
-        self.upstream_buffers.append(data)
-        self.to_upstream.extend(_frames_or_piece(b"".join(bytes(d) for d in data)))
-
-    def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
-        self.pending_async.append((exchange, result))
-
-    def close(self, reason: CloseReason) -> None:
-        self.closed.append(reason)
-
-
-def _frames_or_piece(data: bytes) -> list[bytes]:
-    """`data` split into its size-prefixed frames when it is exactly whole frames, else `[data]`."""
-    frames, pos = [], 0
-    while pos + 4 <= len(data):
-        end = pos + 4 + struct.unpack_from(">i", data, pos)[0]
-        if end <= pos + 4 or end > len(data):
-            break
-        frames.append(data[pos:end])
-        pos = end
-    return frames if pos == len(data) and frames else [data]
-
-
-def request(api_key: int, correlation_id: int, body: bytes = b"", version: int = 1) -> bytes:
-    header = RequestHeader(request_api_key=api_key, request_api_version=version, correlation_id=correlation_id,
-                           client_id="c")
-    payload = encode_request_header(header) + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def response(correlation_id: int, body: bytes) -> bytes:
-    payload = struct.pack(">i", correlation_id) + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def request_ids(frames: list[bytes]) -> list[int]:
-    """Correlation ids of size-prefixed requests (after api key and version)."""
-    return [struct.unpack_from(">i", f, 8)[0] for f in frames]
-
-
-def response_ids(frames: list[bytes]) -> list[int]:
-    """Correlation ids of size-prefixed responses."""
-    return [struct.unpack_from(">i", f, 4)[0] for f in frames]
-
-
-def core_with(*behaviours: object, observer: CoreObserver | None = None, observe_whole_frames: bool = False
-              ) -> tuple[ConnectionCore, RecordingIO]:
-    io = RecordingIO()
-    registry = BehaviourRegistry(list(behaviours))  # type: ignore[arg-type]
-    core = ConnectionCore(registry, LISTENER, io, max_frame_bytes=1 << 20, observer=observer,
-                          observe_whole_frames=observe_whole_frames)
-    return core, io
 
 
 class AnswersListOffsetsLocally(BehaviourBase):

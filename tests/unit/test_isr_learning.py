@@ -7,7 +7,7 @@ import time
 import pytest
 
 from insync_proxy.proxy.datapath import cluster_view as cluster_view_module
-from tests.unit.test_acks_policy import (
+from tests.unit.sidecar import (
     HEALTHY,
     NOT_ENOUGH_REPLICAS,
     NOT_LEADER_OR_FOLLOWER,

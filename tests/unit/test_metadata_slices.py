@@ -33,8 +33,8 @@ from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.core import ConnectionCore
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry, Frame, ListenerAddresses, ListenerSettings
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-from tests.unit.test_acks_policy import ControlNeverUsed
-from tests.unit.test_connection_core import RecordingIO, request
+from tests.unit.core_harness import RecordingIO, request
+from tests.unit.sidecar import ControlNeverUsed
 from tests.unit.test_metadata_made_up_topics import RecordingControl
 
 PORTS = BrokerPorts(9100)

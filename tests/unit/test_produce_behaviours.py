@@ -18,8 +18,9 @@ from insync_proxy.proxy.behaviours.produce_exchange import ProduceExchange, prod
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.datapath.core import ConnectionCore
 from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourBase, BehaviourRegistry, Exchange
+from tests.unit.core_harness import LISTENER, RecordingIO
 from tests.unit.produce_frames import broker_response, produce_request, read_produce_request
-from tests.unit.test_acks_policy import (
+from tests.unit.sidecar import (
     BELOW_MIN,
     HEALTHY,
     NOT_ENOUGH_REPLICAS,
@@ -30,7 +31,6 @@ from tests.unit.test_acks_policy import (
     Sidecar,
     run_to_completion,
 )
-from tests.unit.test_connection_core import LISTENER, RecordingIO
 
 
 def alone(side: Sidecar, *behaviours: Behaviour) -> tuple[ConnectionCore, RecordingIO]:

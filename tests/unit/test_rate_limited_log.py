@@ -33,7 +33,7 @@ from insync_proxy.proxy.observability.logs import (
 from insync_proxy.proxy.observability.logsetup import setup_logging
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.helpers import Clock
-from tests.unit.test_connection_core import LISTENER
+from tests.unit.core_harness import LISTENER
 
 logger = logging.getLogger("tests.rate_limited")
 

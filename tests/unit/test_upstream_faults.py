@@ -36,7 +36,7 @@ from insync_proxy.proxy.datapath.exchange import (
 from insync_proxy.proxy.observability.logs import error_text, forget_all
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.helpers import Clock
-from tests.unit.test_connection_core import LISTENER
+from tests.unit.core_harness import LISTENER
 
 Address = tuple[str, int]
 
