@@ -10,94 +10,21 @@ import asyncio
 import random
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import pytest
 
 from insync_proxy.protocol import (
     ApiKey,
-    ApiVersionsResponse,
-    DescribeConfigsResponse,
-    FrameSplitter,
-    MetadataResponse,
     RequestHeader,
     encode_request_header,
-    encode_response,
-    encode_response_with_header,
-    peek_request_header,
-)
-from insync_proxy.protocol.messages import (
-    ApiVersion,
-    DescribeConfigsResourceResult,
-    DescribeConfigsResult,
-    MetadataResponseBroker,
-    MetadataResponsePartition,
-    MetadataResponseTopic,
 )
 from insync_proxy.proxy.config.settings import AuditConfig, ListenerConfig, ProxyConfig
 from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES, MemoryBudget
 from insync_proxy.proxy.datapath.connection import ReadBuffer
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base
-
-Script = Callable[[int, int, int, bytes], Awaitable[bytes | None]]
-
-
-class FakeBroker:
-    """Answers Metadata and DescribeConfigs like a one-broker cluster; other APIs as the script says."""
-
-    def __init__(self) -> None:
-        self.port = 0
-        self.script: Script | None = None
-        self.describe_delay = 0.0
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        splitter = FrameSplitter()
-        lock = asyncio.Lock()
-        try:
-            while data := await reader.read(65536):
-                for frame in splitter.feed(data):
-                    peek = peek_request_header(frame)
-                    response = await self._answer(peek.api_key, peek.api_version, peek.correlation_id, bytes(frame))
-                    if response is not None:
-                        async with lock:
-                            # A _Raw answer carries its own (possibly broken) framing.
-                            framed = response if isinstance(response, _Raw) else struct.pack(">i", len(response)) + response
-                            writer.write(framed)
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def _answer(self, key: int, version: int, correlation_id: int, frame: bytes) -> bytes | None:
-        if key == ApiKey.METADATA:
-            body = encode_response(MetadataResponse(
-                brokers=(MetadataResponseBroker(node_id=1, host="127.0.0.1", port=self.port),),
-                cluster_id="fake", controller_id=1,
-                topics=(MetadataResponseTopic(name="t", partitions=(MetadataResponsePartition(
-                    partition_index=0, leader_id=1, leader_epoch=0, replica_nodes=(1,), isr_nodes=(1,)),)),),
-            ), version)
-            return encode_response_with_header(key, version, correlation_id, body)
-        if key == ApiKey.API_VERSIONS:
-            # Like a broker: the proxy's control connection negotiates versions first.
-            body = encode_response(ApiVersionsResponse(api_keys=tuple(
-                ApiVersion(api_key=k, min_version=0, max_version=v) for k, v in (
-                    (ApiKey.METADATA, 12), (ApiKey.DESCRIBE_CONFIGS, 4), (ApiKey.API_VERSIONS, 3))
-            )), 0 if version == 0 else min(version, 3))
-            return encode_response_with_header(key, 0 if version == 0 else min(version, 3), correlation_id, body)
-        if key == ApiKey.DESCRIBE_CONFIGS:
-            await asyncio.sleep(self.describe_delay)
-            body = encode_response(DescribeConfigsResponse(results=(DescribeConfigsResult(
-                resource_type=2, resource_name="t",
-                configs=(DescribeConfigsResourceResult(name="min.insync.replicas", value="1"),)),)), version)
-            return encode_response_with_header(key, version, correlation_id, body)
-        assert self.script is not None
-        return await self.script(key, version, correlation_id, frame)
+from tests.unit.pipeline_broker import FakeBroker, RawResponse
 
 
 async def _start(broker: FakeBroker, miss_wait_ms: float = 2000) -> InsyncProxy:
@@ -169,9 +96,9 @@ async def test_a_misbehaving_broker_costs_one_client_connection_not_the_proxy(fa
         if fault == "wrong_correlation_id":
             return struct.pack(">i", correlation_id + 1000) + b"x"
         if fault == "huge_frame":
-            return _Raw(struct.pack(">i", 2**31 - 1) + b"\x00" * 8)
+            return RawResponse(struct.pack(">i", 2**31 - 1) + b"\x00" * 8)
         extra = struct.pack(">i", 999) + b"no"  # a response nobody asked for
-        return _Raw(struct.pack(">i", len(ok)) + ok + struct.pack(">i", len(extra)) + extra)
+        return RawResponse(struct.pack(">i", len(ok)) + ok + struct.pack(">i", len(extra)) + extra)
 
     broker.script = misbehave
     proxy = await _start(broker)
@@ -196,11 +123,6 @@ async def test_a_misbehaving_broker_costs_one_client_connection_not_the_proxy(fa
 def _kind(fault: str) -> str:
     return {"wrong_correlation_id": "upstream_protocolerror", "huge_frame": "upstream_too_large",
             "unsolicited": "upstream_protocolerror"}[fault]
-
-
-class _Raw(bytes):
-    """A response whose bytes already carry their own (possibly broken) framing."""
-
 
 
 KIB = 1024

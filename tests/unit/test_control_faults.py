@@ -5,67 +5,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import struct
 import time
 
 import pytest
 
 from insync_proxy.protocol import (
     ApiKey,
-    ApiVersionsResponse,
-    MetadataResponse,
-    decode_request_header,
-    encode_response,
 )
-from insync_proxy.protocol.messages import ApiVersion, MetadataResponseBroker
 from insync_proxy.proxy.controlplane.control import ControlConnection, ControlError
 from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-
-#: What a Kafka 2.8 broker advertises for the APIs the control connection uses.
-KAFKA_28_VERSIONS = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 11), ApiKey.DESCRIBE_CONFIGS: (0, 4)}
-
-
-class FakeBroker:
-    """Answers ApiVersions and Metadata like a broker of the given versions; `hung` accepts and never answers."""
-
-    def __init__(self, node_id: int, hung: bool = False, versions: dict[int, tuple[int, int]] | None = None):
-        self.node_id = node_id
-        self.hung = hung
-        self.versions = versions or KAFKA_28_VERSIONS
-        self.seen: list[tuple[int, int]] = []
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> tuple[str, int]:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return ("127.0.0.1", self.server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                frame = await reader.readexactly(size)
-                if self.hung:
-                    continue
-                header, _ = decode_request_header(frame)
-                key, version = header.request_api_key, header.request_api_version
-                self.seen.append((key, version))
-                if key == ApiKey.API_VERSIONS:
-                    body = encode_response(ApiVersionsResponse(api_keys=tuple(
-                        ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in self.versions.items()
-                    )), min(version, 3))
-                    head = struct.pack(">i", header.correlation_id)
-                else:
-                    body = encode_response(MetadataResponse(brokers=(MetadataResponseBroker(
-                        node_id=self.node_id, host="127.0.0.1", port=1),)), version)
-                    head = struct.pack(">i", header.correlation_id) + (b"\0" if version >= 9 else b"")
-                writer.write(struct.pack(">i", len(head) + len(body)) + head + body)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-
-    def close(self) -> None:
-        assert self.server is not None
-        self.server.close()
+from tests.unit.control_brokers import FakeBroker
 
 
 async def test_a_hung_broker_costs_one_request_timeout_then_the_next_broker_answers() -> None:

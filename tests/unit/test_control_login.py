@@ -2,90 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import struct
-from dataclasses import dataclass
 
 import pytest
 
 from insync_proxy.protocol import (
-    ApiKey,
-    ApiVersionsResponse,
     DescribeConfigsResponse,
-    MetadataResponse,
-    SaslAuthenticateResponse,
-    SaslHandshakeResponse,
-    decode_request_header,
-    encode_response,
 )
-from insync_proxy.protocol.messages import ApiVersion, DescribeConfigsResult, MetadataResponseBroker
+from insync_proxy.protocol.messages import DescribeConfigsResult
 from insync_proxy.proxy.controlplane.background import report_failure
 from insync_proxy.proxy.controlplane.control import AuthenticationFailed, ControlConnection
 from insync_proxy.proxy.controlplane.min_insync import MinInsyncCache
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-
-VERSIONS = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 11), ApiKey.SASL_HANDSHAKE: (0, 1),
-            ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.DESCRIBE_CONFIGS: (0, 4)}
-PASSWORD = "the-right-password"
-
-
-@dataclass
-class Login:
-    mechanism: str = "PLAIN"
-    username: str = "insync-proxy"
-    password: str = "a-wrong-password"
-    password_file: str | None = None
-
-
-class PlainBroker:
-    """Answers ApiVersions, SaslHandshake, SaslAuthenticate (PLAIN: PASSWORD only) and Metadata."""
-
-    def __init__(self, refusal: str = "Authentication failed: Invalid username or password",
-                 mechanisms: tuple[str, ...] = ("PLAIN",)) -> None:
-        self.server: asyncio.Server | None = None
-        self.refusal = refusal
-        self.mechanisms = mechanisms
-
-    async def start(self) -> tuple[str, int]:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return ("127.0.0.1", self.server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                frame = await reader.readexactly(struct.unpack(">i", await reader.readexactly(4))[0])
-                header, offset = decode_request_header(frame)
-                key, version = header.request_api_key, header.request_api_version
-                head = struct.pack(">i", header.correlation_id)
-                if key == ApiKey.API_VERSIONS:
-                    body = encode_response(ApiVersionsResponse(api_keys=tuple(
-                        ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in VERSIONS.items()
-                    )), min(version, 3))
-                elif key == ApiKey.SASL_HANDSHAKE:
-                    body = encode_response(SaslHandshakeResponse(
-                        # a PLAINTEXT listener answers ILLEGAL_SASL_STATE (34) with no mechanism
-                        error_code=0 if "PLAIN" in self.mechanisms else 33 if self.mechanisms else 34,
-                        mechanisms=self.mechanisms), version)
-                elif key == ApiKey.SASL_AUTHENTICATE:
-                    ok = bytes(frame[offset:]).endswith(PASSWORD.encode())
-                    body = encode_response(SaslAuthenticateResponse(
-                        error_code=0 if ok else 58, error_message=None if ok else self.refusal), version)
-                else:
-                    body = encode_response(MetadataResponse(brokers=(MetadataResponseBroker(
-                        node_id=1, host="127.0.0.1", port=1),)), version)
-                    head += b"\0" if version >= 9 else b""
-                writer.write(struct.pack(">i", len(head) + len(body)) + head + body)
-                if key == ApiKey.SASL_AUTHENTICATE and not ok:
-                    await writer.drain()
-                    writer.close()  # as Kafka does after a failed authentication
-                    return
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-
-    def close(self) -> None:
-        assert self.server is not None
-        self.server.close()
+from tests.unit.control_brokers import PASSWORD, Login, PlainBroker
 
 
 async def test_a_refused_login_is_counted_every_time_and_said_once_until_a_login_succeeds(

@@ -37,7 +37,7 @@ from insync_proxy.proxy.controlplane.min_insync import CachedValue, MinInsyncCac
 from insync_proxy.proxy.controlplane.readiness import PartitionReadiness
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-from tests.unit.test_control_faults import FakeBroker
+from tests.unit.control_brokers import FakeBroker
 
 
 class SlowConfigBroker(FakeBroker):

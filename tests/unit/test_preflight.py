@@ -13,7 +13,7 @@ import pytest
 from insync_proxy.cli.preflight import check_connection
 from insync_proxy.proxy.config.schema import validate
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig, UpstreamTlsConfig
-from tests.unit.test_control_login import PlainBroker
+from tests.unit.control_brokers import PlainBroker
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT
 from insync_proxy.proxy.controlplane.control import HTTP_ANSWER
 from insync_proxy.proxy.server import InsyncProxy
 from tests.proxy_harness import free_port_base
-from tests.unit.test_connection_pipeline import FakeBroker
-from tests.unit.test_control_login import PlainBroker
+from tests.unit.control_brokers import PlainBroker
+from tests.unit.pipeline_broker import FakeBroker
 
 
 async def _readyz(port: int) -> int:
