@@ -1,4 +1,5 @@
-"""A scripted broker for the proxied connection's unit tests: it answers what the test scripts, as a real broker's socket would (`FakeBroker`)."""
+"""A scripted broker for the proxied connection's unit tests: it answers what the test scripts, as a real broker's
+socket would (`FakeBroker`)."""
 
 from __future__ import annotations
 

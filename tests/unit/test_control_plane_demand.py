@@ -27,8 +27,6 @@ from insync_proxy.protocol.messages import (
     DescribeConfigsResult,
     MetadataRequestTopic,
     MetadataResponseBroker,
-    MetadataResponsePartition,
-    MetadataResponseTopic,
 )
 from insync_proxy.proxy.behaviours.metadata import names_topics
 from insync_proxy.proxy.controlplane.control import ControlConnection
@@ -38,6 +36,7 @@ from insync_proxy.proxy.controlplane.readiness import PartitionReadiness
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.unit.control_brokers import FakeBroker
+from tests.unit.control_doubles import NoListeners, RecordingControl
 
 
 class SlowConfigBroker(FakeBroker):
@@ -139,33 +138,6 @@ def test_a_topic_comes_into_use_once_and_leaves_after_topic_idle_seconds_untouch
     assert demand.in_use() == ["orders"]
     demand.touch("payments")  # back in use: tracked again at once
     assert new == ["orders", "payments", "payments"]
-
-
-class RecordingControl:
-    """The control connection as MetadataRefresh and the cache use it; records what they ask."""
-
-    request_timeout = 2.0
-
-    def __init__(self) -> None:
-        self.metadata_asked: list[list[str] | None] = []
-        self.described: list[list[str]] = []
-
-    async def metadata(self, topics: list[str] | None = None) -> MetadataResponse:
-        self.metadata_asked.append(None if topics is None else list(topics))
-        return MetadataResponse(
-            brokers=(MetadataResponseBroker(node_id=1, host="127.0.0.1", port=9092),),
-            topics=tuple(MetadataResponseTopic(name=t, partitions=(MetadataResponsePartition(
-                partition_index=0, leader_id=1, replica_nodes=(1,), isr_nodes=(1,)),)) for t in topics or ()))
-
-    async def describe_topic_configs(self, topics: list[str], keys: list[str]) -> DescribeConfigsResponse:
-        self.described.append(list(topics))
-        return DescribeConfigsResponse(results=tuple(DescribeConfigsResult(resource_type=2, resource_name=t, configs=(
-            DescribeConfigsResourceResult(name="min.insync.replicas", value="2"),)) for t in topics))
-
-
-class NoListeners:
-    async def sync(self, remove_missing: bool) -> None:
-        return None
 
 
 async def test_the_periodic_metadata_asks_for_the_topics_in_use_and_a_new_topic_is_read_at_once() -> None:

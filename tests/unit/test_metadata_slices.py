@@ -34,8 +34,8 @@ from insync_proxy.proxy.datapath.core import ConnectionCore
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry, Frame, ListenerAddresses, ListenerSettings
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.unit.core_harness import RecordingIO, request
+from tests.unit.enricher_harness import RecordingControl
 from tests.unit.sidecar import ControlNeverUsed
-from tests.unit.test_metadata_made_up_topics import RecordingControl
 
 PORTS = BrokerPorts(9100)
 BROKERS = (1, 2, 3)

@@ -25,9 +25,9 @@ from insync_proxy.proxy.controlplane.readiness import PartitionReadiness
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.helpers import Clock
+from tests.unit.control_doubles import NoListeners, RecordingControl
 from tests.unit.produce_frames import broker_response, read_produce_request
 from tests.unit.sidecar import HEALTHY, ORDERS, PAYMENTS, TOPIC_IDS, Sidecar
-from tests.unit.test_control_plane_demand import NoListeners, RecordingControl
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 

@@ -40,7 +40,7 @@ from insync_proxy.proxy.controlplane.min_insync import (
 )
 from insync_proxy.proxy.datapath.exchange import Exchange, Frame
 from tests.helpers import Clock
-from tests.unit.test_metadata_made_up_topics import (
+from tests.unit.enricher_harness import (
     LISTENER,
     Proxy,
     RecordingControl,
