@@ -33,9 +33,7 @@ from insync_proxy.protocol.messages import (
     encode_response,
 )
 from insync_proxy.protocol.metadata_scan import (
-    MetadataScan,
     MetadataScanner,
-    ScannedPartition,
     scan_metadata_response,
 )
 from insync_proxy.protocol.metadata_splice import (
@@ -44,50 +42,21 @@ from insync_proxy.protocol.metadata_splice import (
     splice_metadata_response,
 )
 from insync_proxy.protocol.primitives import encode_uvarint
+from tests.protocol.metadata_helpers import (
+    METADATA,
+    assert_scan_equals_decode,
+    decoded,
+    frame_of,
+    generic_enrich,
+    options_for,
+)
 
 from .fuzz import mutate
 from .schema_gen import message_strategy
-from .test_metadata_splice import frame_of, generic_enrich
 
-METADATA = 3
 #: KIP-637's literal layout answers a "v10" request that went upstream as v9.
 KIP637_VERSION = 10
 GOLDEN = Path(__file__).parent / "golden"
-
-
-def decoded(frame: bytes, version: int) -> MetadataResponse:
-    msg = decode_response(METADATA, version, split_response(frame, METADATA, version)[1])
-    assert isinstance(msg, MetadataResponse)
-    return msg
-
-
-def as_scanned(p: MetadataResponsePartition, version: int) -> ScannedPartition:
-    """What the scan reads for a decoded partition (fields a version lacks at their scan defaults)."""
-    return ScannedPartition(p.partition_index, p.error_code, p.leader_id, p.leader_epoch if version >= 7 else -1,
-                            p.replica_nodes, p.isr_nodes, p.offline_replicas if version >= 5 else ())
-
-
-def assert_scan_equals_decode(scan: MetadataScan, msg: MetadataResponse, version: int, correlation_id: int) -> None:
-    assert scan.api_version == version
-    assert scan.correlation_id == correlation_id
-    assert scan.throttle_time_ms == msg.throttle_time_ms
-    assert [(b.node_id, b.host, b.port, b.rack) for b in scan.brokers] == [
-        (b.node_id, b.host, b.port, b.rack) for b in msg.brokers]
-    assert scan.cluster_id == msg.cluster_id
-    assert scan.controller_id == msg.controller_id
-    assert scan.cluster_authorized_operations == msg.cluster_authorized_operations
-    assert scan.error_code == msg.error_code
-    assert len(scan.topics) == len(msg.topics)
-    for topic, expected in zip(scan.topics, msg.topics, strict=True):
-        assert topic.error_code == expected.error_code
-        assert topic.name == expected.name
-        assert topic.topic_id == (expected.topic_id if version >= 10 else None)
-        assert topic.is_internal == expected.is_internal
-        assert topic.partition_count == len(expected.partitions)
-        assert topic.topic_authorized_operations == expected.topic_authorized_operations
-        assert topic.min_insync_replicas == expected.min_insync_replicas
-        assert scan.partitions(topic) == [as_scanned(p, version) for p in expected.partitions]
-        assert len(scan.partition_offsets(topic)) == topic.partition_count
 
 
 def old_kip637_layout(spliced_v9: bytes) -> bytes:
@@ -114,19 +83,6 @@ def old_kip637_layout(spliced_v9: bytes) -> bytes:
         cluster_authorized_operations=response.cluster_authorized_operations,
     )
     return encode_response_with_header(METADATA, KIP637_VERSION, correlation_id, encode_metadata_response_kip637(kip637))
-
-
-def options_for(msg: MetadataResponse) -> dict[str, Any]:
-    """Splice options touching every other topic, broker and partition (by name and by topic id)."""
-    names = [t.name for t in msg.topics if t.name is not None]
-    min_isr: dict[Any, int] = {n: 2 for n in names[::2]}
-    min_isr.update({t.topic_id: 3 for t in msg.topics[1::2]})
-    return {
-        "min_insync_replicas": min_isr,
-        "broker_addresses": {b.node_id: ("proxy-host", 19092 + i) for i, b in enumerate(msg.brokers[::2])},
-        "leaderless": {(t.name, p.partition_index) for t in msg.topics if t.name is not None
-                       for p in t.partitions[::2]},
-    }
 
 
 def generic_enrich_with(msg: MetadataResponse, version: int, options: dict[str, Any]) -> MetadataResponse:

@@ -10,39 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from insync_proxy.protocol.errors import ProtocolError
-from insync_proxy.protocol.headers import encode_response_with_header, split_response
+from insync_proxy.protocol.headers import split_response
 from insync_proxy.protocol.messages import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
     decode_response,
-    encode_response,
 )
 from insync_proxy.protocol.metadata_splice import enrich_metadata_response
+from tests.protocol.metadata_helpers import frame_of, generic_enrich
 
 from .schema_gen import message_strategy
-
-
-def frame_of(msg: MetadataResponse, version: int, correlation_id: int = 3) -> bytes:
-    return encode_response_with_header(3, version, correlation_id, encode_response(msg, version))
-
-
-def generic_enrich(msg: MetadataResponse, version: int, min_isr: dict[Any, int],
-                   addresses: dict[int, tuple[str, int]], leaderless: set[tuple[str, int]]) -> MetadataResponse:
-    brokers = tuple(dataclasses.replace(b, host=addresses[b.node_id][0], port=addresses[b.node_id][1])
-                    if b.node_id in addresses else b for b in msg.brokers)
-    topics = []
-    for t in msg.topics:
-        parts = tuple(dataclasses.replace(p, error_code=5, leader_id=-1) if (t.name, p.partition_index) in leaderless
-                      else p for p in t.partitions)
-        value = min_isr.get(t.name) if t.name is not None else None
-        if value is None and version >= 10:
-            value = min_isr.get(t.topic_id)
-        if version >= 9 and value is not None:
-            t = dataclasses.replace(t, min_insync_replicas=value)
-        topics.append(dataclasses.replace(t, partitions=parts))
-    return dataclasses.replace(msg, brokers=brokers, topics=tuple(topics))
 
 
 @pytest.mark.parametrize("version", range(0, 14))

@@ -50,11 +50,10 @@ from insync_proxy.protocol.produce import (
     scan_produce_response,
 )
 from insync_proxy.protocol.schema import Message, Struct, VersionRange, schema_fields
+from tests.protocol.metadata_helpers import assert_scan_equals_decode, decoded, generic_enrich, options_for
 
 from .frames import request_frame
 from .schema_gen import message_strategy
-from .test_metadata_scan import assert_scan_equals_decode, decoded, options_for
-from .test_metadata_splice import generic_enrich
 
 PRODUCE_VERSIONS = range(kafka_versions.PRODUCE_MIN_VERSION, kafka_versions.PRODUCE_MAX_VERSION + 1)
 METADATA_VERSIONS = range(kafka_versions.METADATA_MIN_VERSION, kafka_versions.METADATA_MAX_VERSION + 1)
