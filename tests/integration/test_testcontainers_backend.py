@@ -8,7 +8,7 @@ import pytest
 
 from insync_proxy.devcluster.cluster import ClusterSettings
 from insync_proxy.devcluster.containers import ContainerKafkaCluster, docker_unavailable_reason
-from tests.integration.test_dev_cluster import exercise_acks_all_with_shrinking_isr
+from tests.integration.shrinking_isr import exercise_acks_all_with_shrinking_isr
 
 pytestmark = pytest.mark.needs_kafka
 

@@ -1,4 +1,5 @@
-"""Metadata test helpers: frames of generated answers, the splice done the slow way (decode, enrich, encode) to compare the fast one with, and the scan compared with the full decode."""
+"""Metadata test helpers: frames of generated answers, the splice done the slow way (decode, enrich, encode) to
+compare the fast one with, and the scan compared with the full decode."""
 
 from __future__ import annotations
 
