@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -48,6 +49,11 @@ READY_TOPIC = "__insync_proxy_ready"
 
 NOT_CONTROLLER = 41
 RETRIABLE_ERRORS = {3, 5, 6, 7, 15, 19, 20}  # unknown topic, no leader, not leader, timeout, coord, ISR
+
+
+#: How many times `LocalKafkaCluster.start` tries, with new ports each time, when a port it drew was taken before its
+#: JVM bound it.
+PORT_RACE_ATTEMPTS = 3
 
 
 class ClusterError(RuntimeError):
@@ -290,12 +296,37 @@ class LocalKafkaCluster:
         return [self.controller, *self.brokers.values()]
 
     def start(self, timeout: float = 180.0) -> LocalKafkaCluster:
-        """Fetch jars if needed, format storage, start every JVM, and wait until ready."""
+        """Fetch jars if needed, format storage, start every JVM, and wait until ready.
+
+        A port drawn for the cluster can be taken by another process before its JVM binds it (any outgoing
+        connection on this machine may get a port of the ephemeral range): the cluster then starts over with new
+        ports, up to PORT_RACE_ATTEMPTS times, unless the settings fixed its ports."""
         started = time.monotonic()
         # No progress callback: the jar download draws one updating line on a terminal.
         self.libs = kafka_libs(self.version, self._progress)
         if self.settings.class_archive:
             self._class_archive = ClassArchive.for_kafka(java_executable(), self.libs, cache_dir() / "class-archives")
+        for attempt in range(1, PORT_RACE_ATTEMPTS + 1):
+            try:
+                self._start_nodes(max(1.0, timeout - (time.monotonic() - started)))
+                break
+            except ClusterError:
+                taken = self._ports_taken()
+                if attempt == PORT_RACE_ATTEMPTS or not taken or self.settings.broker_ports \
+                        or self.settings.controller_port:
+                    raise
+                self._say(f"port(s) {', '.join(map(str, taken))} of the cluster were taken by another process before "
+                          f"its JVMs bound them: starting over with new ports (attempt {attempt + 1})")
+                self._start_over(attempt)
+        self._say(
+            f"Kafka {self.version}{' (ZooKeeper)' if self.zookeeper_mode else ''}: {len(self.brokers)} brokers "
+            f"ready at {self.bootstrap_servers} "
+            f"in {time.monotonic() - started:.1f}s (data: {self.data_dir})"
+        )
+        return self
+
+    def _start_nodes(self, timeout: float) -> None:
+        started = time.monotonic()
         for node in self.nodes():
             (node.directory / "logs").mkdir(parents=True, exist_ok=True)
             (node.directory / "data").mkdir(parents=True, exist_ok=True)
@@ -315,12 +346,42 @@ class LocalKafkaCluster:
         except BaseException:
             self.stop()
             raise
-        self._say(
-            f"Kafka {self.version}{' (ZooKeeper)' if self.zookeeper_mode else ''}: {len(self.brokers)} brokers "
-            f"ready at {self.bootstrap_servers} "
-            f"in {time.monotonic() - started:.1f}s (data: {self.data_dir})"
-        )
-        return self
+
+    def _ports_taken(self) -> list[int]:
+        """The ports a JVM of the last start could not bind because another process held them."""
+        taken: list[int] = []
+        for node in self.nodes():
+            text = ""
+            for path in (node.stdout_file, node.log_file):
+                try:
+                    text += path.read_text(errors="replace")
+                except OSError:
+                    pass
+            if "Address already in use" not in text:
+                continue
+            found = [int(p) for p in re.findall(r"bind to [0-9.]+:(\d+): Address already in use", text)]
+            taken.extend(found or [node.port])
+        return sorted(set(taken))
+
+    def _start_over(self, attempt: int) -> None:
+        """New ports for every node, fresh storage; the failed start's logs are kept beside (logs.attempt-N)."""
+        for node in self.nodes():
+            logs = node.directory / "logs"
+            if logs.exists():
+                shutil.rmtree(node.directory / f"logs.attempt-{attempt}", ignore_errors=True)
+                logs.rename(node.directory / f"logs.attempt-{attempt}")
+            shutil.rmtree(node.directory / "data", ignore_errors=True)
+        n = self.settings.brokers
+        pool = free_ports(n * 4 + 1)
+        for i, (node_id, node) in enumerate(self.brokers.items()):
+            node.port = pool[i]
+            if node_id in self.sasl_ports:
+                self.sasl_ports[node_id] = pool[n + i]
+            if node_id in self.tls_ports:
+                self.tls_ports[node_id] = pool[2 * n + i]
+            if node_id in self.kerberos_ports:
+                self.kerberos_ports[node_id] = pool[3 * n + 1 + i]
+        self.controller.port = pool[3 * n]
 
     def stop(self, graceful_timeout: float = 15.0) -> None:
         """Stop every JVM (brokers first, then the controller); never leaves a process behind."""
