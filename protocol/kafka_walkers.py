@@ -778,6 +778,271 @@ METADATA_RESPONSE_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 0, 0, 4, 4, 4, 4, 4
 METADATA_RESPONSE_TAGS_AT: Final[tuple[Skip | None, ...]] = (None, None, None, None, None, None, None, None, None, metadata_response_tags_at_v9, metadata_response_tags_at_v10, metadata_response_tags_at_v11, metadata_response_tags_at_v11, metadata_response_tags_at_v13,)
 
 
+# ShareFetchResponse: v1-v2 (Kafka 4.3.1 defines v1-2)
+
+def skip_share_fetch_response_node_endpoint_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    pos += 4  # node_id
+    n, pos = read_uvarint_at(buf, pos)  # host
+    if n > 1:
+        pos += n - 1
+    pos += 4  # port
+    n, pos = read_uvarint_at(buf, pos)  # rack
+    if n > 1:
+        pos += n - 1
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_fetch_response_acquired_records_v1(buf: Buffer, pos: int) -> int:
+    pos += 18  # first_offset, last_offset, delivery_count
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_fetch_response_leader_id_and_epoch_v1(buf: Buffer, pos: int) -> int:
+    pos += 8  # leader_id, leader_epoch
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_fetch_response_partition_data_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # partition_index, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    pos += 2  # acknowledge_error_code
+    n, pos = read_uvarint_at(buf, pos)  # acknowledge_error_message
+    if n > 1:
+        pos += n - 1
+    pos = skip_share_fetch_response_leader_id_and_epoch_v1(buf, pos)  # current_leader
+    n, pos = read_uvarint_at(buf, pos)  # records
+    if n > 1:
+        pos += n - 1
+    count, pos = read_array_length_at(buf, pos, True)  # acquired_records
+    for _ in range(count):
+        pos = skip_share_fetch_response_acquired_records_v1(buf, pos)
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_fetch_response_share_fetchable_topic_response_v1(buf: Buffer, pos: int) -> int:
+    count: int
+    pos += 16  # topic_id
+    count, pos = read_array_length_at(buf, pos, True)  # partitions
+    for _ in range(count):
+        pos = skip_share_fetch_response_partition_data_v1(buf, pos)
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_fetch_response_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # throttle_time_ms, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    pos += 4  # acquisition_lock_timeout_ms
+    count, pos = read_array_length_at(buf, pos, True)  # responses
+    for _ in range(count):
+        pos = skip_share_fetch_response_share_fetchable_topic_response_v1(buf, pos)
+    count, pos = read_array_length_at(buf, pos, True)  # node_endpoints
+    for _ in range(count):
+        pos = skip_share_fetch_response_node_endpoint_v1(buf, pos)
+    return skip_tagged_fields_at(buf, pos)
+
+
+def share_fetch_response_tags_at_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # throttle_time_ms, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    pos += 4  # acquisition_lock_timeout_ms
+    count, pos = read_array_length_at(buf, pos, True)  # responses
+    for _ in range(count):
+        pos = skip_share_fetch_response_share_fetchable_topic_response_v1(buf, pos)
+    count, pos = read_array_length_at(buf, pos, True)  # node_endpoints
+    for _ in range(count):
+        pos = skip_share_fetch_response_node_endpoint_v1(buf, pos)
+    return pos
+
+
+def share_fetch_response_node_endpoints_at_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # throttle_time_ms, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    pos += 4  # acquisition_lock_timeout_ms
+    count, pos = read_array_length_at(buf, pos, True)  # responses
+    for _ in range(count):
+        pos = skip_share_fetch_response_share_fetchable_topic_response_v1(buf, pos)
+    return pos
+
+
+SHARE_FETCH_RESPONSE_NODE_ENDPOINT_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_fetch_response_node_endpoint_v1, skip_share_fetch_response_node_endpoint_v1,)
+SHARE_FETCH_RESPONSE_NODE_ENDPOINT_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 4, 4,)
+SHARE_FETCH_RESPONSE_ACQUIRED_RECORDS_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_fetch_response_acquired_records_v1, skip_share_fetch_response_acquired_records_v1,)
+SHARE_FETCH_RESPONSE_ACQUIRED_RECORDS_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 18, 18,)
+SHARE_FETCH_RESPONSE_LEADER_ID_AND_EPOCH_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_fetch_response_leader_id_and_epoch_v1, skip_share_fetch_response_leader_id_and_epoch_v1,)
+SHARE_FETCH_RESPONSE_LEADER_ID_AND_EPOCH_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 8, 8,)
+SHARE_FETCH_RESPONSE_PARTITION_DATA_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_fetch_response_partition_data_v1, skip_share_fetch_response_partition_data_v1,)
+SHARE_FETCH_RESPONSE_PARTITION_DATA_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 6, 6,)
+SHARE_FETCH_RESPONSE_SHARE_FETCHABLE_TOPIC_RESPONSE_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_fetch_response_share_fetchable_topic_response_v1, skip_share_fetch_response_share_fetchable_topic_response_v1,)
+SHARE_FETCH_RESPONSE_SHARE_FETCHABLE_TOPIC_RESPONSE_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 16, 16,)
+SHARE_FETCH_RESPONSE_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_fetch_response_v1, skip_share_fetch_response_v1,)
+SHARE_FETCH_RESPONSE_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 6, 6,)
+SHARE_FETCH_RESPONSE_TAGS_AT: Final[tuple[Skip | None, ...]] = (None, share_fetch_response_tags_at_v1, share_fetch_response_tags_at_v1,)
+SHARE_FETCH_RESPONSE_NODE_ENDPOINTS_AT: Final[tuple[Skip | None, ...]] = (None, share_fetch_response_node_endpoints_at_v1, share_fetch_response_node_endpoints_at_v1,)
+
+
+# ShareAcknowledgeResponse: v1-v2 (Kafka 4.3.1 defines v1-2)
+
+def skip_share_acknowledge_response_node_endpoint_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    pos += 4  # node_id
+    n, pos = read_uvarint_at(buf, pos)  # host
+    if n > 1:
+        pos += n - 1
+    pos += 4  # port
+    n, pos = read_uvarint_at(buf, pos)  # rack
+    if n > 1:
+        pos += n - 1
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_acknowledge_response_leader_id_and_epoch_v1(buf: Buffer, pos: int) -> int:
+    pos += 8  # leader_id, leader_epoch
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_acknowledge_response_partition_data_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    pos += 6  # partition_index, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    pos = skip_share_acknowledge_response_leader_id_and_epoch_v1(buf, pos)  # current_leader
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_acknowledge_response_share_acknowledge_topic_response_v1(buf: Buffer, pos: int) -> int:
+    count: int
+    pos += 16  # topic_id
+    count, pos = read_array_length_at(buf, pos, True)  # partitions
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_partition_data_v1(buf, pos)
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_acknowledge_response_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # throttle_time_ms, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    count, pos = read_array_length_at(buf, pos, True)  # responses
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_share_acknowledge_topic_response_v1(buf, pos)
+    count, pos = read_array_length_at(buf, pos, True)  # node_endpoints
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_node_endpoint_v1(buf, pos)
+    return skip_tagged_fields_at(buf, pos)
+
+
+def skip_share_acknowledge_response_v2(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # throttle_time_ms, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    pos += 4  # acquisition_lock_timeout_ms
+    count, pos = read_array_length_at(buf, pos, True)  # responses
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_share_acknowledge_topic_response_v1(buf, pos)
+    count, pos = read_array_length_at(buf, pos, True)  # node_endpoints
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_node_endpoint_v1(buf, pos)
+    return skip_tagged_fields_at(buf, pos)
+
+
+def share_acknowledge_response_tags_at_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # throttle_time_ms, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    count, pos = read_array_length_at(buf, pos, True)  # responses
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_share_acknowledge_topic_response_v1(buf, pos)
+    count, pos = read_array_length_at(buf, pos, True)  # node_endpoints
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_node_endpoint_v1(buf, pos)
+    return pos
+
+
+def share_acknowledge_response_tags_at_v2(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # throttle_time_ms, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    pos += 4  # acquisition_lock_timeout_ms
+    count, pos = read_array_length_at(buf, pos, True)  # responses
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_share_acknowledge_topic_response_v1(buf, pos)
+    count, pos = read_array_length_at(buf, pos, True)  # node_endpoints
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_node_endpoint_v1(buf, pos)
+    return pos
+
+
+def share_acknowledge_response_node_endpoints_at_v1(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # throttle_time_ms, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    count, pos = read_array_length_at(buf, pos, True)  # responses
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_share_acknowledge_topic_response_v1(buf, pos)
+    return pos
+
+
+def share_acknowledge_response_node_endpoints_at_v2(buf: Buffer, pos: int) -> int:
+    n: int
+    count: int
+    pos += 6  # throttle_time_ms, error_code
+    n, pos = read_uvarint_at(buf, pos)  # error_message
+    if n > 1:
+        pos += n - 1
+    pos += 4  # acquisition_lock_timeout_ms
+    count, pos = read_array_length_at(buf, pos, True)  # responses
+    for _ in range(count):
+        pos = skip_share_acknowledge_response_share_acknowledge_topic_response_v1(buf, pos)
+    return pos
+
+
+SHARE_ACKNOWLEDGE_RESPONSE_NODE_ENDPOINT_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_acknowledge_response_node_endpoint_v1, skip_share_acknowledge_response_node_endpoint_v1,)
+SHARE_ACKNOWLEDGE_RESPONSE_NODE_ENDPOINT_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 4, 4,)
+SHARE_ACKNOWLEDGE_RESPONSE_LEADER_ID_AND_EPOCH_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_acknowledge_response_leader_id_and_epoch_v1, skip_share_acknowledge_response_leader_id_and_epoch_v1,)
+SHARE_ACKNOWLEDGE_RESPONSE_LEADER_ID_AND_EPOCH_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 8, 8,)
+SHARE_ACKNOWLEDGE_RESPONSE_PARTITION_DATA_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_acknowledge_response_partition_data_v1, skip_share_acknowledge_response_partition_data_v1,)
+SHARE_ACKNOWLEDGE_RESPONSE_PARTITION_DATA_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 6, 6,)
+SHARE_ACKNOWLEDGE_RESPONSE_SHARE_ACKNOWLEDGE_TOPIC_RESPONSE_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_acknowledge_response_share_acknowledge_topic_response_v1, skip_share_acknowledge_response_share_acknowledge_topic_response_v1,)
+SHARE_ACKNOWLEDGE_RESPONSE_SHARE_ACKNOWLEDGE_TOPIC_RESPONSE_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 16, 16,)
+SHARE_ACKNOWLEDGE_RESPONSE_SKIP: Final[tuple[Skip | None, ...]] = (None, skip_share_acknowledge_response_v1, skip_share_acknowledge_response_v2,)
+SHARE_ACKNOWLEDGE_RESPONSE_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 6, 6,)
+SHARE_ACKNOWLEDGE_RESPONSE_TAGS_AT: Final[tuple[Skip | None, ...]] = (None, share_acknowledge_response_tags_at_v1, share_acknowledge_response_tags_at_v2,)
+SHARE_ACKNOWLEDGE_RESPONSE_NODE_ENDPOINTS_AT: Final[tuple[Skip | None, ...]] = (None, share_acknowledge_response_node_endpoints_at_v1, share_acknowledge_response_node_endpoints_at_v2,)
+
+
 # FetchResponse: v12-v18 (Kafka 4.3.1 defines v4-18)
 
 def skip_fetch_response_aborted_transaction_v12(buf: Buffer, pos: int) -> int:

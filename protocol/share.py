@@ -3,9 +3,9 @@
 Both answers end with ``node_endpoints``, the host/port of the leaders a client must move to after
 NOT_LEADER_OR_FOLLOWER: broker addresses a proxy must rewrite. Their schemas (protocol/messages.py)
 decode and encode every version Kafka 4.3 defines (v1-v2; v0 was 4.0's early access, removed in
-4.1). The proxy's path is the walk here: it skips every partition (records by their length, never
-decoded) to the ``node_endpoints`` array, rewrites host/port of the mapped nodes and keeps every
-other byte as a slice of the broker's answer. A response without endpoints to change comes back as
+4.1). The proxy's path is the walk here: the generated grammar (protocol/kafka_walkers.py) skips
+every partition (records by their length, never decoded) to the ``node_endpoints`` array; the walk
+rewrites host/port of the mapped nodes and keeps every other byte as a slice of the broker's answer. A response without endpoints to change comes back as
 the same object.
 """
 
@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
+from typing import Final
 
 from .addresses import rewrite_endpoints
 from .api_keys import ApiKey
 from .errors import MalformedFrame, ProtocolError, UnsupportedVersion
 from .kafka_messages import NodeEndpoint
+from .kafka_walkers import (
+    SHARE_ACKNOWLEDGE_RESPONSE_NODE_ENDPOINTS_AT,
+    SHARE_FETCH_RESPONSE_NODE_ENDPOINTS_AT,
+)
 from .messages import SHARE_VERSIONS
-from .primitives import Buffer, Reader, Writer, bytes_view
+from .primitives import Buffer, Reader, Writer, bytes_view, skip_tagged_fields_at
 from .schema import decode_struct, encode_struct
 
 __all__ = [
@@ -28,8 +33,12 @@ __all__ = [
     "rewrite_share_fetch_node_endpoints",
 ]
 
-#: The version from which each answer carries acquisition_lock_timeout_ms.
-_LOCK_TIMEOUT_FROM = {ApiKey.SHARE_FETCH: 1, ApiKey.SHARE_ACKNOWLEDGE: 2}
+#: Where each answer's ``node_endpoints`` starts, per version, from the body's start: generated from the specs
+#: (protocol/kafka_walkers.py; every partition skipped, records by their length).
+_NODE_ENDPOINTS_AT: Final = {
+    ApiKey.SHARE_FETCH: SHARE_FETCH_RESPONSE_NODE_ENDPOINTS_AT,
+    ApiKey.SHARE_ACKNOWLEDGE: SHARE_ACKNOWLEDGE_RESPONSE_NODE_ENDPOINTS_AT,
+}
 
 
 def _walk(mv: memoryview, api_key: int, version: int) -> tuple[int, int, tuple[NodeEndpoint, ...]]:
@@ -41,33 +50,11 @@ def _walk(mv: memoryview, api_key: int, version: int) -> tuple[int, int, tuple[N
     lo, hi = SHARE_VERSIONS
     if not lo <= version <= hi:
         raise UnsupportedVersion(f"{ApiKey(api_key).name} v{version} is not supported (known: v{lo}-v{hi})")
-    fetch = api_key == ApiKey.SHARE_FETCH
+    endpoints_at = _NODE_ENDPOINTS_AT[ApiKey(api_key)][version]
+    assert endpoints_at is not None  # every supported version has node_endpoints
     try:
-        r = Reader(mv)
-        r.int32()  # correlation id (response header v1)
-        r.tagged_fields()
-        r.take(6)  # throttle_time_ms, error_code
-        r.compact_nullable_bytes()  # error_message: skipped, not decoded
-        if version >= _LOCK_TIMEOUT_FROM[ApiKey(api_key)]:
-            r.take(4)  # acquisition_lock_timeout_ms
-        for _ in range(r.array_length(True)):
-            r.take(16)  # topic_id
-            for _ in range(r.array_length(True)):
-                r.take(6)  # partition_index, error_code
-                r.compact_nullable_bytes()  # error_message
-                if fetch:
-                    r.take(2)  # acknowledge_error_code
-                    r.compact_nullable_bytes()  # acknowledge_error_message
-                r.take(8)  # current_leader: leader_id, leader_epoch
-                r.tagged_fields()
-                if fetch:
-                    r.compact_nullable_bytes()  # records: skipped by their length
-                    for _ in range(r.array_length(True)):
-                        r.take(18)  # first_offset, last_offset, delivery_count
-                        r.tagged_fields()
-                r.tagged_fields()
-            r.tagged_fields()
-        start = r.pos
+        start = endpoints_at(mv, skip_tagged_fields_at(mv, 4))  # after the correlation id and header v1's tags
+        r = Reader(mv, start)
         endpoints = tuple(decode_struct(NodeEndpoint, version, r, True) for _ in range(r.array_length(True)))
         end = r.pos
         r.tagged_fields()

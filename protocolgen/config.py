@@ -34,7 +34,15 @@ WALKED_ONLY_APIS: Final[dict[str, tuple[int, int]]] = {
 
 #: The messages whose grammar is generated down to skip functions and fixed-prefix tables (protocol/kafka_walkers.py,
 #: protocolgen/walkers.py): the ones the fast walkers read.
-WALKED_MESSAGES: Final = ("ProduceResponse", "FetchResponse", "MetadataResponse")
+WALKED_MESSAGES: Final = ("ProduceResponse", "FetchResponse", "MetadataResponse", "ShareFetchResponse",
+                          "ShareAcknowledgeResponse")
+
+#: Top-level fields of walked messages whose start the walkers need (``<message>_<field>_at``): the share answers'
+#: node_endpoints, which a proxy rewrites (protocol/share.py).
+WALKED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "ShareFetchResponse": ("NodeEndpoints",),
+    "ShareAcknowledgeResponse": ("NodeEndpoints",),
+}
 
 #: Kafka's struct names that collide across specs (or read badly alone), per message: the Python name.
 STRUCT_NAMES: Final[dict[tuple[str, str], str]] = {

@@ -13,7 +13,10 @@ For every struct of a walked message (config.WALKED_MESSAGES) and every version 
 * ``<MESSAGE>_<STRUCT>_FIXED_PREFIX``: per version, the bytes of the fixed-width fields before the first field of
   variable width (what a walker adds to reach that field).
 * ``<message>_tags_at_v<N>(buf, pos)``: for the message itself, where its top-level tagged fields start (every
-  field of the body skipped) from the body's start.
+  field of the body skipped) from the body's start; ``<MESSAGE>_TAGS_AT`` per version.
+* ``<message>_<field>_at_v<N>(buf, pos)``: for a field of the message itself named in config.WALKED_FIELDS, where
+  it starts (every field before it skipped) from the body's start; ``<MESSAGE>_<FIELD>_AT`` per version (None where
+  the field is not on the wire).
 """
 
 from __future__ import annotations
@@ -133,9 +136,14 @@ class Layouts:
         return ops[0].size if ops and ops[0].kind == "fixed" else 0
 
 
-def _body(name: str, ops: tuple[Op, ...], flexible: bool, stop_before_tags: bool = False) -> list[str]:
+def _body(name: str, ops: tuple[Op, ...], flexible: bool, stop_before_tags: bool = False,
+          stop_before: str = "") -> list[str]:
+    """The function ``name`` that skips ``ops``; it stops before the tagged fields (``stop_before_tags``) or
+    before the field ``stop_before`` (its snake name) and returns where that starts."""
     out = [f"def {name}(buf: Buffer, pos: int) -> int:"]
     for op in ops:
+        if stop_before and op.kind != "fixed" and op.what == stop_before:
+            break
         if op.kind == "fixed":
             out.append(f"    pos += {op.size}  # {op.what}")
         elif op.kind in ("string", "bytes"):
@@ -227,6 +235,11 @@ def generate_walkers(messages: list[Message], kafka: str) -> str:
                 made[skip] = skip.replace(f"skip_{root_table}_v", f"{root_table}_tags_at_v", 1)
                 out.append("\n".join(_body(made[skip], ops, flexible, stop_before_tags=True)) + "\n\n")
             tags_at[version] = made[skip]
+        field_tables: list[str] = []
+        for field in config.WALKED_FIELDS.get(f"{message.api}{message.kind}", ()):
+            functions, table_line = _field_at(layouts, roots, root_table, field, lo, hi)
+            out.extend(functions)
+            field_tables.append(table_line)
         for table, functions in tables.items():
             entries = ", ".join(f or "None" for f in functions)
             out.append(f"{table}_SKIP: Final[tuple[Skip | None, ...]] = ({entries},)")
@@ -236,8 +249,34 @@ def generate_walkers(messages: list[Message], kafka: str) -> str:
             per_version = [tags_at.get(v) for v in range(hi + 1)]
             out.append(f"{root_table.upper()}_TAGS_AT: Final[tuple[Skip | None, ...]] = "
                        f"({', '.join(f or 'None' for f in per_version)},)")
+        out.extend(field_tables)
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _field_at(layouts: Layouts, roots: dict[int, str], root_table: str, field: str, lo: int, hi: int
+              ) -> tuple[list[str], str]:
+    """The ``<message>_<field>_at_v<N>`` functions of one top-level field (one per distinct layout of the
+    message) and their per-version table."""
+    wanted = snake(field)
+    spec = next((f for f in layouts.message.root.fields if f.name == field), None)
+    if spec is None:
+        raise SystemExit(f"{layouts.message.api}{layouts.message.kind} has no field {field} (config.WALKED_FIELDS)")
+    out: list[str] = []
+    made: dict[str, str] = {}  # the root's skip function -> its field_at function
+    per_version: list[str | None] = [None] * (hi + 1)
+    for version in range(lo, hi + 1):
+        skip = roots[version]
+        ops, flexible = next((o, f) for n, o, f in layouts.bodies if n == skip)
+        if not any(op.kind != "fixed" and op.what == wanted for op in ops):
+            continue  # not on the wire at this version (or a tagged field: TAGS_AT finds those)
+        if skip not in made:
+            made[skip] = skip.replace(f"skip_{root_table}_v", f"{root_table}_{wanted}_at_v", 1)
+            out.append("\n".join(_body(made[skip], ops, flexible, stop_before=wanted)) + "\n\n")
+        per_version[version] = made[skip]
+    table = (f"{root_table.upper()}_{wanted.upper()}_AT: Final[tuple[Skip | None, ...]] = "
+             f"({', '.join(f or 'None' for f in per_version)},)")
+    return out, table
 
 
 def _structs_below(root: Struct) -> list[Struct]:

@@ -13,16 +13,24 @@ from hypothesis import strategies as st
 
 from insync_proxy.protocol import kafka_walkers
 from insync_proxy.protocol.errors import MalformedFrame, TruncatedData
-from insync_proxy.protocol.kafka_messages import MetadataResponse, NodeEndpoint, ProduceResponse
+from insync_proxy.protocol.kafka_messages import (
+    MetadataResponse,
+    NodeEndpoint,
+    ProduceResponse,
+    ShareAcknowledgeResponse,
+    ShareFetchResponse,
+)
 from insync_proxy.protocol.messages import encode_response
-from insync_proxy.protocol.primitives import skip_tagged_fields_at
-from insync_proxy.protocol.schema import Message
+from insync_proxy.protocol.primitives import Reader, skip_tagged_fields_at
+from insync_proxy.protocol.schema import Message, decode_struct
 
 from .frames import fetch_response_frame
 from .schema_gen import message_strategy
 
 #: The walked messages with classes of their own (Fetch has none: its frames come from tests/protocol/frames.py).
-WALKED: dict[str, type[Message]] = {"PRODUCE_RESPONSE": ProduceResponse, "METADATA_RESPONSE": MetadataResponse}
+WALKED: dict[str, type[Message]] = {"PRODUCE_RESPONSE": ProduceResponse, "METADATA_RESPONSE": MetadataResponse,
+                                    "SHARE_FETCH_RESPONSE": ShareFetchResponse,
+                                    "SHARE_ACKNOWLEDGE_RESPONSE": ShareAcknowledgeResponse}
 CASES = [(prefix, cls, version) for prefix, cls in WALKED.items()
          for version, skip in enumerate(getattr(kafka_walkers, f"{prefix}_SKIP")) if skip is not None]
 
@@ -42,7 +50,8 @@ def test_every_version_of_the_caps_has_its_skip_function() -> None:
 def test_the_generated_skip_reads_exactly_what_the_codec_writes(prefix: str, cls: type[Message], version: int,
                                                                  data: st.DataObject) -> None:
     # Given a random message of the generated class, encoded by the generic codec
-    body = encode_response(data.draw(message_strategy(cls, version)), version)
+    message = data.draw(message_strategy(cls, version))
+    body = encode_response(message, version)
     # When the generated skip function of that version walks it, from an offset (as after a header)
     framed = b"\xee" * 7 + body
     skip = getattr(kafka_walkers, f"{prefix}_SKIP")[version]
@@ -51,6 +60,12 @@ def test_the_generated_skip_reads_exactly_what_the_codec_writes(prefix: str, cls
     tags_at = getattr(kafka_walkers, f"{prefix}_TAGS_AT")[version]
     if tags_at is not None:  # flexible: the top-level tagged fields are the body's last section
         assert skip_tagged_fields_at(framed, tags_at(framed, 7)) == len(framed)
+    endpoints_at = getattr(kafka_walkers, f"{prefix}_NODE_ENDPOINTS_AT", None)
+    if endpoints_at is not None:  # a field the walkers find (config.WALKED_FIELDS): the codec's value is there
+        r = Reader(framed, endpoints_at[version](framed, 7))
+        found = tuple(decode_struct(NodeEndpoint, version, r, True) for _ in range(r.array_length(True)))
+        assert found == tuple(message.node_endpoints)
+        assert skip_tagged_fields_at(framed, r.pos) == len(framed)
 
 
 FETCH_VERSIONS = [v for v, skip in enumerate(kafka_walkers.FETCH_RESPONSE_SKIP) if skip is not None]
