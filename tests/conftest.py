@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from harness.scratch import remove_scratch_directories
 from insync_proxy.devcluster.cluster import (
     ClusterSettings,
     LocalKafkaCluster,
@@ -48,7 +49,6 @@ from insync_proxy.proxy.config.defaults import SUMMARY_INTERVAL_SECONDS
 from insync_proxy.proxy.observability.compiled import compiled_modules, describe
 from insync_proxy.proxy.observability.logs import forget_all, set_summary_interval
 from tests import jvm_census
-from tests.helpers import remove_scratch_directories
 from tests.java_client import JavaClient
 from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 

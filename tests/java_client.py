@@ -7,8 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from harness.scratch import scratch_directory
 from insync_proxy.devcluster.distribution import java_executable, kafka_libs
-from tests.helpers import scratch_directory
 
 SOURCE = Path(__file__).with_name("java") / "ClientCheck.java"
 _LOG4J2 = "status = warn\nrootLogger.level = WARN\nrootLogger.appenderRef.stderr.ref = STDERR\n" \

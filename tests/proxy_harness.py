@@ -21,10 +21,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from harness.scratch import scratch_directory
 from insync_proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 from insync_proxy.proxy.config.broker_ports import BrokerPorts
 from insync_proxy.proxy.config.defaults import DEFAULT_NODE_ID_RANGES
-from tests.helpers import scratch_directory
 
 GROUPS = ("default", "kip637", "producers")
 #: The audit topic the shared test proxy also writes to (created by the fixture before the proxy starts).

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.waiting import wait_until
 from insync_proxy.protocol import ApiKey
 from insync_proxy.protocol.records import encode_record_batch
-from tests.helpers import wait_until
 from tests.raw_client import RawKafkaClient
 
 MIB = 1024 * 1024

@@ -38,9 +38,10 @@ from typing import Any
 
 import pytest
 
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 from tests.deploy.tools import REPO
-from tests.helpers import consume_values, wait_until
+from tests.helpers import consume_values
 from tests.proxy_harness import free_port_base
 
 IMAGE = "localhost/insync-proxy:test"

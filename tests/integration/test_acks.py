@@ -10,10 +10,10 @@ import jsonschema
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
+from harness.waiting import wait_until
 from insync_proxy.audit.events import SCHEMA_FILES
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import ApiKey, ErrorCode
-from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import re
 
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
-from tests.helpers import wait_until
 from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed
 from tests.proxy_harness import ProxyProcess
 

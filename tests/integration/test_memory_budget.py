@@ -3,9 +3,9 @@ figures at the default budget come from benchmarks/budget_bench.py)."""
 
 from __future__ import annotations
 
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES
-from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.slow_consumers import (
     MIB,

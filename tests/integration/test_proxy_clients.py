@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
-from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 
 

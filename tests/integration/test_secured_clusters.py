@@ -31,6 +31,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from harness.waiting import wait_until
 from insync_proxy.cli.preflight import check_connection
 from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.devcluster.certificates import DevCertificates, make_test_certificates
@@ -41,7 +42,7 @@ from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
 from insync_proxy.proxy.controlplane.sasl import authenticate_blocking
-from tests.helpers import consume_values, wait_until
+from tests.helpers import consume_values
 from tests.java_client import JavaClient
 from tests.proxy_harness import TEST_POLICIES, ProxyProcess
 

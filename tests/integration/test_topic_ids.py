@@ -6,11 +6,11 @@ import json
 import re
 import uuid
 
+from harness.waiting import wait_until
 from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic, PartitionProduceData, TopicProduceData
-from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import batch
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers import scratch_directory
+from harness.scratch import scratch_directory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

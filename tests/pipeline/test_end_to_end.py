@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from harness.waiting import WaitTimeout, wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
-from tests.helpers import WaitTimeout, wait_until
 from tests.proxy_harness import ProxyProcess
 from tests.raw_client import RawKafkaClient, batch
 

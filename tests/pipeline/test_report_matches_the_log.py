@@ -11,9 +11,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.devcluster.distribution import java_executable
-from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 
 from .events import audited_requests

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import (
     ApiKey,
@@ -31,7 +32,6 @@ from insync_proxy.protocol import (
     split_response,
 )
 from insync_proxy.protocol.messages import REQUEST_TYPES
-from tests.helpers import wait_until
 from tests.proxy_harness import ProxyProcess
 
 NAME = re.compile(r"(?P<api>[A-Za-z]+)-v(?P<version>\d+)-(?P<n>\d+)\.request\.bin$")

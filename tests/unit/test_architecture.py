@@ -192,10 +192,10 @@ def test_the_package_is_its_linked_folders_only() -> None:
     # Given a fresh interpreter in the checkout (the checkout on sys.path, as the suite and benchmarks
     # run it, and as `pip install -e .` puts it there); Then each subpackage is its top-level folder, seen
     # through the package's link, with no import hook; and nothing else of the checkout is part of the
-    # package: not tests/, benchmarks/ nor setup.py.
+    # package: not harness/, tests/, benchmarks/ nor setup.py.
     code = ("import importlib, json, sys, insync_proxy\n"
             "found = {}\n"
-            f"for name in ('tests', 'benchmarks', 'setup', 'scripts', *{sorted(FOLDERS)!r}):\n"
+            f"for name in ('harness', 'tests', 'benchmarks', 'setup', 'scripts', *{sorted(FOLDERS)!r}):\n"
             "    try:\n"
             "        found[name] = importlib.import_module('insync_proxy.' + name).__file__\n"
             "    except ModuleNotFoundError as exc:\n"
@@ -207,7 +207,7 @@ def test_the_package_is_its_linked_folders_only() -> None:
     seen = __import__("json").loads(out.stdout)
     assert seen["path"] == [str(ROOT / "insync_proxy")]
     assert seen["hooks"] == []
-    for name in ("tests", "benchmarks", "setup", "scripts"):
+    for name in ("harness", "tests", "benchmarks", "setup", "scripts"):
         assert seen["found"][name] == f"not found: insync_proxy.{name}", (name, seen["found"][name])
     for name, folder in FOLDERS.items():
         assert seen["found"][name] == str(ROOT / "insync_proxy" / name / "__init__.py"), (name, seen["found"][name])
