@@ -2,7 +2,7 @@
 
     python benchmarks/fetch_bench.py [--mib 300] [--rounds 3] [--version 11] [--max-bytes 8388608]
 
-Starts a 1-broker Kafka (devcluster/), the real proxy (tests/proxy_harness.ProxyProcess, no debug
+Starts a 1-broker Kafka (devcluster/), the real proxy (harness/proxy_process.ProxyProcess, no debug
 checks) and a bare uvloop relay (one process: bytes in, bytes out, flow control, nothing else), fills a
 one-partition topic with ~`--mib` MiB (~1 MiB batches of 1 KiB records), then reads the whole partition
 from offset 0 with raw Fetch requests (`--max-bytes` per response, one request in flight) directly, through
@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.shared import cpu_seconds, say, stop_run, write_summary  # noqa: E402
+from harness.proxy_process import ProxyProcess  # noqa: E402
+from harness.raw_client import RawKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
     LocalKafkaCluster,
@@ -44,8 +46,6 @@ from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse  # n
 from insync_proxy.protocol.messages import MetadataRequestTopic  # noqa: E402
 from insync_proxy.protocol.primitives import Reader  # noqa: E402
 from insync_proxy.protocol.records import encode_record_batch  # noqa: E402
-from tests.proxy_harness import ProxyProcess  # noqa: E402
-from tests.raw_client import RawKafkaClient  # noqa: E402
 
 TOPIC = "fetch-bench"
 MIB = 1024 * 1024

@@ -3,8 +3,8 @@
     python benchmarks/hostile_bench.py [--frames 1000000] [--connections 48]
 
 Starts its own 1-broker KRaft Kafka (devcluster/) and the real proxy as a separate process
-(tests/proxy_harness.py, no debug checks), then sends `--frames` malformed frames, one per connection,
-from `--connections` clients at once (tests/hostile_clients.py: bad frames, oversized frames, requests
+(harness/proxy_process.py, no debug checks), then sends `--frames` malformed frames, one per connection,
+from `--connections` clients at once (harness/hostile_clients.py: bad frames, oversized frames, requests
 the broker refuses by closing the connection), while a librdkafka producer (acks=all) produces beside
 them. Prints one table: what was sent and counted per cause, the healthy producer's deliveries and
 errors, how many lines and bytes the proxy's log grew by, and CPU seconds (the proxy's per frame, Kafka's,
@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.shared import say, stop_run, write_summary  # noqa: E402
+from harness.hostile_clients import CAUSES, HealthyProducer, send_malformed  # noqa: E402
+from harness.proxy_process import ProxyProcess  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
-from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed  # noqa: E402
-from tests.proxy_harness import ProxyProcess  # noqa: E402
 
 TOPIC = "healthy"
 MAX_LOG_LINES = 2000

@@ -152,7 +152,7 @@ def run_load(port: int, seconds: float, connections: int, in_flight: int, versio
     from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET
 
     pb.PRODUCE_VERSION = version
-    from tests.raw_client import batch
+    from harness.raw_client import batch
 
     payload = batch(*[bytes([65 + i % 26]) * pb.RECORD_SIZE for i in range(16)])
     answered = 0

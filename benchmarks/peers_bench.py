@@ -6,7 +6,7 @@
 Starts its own 3-broker KRaft Kafka (devcluster/) and, in front of it, every target that can run:
 
   direct         clients talk to the brokers themselves (no proxy process)
-  insync-proxy   the real proxy as its own process (tests/proxy_harness.ProxyProcess), audit on as shipped,
+  insync-proxy   the real proxy as its own process (harness/proxy_process.ProxyProcess), audit on as shipped,
                  debug checks off (as in benchmarks/proxy_bench.py)
   kafka-proxy    grepplabs/kafka-proxy (Go): one --bootstrap-server-mapping per broker, loopback only;
                  the binary comes from --kafka-proxy-bin (or is built from --kafka-proxy-src)
@@ -72,6 +72,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import proxy_bench as pb  # noqa: E402
 from benchmarks.shared import run_threads, write_summary  # noqa: E402
+from harness.proxy_process import ProxyProcess, free_port_base  # noqa: E402
+from harness.raw_client import batch  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
@@ -86,8 +88,6 @@ from insync_proxy.protocol import (  # noqa: E402
     MetadataResponse,
     split_response,
 )
-from tests.proxy_harness import ProxyProcess, free_port_base  # noqa: E402
-from tests.raw_client import batch  # noqa: E402
 
 MIB = 1024 * 1024
 TARGETS = ("direct", "insync-proxy", "kafka-proxy", "kroxylicious", "relay", "socat")

@@ -3,7 +3,7 @@
     python benchmarks/proxy_bench.py [--quick]
 
 Starts its own 3-broker KRaft Kafka (devcluster/) and the real proxy as a separate process
-(tests/proxy_harness.py), runs four sections, prints aligned tables with ratios against a direct
+(harness/proxy_process.py), runs four sections, prints aligned tables with ratios against a direct
 connection to the brokers, writes a JSON summary to bench-results/proxy-bench-<timestamp>.json, and
 stops everything, also on Ctrl-C, SIGTERM or an exception. What each number means: docs/performance.md.
 
@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.shared import cpu_seconds, run_threads, say, write_summary  # noqa: E402
+from harness.proxy_process import ProxyProcess  # noqa: E402
+from harness.raw_client import RawKafkaClient, batch, produce_request  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.client.blocking_client import request_frame as encode_request_frame  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
@@ -60,8 +62,6 @@ from insync_proxy.protocol import (  # noqa: E402
     split_response,
 )
 from insync_proxy.protocol.messages import CreatableTopic, MetadataRequestTopic  # noqa: E402
-from tests.proxy_harness import ProxyProcess  # noqa: E402
-from tests.raw_client import RawKafkaClient, batch, produce_request  # noqa: E402
 
 RECORD_SIZE = 1024
 NOT_ENOUGH_REPLICAS = 19

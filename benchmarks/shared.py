@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from harness.proxy_process import ProxyProcess
     from insync_proxy.devcluster.cluster import LocalKafkaCluster
-    from tests.proxy_harness import ProxyProcess
 
 
 def say(line: str) -> None:

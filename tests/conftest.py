@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from harness.java_client import JavaClient
+from harness.proxy_process import AUDIT_TOPIC, ProxyProcess
 from harness.scratch import remove_scratch_directories
 from insync_proxy.devcluster.cluster import (
     ClusterSettings,
@@ -49,8 +51,6 @@ from insync_proxy.proxy.config.defaults import SUMMARY_INTERVAL_SECONDS
 from insync_proxy.proxy.observability.compiled import compiled_modules, describe
 from insync_proxy.proxy.observability.logs import forget_all, set_summary_interval
 from tests import jvm_census
-from tests.java_client import JavaClient
-from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
 LOG_KEEP_DIR = Path(os.environ.get("INSYNC_PROXY_TEST_LOGS", "test-logs"))
 

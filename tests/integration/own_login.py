@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.proxy_process import ProxyProcess
+from harness.raw_client import RawKafkaClient, batch
 from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import ErrorCode
-from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
 
 
 def make_room(cluster_pool: Any) -> None:

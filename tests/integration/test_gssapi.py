@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from harness.java_client import JavaClient
+from harness.proxy_process import AUDIT_TOPIC, ProxyProcess
 from harness.waiting import wait_until
 from insync_proxy.cli.preflight import check_connection
 from insync_proxy.client.blocking_client import BlockingKafkaClient
@@ -31,8 +33,6 @@ from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import SaslConfig
 from insync_proxy.proxy.controlplane.sasl import authenticate_blocking
 from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room, start_keeping_logs
-from tests.java_client import JavaClient
-from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
 pytestmark = pytest.mark.own_cluster
 

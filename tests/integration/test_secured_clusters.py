@@ -31,6 +31,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from harness.java_client import JavaClient
+from harness.proxy_process import TEST_POLICIES, ProxyProcess
 from harness.waiting import wait_until
 from insync_proxy.cli.preflight import check_connection
 from insync_proxy.client.blocking_client import BlockingKafkaClient
@@ -43,8 +45,6 @@ from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
 from insync_proxy.proxy.controlplane.sasl import authenticate_blocking
 from tests.helpers import consume_values
-from tests.java_client import JavaClient
-from tests.proxy_harness import TEST_POLICIES, ProxyProcess
 
 pytestmark = pytest.mark.own_cluster
 

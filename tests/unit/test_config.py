@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.pki import Ca
 from insync_proxy.cli import JsonLogFormatter, build_parser, config_from_args, main
 from insync_proxy.proxy.behaviours.acks import policy_for
 from insync_proxy.proxy.config import schema as config_schema
@@ -32,7 +33,6 @@ from insync_proxy.proxy.config.settings import (
     setting,
 )
 from insync_proxy.proxy.config.tls import client_ssl_context
-from tests.pki import Ca
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from tests.raw_client import batch
+from harness.raw_client import batch
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "peers_bench.py"
 

@@ -1,5 +1,5 @@
-"""Compiles and runs a check in tests/java/ (ClientCheck.java by default) against kafka-clients (Apache Kafka's
-own Java client)."""
+"""Compiles and runs a Java check (harness/java/ClientCheck.java by default; a test may name its own source) against
+kafka-clients (Apache Kafka's own Java client)."""
 
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.raw_client import RawKafkaClient
 from harness.waiting import wait_until
 from insync_proxy.protocol import ApiKey
 from insync_proxy.protocol.records import encode_record_batch
-from tests.raw_client import RawKafkaClient
 
 MIB = 1024 * 1024
 #: Fetch version of the slow consumers (by topic name, not flexible: a small builder).
