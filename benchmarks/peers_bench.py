@@ -73,7 +73,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import proxy_bench as pb  # noqa: E402
 from benchmarks.shared import run_threads, write_summary  # noqa: E402
 from harness.proxy_process import ProxyProcess, free_port_base  # noqa: E402
-from harness.raw_client import batch  # noqa: E402
+from harness.raw_client import batch, fetch_request_body, next_offset  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
@@ -660,15 +660,6 @@ def advertised_ports(bootstrap: str) -> dict[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------- raw Fetch
-def fetch_request_body(topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 500) -> bytes:
-    """A Fetch v11 request body (not flexible): one partition from `offset`, sessionless, no rack."""
-    name = topic.encode()
-    return (struct.pack(">iiiibii", -1, max_wait_ms, 1, max_bytes, 0, 0, -1)
-            + struct.pack(">ih", 1, len(name)) + name
-            + struct.pack(">iiiqqi", 1, partition, -1, offset, -1, max_bytes)
-            + struct.pack(">ih", 0, 0))  # no forgotten topics, rack ""
-
-
 @dataclass
 class FetchedPartition:
     error_code: int
@@ -703,19 +694,6 @@ def parse_fetch_response(frame: bytes | memoryview) -> list[FetchedPartition]:
     return out
 
 
-def next_offset(records: memoryview | bytes, current: int) -> int:
-    """The offset after the last complete record batch in `records` (`current` when there is none)."""
-    pos, end = 0, len(records)
-    while pos + 12 <= end:
-        base, length = struct.unpack_from(">qi", records, pos)
-        if pos + 12 + length > end or length < 49:
-            break
-        (last_delta,) = struct.unpack_from(">i", records, pos + 23)
-        current = base + last_delta + 1
-        pos += 12 + length
-    return current
-
-
 def fetch_all(port: int, topic: str, end_offset: int, max_bytes: int, limit_bytes: int | None = None,
               min_seconds: float = 0.0) -> dict[str, float]:
     """Reads partition 0 of `topic` from offset 0 to `end_offset` on one connection, one Fetch at a time;
@@ -729,7 +707,7 @@ def fetch_all(port: int, topic: str, end_offset: int, max_bytes: int, limit_byte
                     break
                 offset, passes = 0, passes + 1
             requests += 1
-            frame = pb.request_frame(ApiKey.FETCH, 11, fetch_request_body(topic, 0, offset, max_bytes))
+            frame = pb.request_frame(ApiKey.FETCH, 11, fetch_request_body(topic, offset, max_bytes))
             struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, requests)
             client.send_bytes(frame)
             response = client.receive_frame()

@@ -8,13 +8,14 @@ from __future__ import annotations
 import importlib.util
 import struct
 import sys
+import uuid
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
 
-from harness.raw_client import batch
+from harness.raw_client import batch, fetch_request_body
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "peers_bench.py"
 
@@ -78,8 +79,9 @@ def fetch_response(records: bytes, error_code: int = 0, high_watermark: int = 10
             + struct.pack(">i", len(records)) + records)
 
 
-def test_fetch_request_body_layout(bench: ModuleType) -> None:
-    body = bench.fetch_request_body("t", 0, 42, 8 << 20)
+def test_fetch_request_body_layout() -> None:
+    # the benchmarks' one Fetch request builder (harness/raw_client.py), v11 as the peers benchmark sends it
+    body = fetch_request_body("t", 42, 8 << 20, partition=0)
     replica, wait, min_bytes, max_bytes, isolation, session, epoch = struct.unpack_from(">iiiibii", body)
     assert (replica, min_bytes, max_bytes, isolation, session, epoch) == (-1, 1, 8 << 20, 0, 0, -1)
     assert wait > 0
@@ -88,6 +90,17 @@ def test_fetch_request_body_layout(bench: ModuleType) -> None:
     partitions, partition, leader_epoch, offset, log_start, partition_max = struct.unpack_from(">iiiqqi", body, 32)
     assert (partitions, partition, leader_epoch, offset, log_start, partition_max) == (1, 0, -1, 42, -1, 8 << 20)
     assert body[64:] == struct.pack(">ih", 0, 0)  # no forgotten topics, empty rack id
+
+
+def test_fetch_request_body_by_topic_id_from_v13_and_without_replica_id_from_v15() -> None:
+    topic_id = uuid.UUID(int=7)
+    v13 = fetch_request_body("t", 42, 1024, version=13, topic_id=topic_id)
+    assert v13[:4] == struct.pack(">i", -1) and topic_id.bytes in v13 and b"t" not in v13[:40]
+    assert fetch_request_body("t", 42, 1024, version=15, topic_id=topic_id) == v13[4:]
+    with pytest.raises(ValueError, match="topic_id"):
+        fetch_request_body("t", 42, 1024, version=13)
+    with pytest.raises(ValueError, match="v11-v17"):
+        fetch_request_body("t", 42, 1024, version=10)
 
 
 def test_fetch_response_and_next_offset(bench: ModuleType) -> None:
