@@ -32,7 +32,7 @@ from harness.proxy_process import TEST_POLICIES, ProxyProcess
 from harness.waiting import wait_until
 from insync_proxy.devcluster.certificates import DevCertificates, make_test_certificates
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, free_port
-from tests.conftest import OwnClusterPool
+from tests.cluster_fixtures import OwnClusterPool
 
 pytestmark = pytest.mark.own_cluster("reload")
 

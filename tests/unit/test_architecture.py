@@ -500,3 +500,14 @@ def test_the_room_check_sees_an_arrow(tmp_path: Path) -> None:
         "harness/waits.py imports tests.helpers", "harness/waits.py imports tests.helpers.Clock"]
     assert _arrows_into(_folder_imports(tmp_path / "benchmarks"), "tests", exempt=("benchmarks/exempt.py",)) == [
         "benchmarks/a_bench.py imports tests", "benchmarks/a_bench.py imports tests.helpers"]
+
+
+def test_the_root_conftest_loads_no_dev_cluster() -> None:
+    # Given a fresh interpreter in the checkout; When it imports the root conftest (as pytest does for every run)
+    code = ("import json, sys, tests.conftest\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('insync_proxy.devcluster', "
+            "'tests.cluster_fixtures')))))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # Then neither the dev cluster nor the cluster fixtures are loaded: the codec's tests run without them
+    assert __import__("json").loads(out.stdout) == []
