@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from insync_proxy.devcluster.cluster import _die_with_parent
-
 if TYPE_CHECKING:
     from harness.proxy_process import ProxyProcess
     from insync_proxy.devcluster.cluster import LocalKafkaCluster
@@ -228,6 +226,9 @@ class Processes:
     def run(self, cmd: list[str], timeout: float = 600) -> tuple[int, str]:
         """Runs a command to its end in a session of its own: its exit status and its output (stdout and stderr
         together, as text). Killed when it outlives `timeout` (subprocess.TimeoutExpired then)."""
+        # Imported here: the toolkit's readings (cpu_of.py's among them) load no dev cluster.
+        from insync_proxy.devcluster.cluster import _die_with_parent
+
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=_die_with_parent)
         self.running.add(proc)
