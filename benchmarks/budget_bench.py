@@ -3,7 +3,7 @@
     python benchmarks/budget_bench.py [--connections 200] [--fetches 8] [--max-mib 8] [--hold 30]
                                       [--budget-mib 64] [--no-read]
 
-Starts a 1-broker Kafka (devcluster/) and the real proxy (tests/proxy_harness.ProxyProcess, no debug checks),
+Starts a 1-broker Kafka (devcluster/) and the real proxy (harness/proxy_process.ProxyProcess, no debug checks),
 fills a one-partition topic with a little more than `--max-mib` MiB, then opens `--connections` raw
 connections to the proxy that each pipeline `--fetches` Fetches of `--max-mib` MiB from offset 0 and read
 nothing for `--hold` seconds, while a producer beside them makes acks=1 round trips on a connection of its
@@ -29,10 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.shared import cpu_seconds, say  # noqa: E402
-from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
-from insync_proxy.proxy.datapath.budget import DEFAULT_MAX_BUFFERED_BYTES  # noqa: E402
-from tests.proxy_harness import ProxyProcess  # noqa: E402
-from tests.slow_consumers import (  # noqa: E402
+from harness.proxy_process import ProxyProcess  # noqa: E402
+from harness.slow_consumers import (  # noqa: E402
     MIB,
     SlowConsumers,
     fill,
@@ -41,6 +39,8 @@ from tests.slow_consumers import (  # noqa: E402
     produce_round_trips,
     reference_answer,
 )
+from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
+from insync_proxy.proxy.datapath.budget import DEFAULT_MAX_BUFFERED_BYTES  # noqa: E402
 
 TOPIC = "budget-bench"
 PRODUCED = "budget-bench-beside"

@@ -51,6 +51,8 @@ from benchmarks.proxy_bench import (  # noqa: E402
     table,
 )
 from benchmarks.shared import write_summary  # noqa: E402
+from harness.proxy_process import ProxyProcess  # noqa: E402
+from harness.raw_client import batch, produce_request  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, broker_heap_for  # noqa: E402
 from insync_proxy.protocol import (  # noqa: E402
@@ -64,8 +66,6 @@ from insync_proxy.protocol import (  # noqa: E402
     peek_request_header,
 )
 from insync_proxy.protocol.messages import CreatableTopic, MetadataRequestTopic  # noqa: E402
-from tests.proxy_harness import ProxyProcess  # noqa: E402
-from tests.raw_client import batch, produce_request  # noqa: E402
 
 CONTROL_CLIENT_ID = "insync-proxy-control"
 TOPICS_IN_USE = 5

@@ -23,6 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.connection_core import LISTENER  # noqa: E402
+from harness.produce_frames import SentProduce, broker_response  # noqa: E402
+from harness.sidecar import BELOW_MIN, HEALTHY, ORDERS, TOPIC_IDS, Sidecar  # noqa: E402
 from insync_proxy.protocol import ApiKey, ProduceRequest, RequestHeader, encode_request, encode_request_header  # noqa: E402
 from insync_proxy.protocol.messages import PartitionProduceData, TopicProduceData  # noqa: E402
 from insync_proxy.protocol.records import encode_record_batch  # noqa: E402
@@ -34,9 +37,6 @@ from insync_proxy.proxy.behaviours.order import in_order  # noqa: E402
 from insync_proxy.proxy.datapath.core import CloseReason, ConnectionCore  # noqa: E402
 from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry, Exchange  # noqa: E402
 from insync_proxy.proxy.datapath.observer import ExchangeObserver  # noqa: E402
-from tests.unit.core_harness import LISTENER  # noqa: E402
-from tests.unit.produce_frames import SentProduce, broker_response  # noqa: E402
-from tests.unit.sidecar import BELOW_MIN, HEALTHY, ORDERS, TOPIC_IDS, Sidecar  # noqa: E402
 
 RECORDS, RECORD_SIZE = 16, 1000
 

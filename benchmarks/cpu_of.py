@@ -15,28 +15,27 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.shared import process_tree  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def descendants_cpu(root: int) -> dict[int, float]:
     """CPU seconds (user + system) of every live descendant of ``root``, by pid."""
-    children: dict[int, list[tuple[int, float]]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    found: dict[int, float] = {}
+    for pid in process_tree([root]):
+        if pid == root:
             continue
         try:
-            with open(f"/proc/{entry}/stat") as stat:
+            with open(f"/proc/{pid}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
         except OSError:  # gone meanwhile
             continue
-        children.setdefault(int(fields[1]), []).append((int(entry), (int(fields[11]) + int(fields[12])) / TICKS))
-    found: dict[int, float] = {}
-    todo = [root]
-    while todo:
-        for pid, cpu in children.get(todo.pop(), []):
-            found[pid] = cpu
-            todo.append(pid)
+        found[pid] = (int(fields[11]) + int(fields[12])) / TICKS
     return found
 
 

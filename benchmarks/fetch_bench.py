@@ -2,7 +2,7 @@
 
     python benchmarks/fetch_bench.py [--mib 300] [--rounds 3] [--version 11] [--max-bytes 8388608]
 
-Starts a 1-broker Kafka (devcluster/), the real proxy (tests/proxy_harness.ProxyProcess, no debug
+Starts a 1-broker Kafka (devcluster/), the real proxy (harness/proxy_process.ProxyProcess, no debug
 checks) and a bare uvloop relay (one process: bytes in, bytes out, flow control, nothing else), fills a
 one-partition topic with ~`--mib` MiB (~1 MiB batches of 1 KiB records), then reads the whole partition
 from offset 0 with raw Fetch requests (`--max-bytes` per response, one request in flight) directly, through
@@ -34,6 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.shared import cpu_seconds, say, stop_run, write_summary  # noqa: E402
+from harness.proxy_process import ProxyProcess  # noqa: E402
+from harness.raw_client import RawKafkaClient, fetch_request_body, next_offset  # noqa: E402
+from insync_proxy.client.blocking_client import request_frame  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
     LocalKafkaCluster,
@@ -44,8 +47,6 @@ from insync_proxy.protocol import ApiKey, MetadataRequest, MetadataResponse  # n
 from insync_proxy.protocol.messages import MetadataRequestTopic  # noqa: E402
 from insync_proxy.protocol.primitives import Reader  # noqa: E402
 from insync_proxy.protocol.records import encode_record_batch  # noqa: E402
-from tests.proxy_harness import ProxyProcess  # noqa: E402
-from tests.raw_client import RawKafkaClient  # noqa: E402
 
 TOPIC = "fetch-bench"
 MIB = 1024 * 1024
@@ -91,40 +92,11 @@ uvloop.run(main())
 
 
 # ---------------------------------------------------------------------------------------------- fetch client
-def _uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
 def fetch_request(version: int, correlation_id: int, topic: str, topic_id: uuid.UUID, offset: int,
                   max_bytes: int) -> bytes:
     """A Fetch request frame (size prefix included) for partition 0 of one topic, from `offset`."""
-    client_id = b"fetch-bench"
-    head = struct.pack(">hhih", ApiKey.FETCH, version, correlation_id, len(client_id)) + client_id
-    if version < 12:
-        body = struct.pack(">iiiibii", -1, 500, 1, max_bytes, 0, 0, -1)
-        name = topic.encode()
-        body += struct.pack(">ih", 1, len(name)) + name
-        body += struct.pack(">iiiqqi", 1, 0, -1, offset, -1, max_bytes)
-        body += struct.pack(">ih", 0, 0)  # forgotten topics, rack id ""
-    else:
-        head += b"\x00"  # header tagged fields
-        body = struct.pack(">iiibii", 500, 1, max_bytes, 0, 0, -1) if version >= 15 else \
-            struct.pack(">iiiiibii", -1, 500, 1, max_bytes, 0, 0, -1)
-        if version >= 13:
-            body += _uvarint(2) + topic_id.bytes
-        else:
-            name = topic.encode()
-            body += _uvarint(2) + _uvarint(len(name) + 1) + name
-        body += _uvarint(2) + struct.pack(">iiqiqi", 0, -1, offset, -1, -1, max_bytes) + b"\x00"  # partition
-        body += b"\x00"  # topic tagged fields
-        body += _uvarint(1) + _uvarint(1) + b"\x00"  # forgotten topics, rack id "", tagged fields
-    payload = head + body
-    return struct.pack(">i", len(payload)) + payload
+    body = fetch_request_body(topic, offset, max_bytes, version=version, topic_id=topic_id)
+    return bytes(request_frame(ApiKey.FETCH, version, body, client_id="fetch-bench", correlation_id=correlation_id))
 
 
 def records_of(frame: memoryview, version: int) -> memoryview:
@@ -162,19 +134,6 @@ def records_of(frame: memoryview, version: int) -> memoryview:
         r.int32()
     records = r.compact_nullable_bytes() if flexible else r.nullable_bytes()
     return records if records is not None else memoryview(b"")
-
-
-def next_offset(records: memoryview, offset: int) -> int:
-    """The offset after the last complete batch in `records` (batch headers only)."""
-    pos, n = 0, len(records)
-    while n - pos >= 61:
-        base, length = struct.unpack_from(">qi", records, pos)
-        if pos + 12 + length > n:
-            break
-        (last_delta,) = struct.unpack_from(">i", records, pos + 23)
-        offset = base + last_delta + 1
-        pos += 12 + length
-    return offset
 
 
 @dataclass

@@ -3,8 +3,8 @@
     python benchmarks/hostile_bench.py [--frames 1000000] [--connections 48]
 
 Starts its own 1-broker KRaft Kafka (devcluster/) and the real proxy as a separate process
-(tests/proxy_harness.py, no debug checks), then sends `--frames` malformed frames, one per connection,
-from `--connections` clients at once (tests/hostile_clients.py: bad frames, oversized frames, requests
+(harness/proxy_process.py, no debug checks), then sends `--frames` malformed frames, one per connection,
+from `--connections` clients at once (harness/hostile_clients.py: bad frames, oversized frames, requests
 the broker refuses by closing the connection), while a librdkafka producer (acks=all) produces beside
 them. Prints one table: what was sent and counted per cause, the healthy producer's deliveries and
 errors, how many lines and bytes the proxy's log grew by, and CPU seconds (the proxy's per frame, Kafka's,
@@ -28,26 +28,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.shared import say, stop_run, write_summary  # noqa: E402
+from benchmarks.shared import cpu_seconds, rss_mib, say, stop_run, write_summary  # noqa: E402
+from harness.hostile_clients import CAUSES, HealthyProducer, send_malformed  # noqa: E402
+from harness.proxy_process import ProxyProcess  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
-from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed  # noqa: E402
-from tests.proxy_harness import ProxyProcess  # noqa: E402
 
 TOPIC = "healthy"
 MAX_LOG_LINES = 2000
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of a process so far (utime + stime)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def counted(proxy: ProxyProcess) -> dict[str, float]:

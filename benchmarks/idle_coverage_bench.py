@@ -31,16 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.control_plane_bench import all_topics_metadata, coverage, create_topics  # noqa: E402
-from benchmarks.proxy_bench import _terminate, cpu_seconds, say, table  # noqa: E402
+from benchmarks.proxy_bench import _terminate, table  # noqa: E402
+from benchmarks.shared import cpu_seconds, rss_mib, say  # noqa: E402
+from harness.proxy_process import ProxyProcess  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, broker_heap_for  # noqa: E402
-from tests.proxy_harness import ProxyProcess  # noqa: E402
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import loopback_bench as lb  # noqa: E402
+from insync_proxy.devcluster.cluster import free_ports  # noqa: E402
 
 
 def dumped_total(path: Path) -> int:
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     py = os.path.realpath(sys.executable)  # valgrind runs the interpreter itself, not a shim
     me = str(ROOT / "benchmarks" / "loopback_bench.py")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    broker_port, relay_port = lb.free_ports(2)
+    broker_port, relay_port = free_ports(2)
     work = Path(tempfile.mkdtemp(prefix="insync-instructions-"))
     processes: list[subprocess.Popen[Any]] = []
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         broker.stdout.readline()
         targets: list[tuple[str, subprocess.Popen[Any], int, Path]] = []
         for i, checkout in enumerate(args.checkouts):
-            bootstrap, admin, base = lb.free_ports(3)
+            bootstrap, admin, base = free_ports(3)
             directory = work / f"{i}-{checkout.resolve().name}"
             directory.mkdir()
             proxy = callgrind(directory / "callgrind.out", [

@@ -46,6 +46,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.shared import cpu_seconds  # noqa: E402
+from insync_proxy.devcluster.cluster import free_ports  # noqa: E402
 from insync_proxy.protocol import (  # noqa: E402
     ApiKey,
     ApiVersionsResponse,
@@ -152,7 +154,7 @@ def run_load(port: int, seconds: float, connections: int, in_flight: int, versio
     from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET
 
     pb.PRODUCE_VERSION = version
-    from tests.raw_client import batch
+    from harness.raw_client import batch
 
     payload = batch(*[bytes([65 + i % 26]) * pb.RECORD_SIZE for i in range(16)])
     answered = 0
@@ -246,28 +248,6 @@ def _run(main: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- measuring
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def run_time_seconds(pid: int) -> float:
-    """Every thread's CPU run time (schedstat, ns)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except OSError:
-            pass  # a thread that ended
-    return total / 1e9
-
-
 def user_system_seconds(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
@@ -391,10 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 order = list(targets)[r % len(targets):] + list(targets)[:r % len(targets)]
                 for name in order:
                     pid, port = targets[name]
-                    cpu0, (u0, s0), (r0, w0) = run_time_seconds(pid), user_system_seconds(pid), syscalls(pid)
+                    cpu0, (u0, s0), (r0, w0) = cpu_seconds(pid), user_system_seconds(pid), syscalls(pid)
                     k0 = wakeups(pid)
                     n = load(port, args.seconds)
-                    cpu1, (u1, s1), (r1, w1) = run_time_seconds(pid), user_system_seconds(pid), syscalls(pid)
+                    cpu1, (u1, s1), (r1, w1) = cpu_seconds(pid), user_system_seconds(pid), syscalls(pid)
                     k1 = wakeups(pid)
                     rows[name].append({"us": (cpu1 - cpu0) / n * 1e6, "user": (u1 - u0) / n * 1e6,
                                        "sys": (s1 - s0) / n * 1e6, "reads": (r1 - r0) / n, "writes": (w1 - w0) / n,

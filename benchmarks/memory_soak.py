@@ -6,7 +6,7 @@ Starts its own KRaft Kafka (devcluster/) and the proxy as its own process under 
 tracemalloc`), then repeats a cycle of what a year brings, compressed: a topic created, the previous one's
 min.insync.replicas altered and the oldest deleted (directly at the brokers, behind the proxy's back);
 producers with new client ids (kafka-python acks=-1 and acks=-2, librdkafka) through the proxy; a consumer
-group member joining and leaving; malformed frames (tests/hostile_clients.py) and a connection storm;
+group member joining and leaving; malformed frames (harness/hostile_clients.py) and a connection storm;
 Metadata from clients of new client ids; a reload with changed settings (SIGHUP and POST /reload in
 turn); every `--restart-every` cycles a broker SIGKILLed and started again.
 
@@ -113,8 +113,8 @@ def proxy_toml(servers: str, admin_port: int, bootstrap: int, base: int, refresh
 
 class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
+        from harness.proxy_process import free_port_base
         from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, free_port
-        from tests.proxy_harness import free_port_base
 
         self.args = args
         self.cluster = LocalKafkaCluster(ClusterSettings(brokers=args.brokers))
@@ -262,7 +262,7 @@ class Soak:
             consumer.close()
 
     def hostile_and_storm(self, n: int) -> None:
-        from tests.hostile_clients import send_malformed
+        from harness.hostile_clients import send_malformed
 
         asyncio.run(send_malformed("127.0.0.1", self.bootstrap_port, frames=60, connections=12, wait=5))
         sockets = []

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.proxy_bench import table  # noqa: E402
+from harness.metadata_slices import Pauses, all_topics_request, answer, core_for  # noqa: E402
 from insync_proxy.proxy.datapath.exchange import Exchange, Frame  # noqa: E402
 from insync_proxy.proxy.observability.compiled import compiled_modules  # noqa: E402
-from tests.unit.metadata_slices_harness import Pauses, all_topics_request, answer, core_for  # noqa: E402
 
 
 class _HoldsTimed(Pauses):

@@ -6,7 +6,7 @@
 Starts its own 3-broker KRaft Kafka (devcluster/) and, in front of it, every target that can run:
 
   direct         clients talk to the brokers themselves (no proxy process)
-  insync-proxy   the real proxy as its own process (tests/proxy_harness.ProxyProcess), audit on as shipped,
+  insync-proxy   the real proxy as its own process (harness/proxy_process.ProxyProcess), audit on as shipped,
                  debug checks off (as in benchmarks/proxy_bench.py)
   kafka-proxy    grepplabs/kafka-proxy (Go): one --bootstrap-server-mapping per broker, loopback only;
                  the binary comes from --kafka-proxy-bin (or is built from --kafka-proxy-src)
@@ -61,7 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,7 +71,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import proxy_bench as pb  # noqa: E402
-from benchmarks.shared import run_threads, write_summary  # noqa: E402
+from benchmarks.shared import (  # noqa: E402
+    CHILDREN,
+    activity,
+    cpu_between,
+    cpu_snapshot,
+    run_threads,
+    stop_process,
+    tree_memory,
+    wait_listening,
+    write_summary,
+)
+from harness.proxy_process import ProxyProcess, free_port_base  # noqa: E402
+from harness.raw_client import batch, fetch_request_body, next_offset  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
@@ -86,8 +98,6 @@ from insync_proxy.protocol import (  # noqa: E402
     MetadataResponse,
     split_response,
 )
-from tests.proxy_harness import ProxyProcess, free_port_base  # noqa: E402
-from tests.raw_client import batch  # noqa: E402
 
 MIB = 1024 * 1024
 TARGETS = ("direct", "insync-proxy", "kafka-proxy", "kroxylicious", "relay", "socat")
@@ -205,148 +215,6 @@ def verdict(value: float | None, ok: Callable[[float], bool]) -> str:
     if value is None or value != value:
         return "n/a"
     return pb.yes(ok(value))
-
-
-# ---------------------------------------------------------------------------------------------- processes
-def process_tree(roots: Iterable[int]) -> list[int]:
-    """The root pids and every live descendant (one scan of /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [r for r in roots if Path(f"/proc/{r}").exists()]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, ()))
-    return out
-
-
-@dataclass(frozen=True)
-class ProcessCpu:
-    """One process's CPU counters at one moment."""
-
-    threads: frozenset[int]
-    run_ns: int  # sum of its live threads' run time (/proc/<pid>/task/*/schedstat): exact, but forgets dead threads
-    ticks: float  # utime + stime in seconds (/proc/<pid>/stat): every thread's, dead ones too, in 10 ms steps
-    children: float  # cutime + cstime in seconds: reaped children's whole lives
-
-
-def cpu_snapshot(roots: Iterable[int]) -> dict[int, ProcessCpu]:
-    """The CPU counters of the processes and their live descendants."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for pid in process_tree(roots):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            threads, run_ns = [], 0
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    run_ns += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
-                    threads.append(int(tid))
-                except (OSError, IndexError, ValueError):
-                    continue
-            out[pid] = ProcessCpu(frozenset(threads), run_ns, (int(fields[11]) + int(fields[12])) / tick,
-                                  (int(fields[13]) + int(fields[14])) / tick)
-        except (OSError, IndexError, ValueError):
-            continue
-    return out
-
-
-def activity(roots: Iterable[int]) -> dict[str, int]:
-    """Wakeups and I/O syscalls of the processes and their live descendants, so far: `wakeups` sums the live
-    threads' voluntary context switches (a thread that slept in epoll_wait, a futex, a read and was woken),
-    `preempted` their involuntary ones; `reads` / `writes` are /proc/<pid>/io's syscr / syscw (read(v) and
-    write(v) calls, every thread's, dead ones too; socket calls made with recvmsg/sendmsg are not counted)."""
-    out = {"wakeups": 0, "preempted": 0, "reads": 0, "writes": 0}
-    for pid in process_tree(roots):
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
-                        if line.startswith("voluntary_ctxt_switches:"):
-                            out["wakeups"] += int(line.split()[1])
-                        elif line.startswith("nonvoluntary_ctxt_switches:"):
-                            out["preempted"] += int(line.split()[1])
-                except OSError:
-                    continue
-            io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
-            out["reads"] += int(io["syscr"])
-            out["writes"] += int(io["syscw"])
-        except (OSError, ValueError, KeyError):
-            continue
-    return out
-
-
-def cpu_between(before: dict[int, ProcessCpu], after: dict[int, ProcessCpu]) -> float:
-    """CPU seconds a process tree used between two snapshots.
-
-    A process whose threads are the same in both counts by its threads' run time (nanoseconds); one whose
-    threads changed (a JVM stops idle compiler threads) by its utime + stime, which keep dead threads' time;
-    one born in between by all it has used; one reaped in between shows up in its parent's children counters
-    with its whole life, so what it had used before is taken off again.
-    """
-    total = 0.0
-    for pid, a in after.items():
-        b = before.get(pid)
-        if b is None:
-            total += a.run_ns / 1e9 if a.run_ns else a.ticks
-        elif a.threads == b.threads and a.run_ns and b.run_ns:
-            total += (a.run_ns - b.run_ns) / 1e9
-        else:
-            total += a.ticks - b.ticks
-        total += a.children - (b.children if b else 0.0)
-    for pid, b in before.items():
-        if pid not in after:
-            total -= b.ticks
-    return total
-
-
-def tree_memory(roots: Iterable[int]) -> dict[str, float]:
-    """RSS and PSS (MiB) summed over the processes, and how many processes there are."""
-    rss = pss = 0
-    pids = process_tree(roots)
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss += int(line.split()[1])
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    pss += int(line.split()[1])
-        except (OSError, ValueError):
-            continue
-    return {"rss_mib": rss / 1024, "pss_mib": pss / 1024, "processes": len(pids)}
-
-
-def wait_listening(ports: Iterable[int], timeout: float, alive: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + timeout
-    for port in ports:
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if not alive():
-                    raise RuntimeError("exited before listening") from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"port {port} not listening after {timeout:.0f}s") from None
-                time.sleep(0.1)
-
-
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 # ---------------------------------------------------------------------------------------------- targets
@@ -660,15 +528,6 @@ def advertised_ports(bootstrap: str) -> dict[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------- raw Fetch
-def fetch_request_body(topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 500) -> bytes:
-    """A Fetch v11 request body (not flexible): one partition from `offset`, sessionless, no rack."""
-    name = topic.encode()
-    return (struct.pack(">iiiibii", -1, max_wait_ms, 1, max_bytes, 0, 0, -1)
-            + struct.pack(">ih", 1, len(name)) + name
-            + struct.pack(">iiiqqi", 1, partition, -1, offset, -1, max_bytes)
-            + struct.pack(">ih", 0, 0))  # no forgotten topics, rack ""
-
-
 @dataclass
 class FetchedPartition:
     error_code: int
@@ -703,19 +562,6 @@ def parse_fetch_response(frame: bytes | memoryview) -> list[FetchedPartition]:
     return out
 
 
-def next_offset(records: memoryview | bytes, current: int) -> int:
-    """The offset after the last complete record batch in `records` (`current` when there is none)."""
-    pos, end = 0, len(records)
-    while pos + 12 <= end:
-        base, length = struct.unpack_from(">qi", records, pos)
-        if pos + 12 + length > end or length < 49:
-            break
-        (last_delta,) = struct.unpack_from(">i", records, pos + 23)
-        current = base + last_delta + 1
-        pos += 12 + length
-    return current
-
-
 def fetch_all(port: int, topic: str, end_offset: int, max_bytes: int, limit_bytes: int | None = None,
               min_seconds: float = 0.0) -> dict[str, float]:
     """Reads partition 0 of `topic` from offset 0 to `end_offset` on one connection, one Fetch at a time;
@@ -729,7 +575,7 @@ def fetch_all(port: int, topic: str, end_offset: int, max_bytes: int, limit_byte
                     break
                 offset, passes = 0, passes + 1
             requests += 1
-            frame = pb.request_frame(ApiKey.FETCH, 11, fetch_request_body(topic, 0, offset, max_bytes))
+            frame = pb.request_frame(ApiKey.FETCH, 11, fetch_request_body(topic, offset, max_bytes))
             struct.pack_into(">i", frame, CORRELATION_ID_OFFSET, requests)
             client.send_bytes(frame)
             response = client.receive_frame()
@@ -1129,19 +975,9 @@ def consumer_performance(libs: Path, work: Path, bootstrap: str, topic: str, rec
            "-cp", f"{libs}/*", "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
            "--topic", topic, "--num-records", str(records), "--group", group, "--timeout", "60000",
            "--command-property", "client.id=insync-proxy-peers-bench"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=_die_with_parent)
-    pb.CHILDREN.running.add(proc)
-    try:
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        pb.CHILDREN.running.discard(proc)
-    text = out.decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"ConsumerPerformance exited with {proc.returncode}:\n{text[-2000:]}")
+    returncode, text = CHILDREN.run(cmd)
+    if returncode != 0:
+        raise RuntimeError(f"ConsumerPerformance exited with {returncode}:\n{text[-2000:]}")
     result = parse_consumer_performance(text)
     if result["records"] < records:
         raise RuntimeError(f"ConsumerPerformance read {result['records']:.0f} of {records} records")
@@ -1577,7 +1413,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        pb.CHILDREN.kill_all()
+        CHILDREN.kill_all()
         for target in running:
             try:
                 target.stop()

@@ -3,7 +3,7 @@
     python benchmarks/proxy_bench.py [--quick]
 
 Starts its own 3-broker KRaft Kafka (devcluster/) and the real proxy as a separate process
-(tests/proxy_harness.py), runs four sections, prints aligned tables with ratios against a direct
+(harness/proxy_process.py), runs four sections, prints aligned tables with ratios against a direct
 connection to the brokers, writes a JSON summary to bench-results/proxy-bench-<timestamp>.json, and
 stops everything, also on Ctrl-C, SIGTERM or an exception. What each number means: docs/performance.md.
 
@@ -32,8 +32,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,7 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.shared import cpu_seconds, run_threads, say, write_summary  # noqa: E402
+from benchmarks.shared import CHILDREN, cpu_meter, cpu_seconds, run_threads, say, write_summary  # noqa: E402
+from harness.proxy_process import ProxyProcess  # noqa: E402
+from harness.raw_client import RawKafkaClient, batch, produce_request  # noqa: E402
 from insync_proxy.client.blocking_client import CORRELATION_ID_OFFSET, BlockingKafkaClient  # noqa: E402
 from insync_proxy.client.blocking_client import request_frame as encode_request_frame  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, _die_with_parent  # noqa: E402
@@ -60,8 +61,6 @@ from insync_proxy.protocol import (  # noqa: E402
     split_response,
 )
 from insync_proxy.protocol.messages import CreatableTopic, MetadataRequestTopic  # noqa: E402
-from tests.proxy_harness import ProxyProcess  # noqa: E402
-from tests.raw_client import RawKafkaClient, batch, produce_request  # noqa: E402
 
 RECORD_SIZE = 1024
 NOT_ENOUGH_REPLICAS = 19
@@ -151,38 +150,6 @@ def yes(met: bool) -> str:
     return "MET" if met else "NOT MET"
 
 
-# ---------------------------------------------------------------------------------------------- processes
-class Processes:
-    """Every child this benchmark starts outside the cluster and proxy (ProducerPerformance JVMs)."""
-
-    def __init__(self) -> None:
-        self.running: set[subprocess.Popen[bytes]] = set()
-
-    def kill_all(self) -> None:
-        for proc in list(self.running):
-            if proc.poll() is None:
-                proc.kill()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    pass
-        self.running.clear()
-
-
-CHILDREN = Processes()
-
-
-@contextmanager
-def cpu_meter(pid: int, into: dict[str, float]) -> Iterator[None]:
-    """Measures the wall time and the CPU seconds `pid` used inside the block."""
-    cpu, wall = cpu_seconds(pid), time.perf_counter()
-    try:
-        yield
-    finally:
-        into["wall_s"] = time.perf_counter() - wall
-        into["cpu_s"] = cpu_seconds(pid) - cpu
-
-
 # ---------------------------------------------------------------------------------------------- section 1
 PERF_SUMMARY = re.compile(
     r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
@@ -225,19 +192,9 @@ def producer_performance(libs: Path, work: Path, bootstrap: str, topic: str, rec
     ]
     cpu_before = cpu_seconds(proxy_pid) if proxy_pid else 0.0
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=_die_with_parent)
-    CHILDREN.running.add(proc)
-    try:
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        CHILDREN.running.discard(proc)
-    text = out.decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"ProducerPerformance exited with {proc.returncode}:\n{text[-2000:]}")
+    returncode, text = CHILDREN.run(cmd)
+    if returncode != 0:
+        raise RuntimeError(f"ProducerPerformance exited with {returncode}:\n{text[-2000:]}")
     result = parse_perf_summary(text)
     result["wall_s"] = time.perf_counter() - started
     if proxy_pid:

@@ -20,12 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.certificate_rotation import run_rotation  # noqa: E402
+from harness.java_client import JavaClient  # noqa: E402
+from harness.pki import Ca  # noqa: E402
 from insync_proxy.devcluster.certificates import make_test_certificates  # noqa: E402
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster  # noqa: E402
 from insync_proxy.devcluster.distribution import selected_version  # noqa: E402
-from tests.java_client import JavaClient  # noqa: E402
-from tests.pki import Ca  # noqa: E402
-from tests.rotation import run_rotation  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

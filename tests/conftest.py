@@ -1,10 +1,16 @@
-"""Shared fixtures: one real Kafka cluster for the whole run, a fresh topic per test.
+"""The suite's hooks: how tests are marked, grouped and ordered, the timeline, the end-of-run checks.
 
-Backend: INSYNC_PROXY_KAFKA_BACKEND=local (default: Apache Kafka's jars as local JVMs) or
-testcontainers (the apache/kafka image; needs a Docker engine). Version: INSYNC_PROXY_KAFKA_VERSION
-(default the newest 4.x); tests marked `kafka39` get the 3.9.x cluster. The core checks (CORE_CHECKS,
-or the `every_kafka_version` marker) run once per supported version: 4.x, 3.9, an older 3.x (KRaft) and
-2.8 (ZooKeeper). A process runs one cluster at a time: the pool stops one before starting another.
+Clusters: one real Kafka cluster for the whole run, a fresh topic per test. Backend:
+INSYNC_PROXY_KAFKA_BACKEND=local (default: Apache Kafka's jars as local JVMs) or testcontainers (the apache/kafka
+image; needs a Docker engine). Version: INSYNC_PROXY_KAFKA_VERSION (default the newest 4.x); tests marked
+`kafka39` get the 3.9.x cluster. The core checks (CORE_CHECKS, or the `every_kafka_version` marker) run once per
+supported version: 4.x, 3.9, an older 3.x (KRaft) and 2.8 (ZooKeeper). A process runs one cluster at a time: the
+pool stops one before starting another.
+
+The fixtures that start clusters, proxies and the Java client live where the tests that use them are: the
+conftests of tests/integration, tests/pipeline and tests/deploy take them from tests/cluster_fixtures.py (with its
+cluster and proxy pools). This conftest imports no dev cluster, so the codec's tests (`pytest tests/protocol`) load
+none; a hook that needs a version fact reads it from the dev cluster when a test asks for a version.
 
 Tests are grouped by the cluster they need (`work_unit`): `./scripts/test` spreads the groups over three
 pytest-xdist workers (`-n 3`; `-n 0` runs them in one process), so at most three clusters run at once, each
@@ -16,43 +22,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-from insync_proxy.devcluster.cluster import (
-    ClusterSettings,
-    LocalKafkaCluster,
-    find_devcluster_jvms,
-    kill_pids,
-)
-from insync_proxy.devcluster.containers import (
-    BACKEND_ENV,
-    ContainerKafkaCluster,
-    container_unsupported_reason,
-    docker_unavailable_reason,
-)
-from insync_proxy.devcluster.distribution import (
-    KAFKA_3X_VERSION,
-    KAFKA_28_VERSION,
-    KAFKA_39_VERSION,
-    selected_version,
-)
+from harness.scratch import remove_scratch_directories
 from insync_proxy.proxy.config.defaults import SUMMARY_INTERVAL_SECONDS
 from insync_proxy.proxy.observability.compiled import compiled_modules, describe
 from insync_proxy.proxy.observability.logs import forget_all, set_summary_interval
 from tests import jvm_census
-from tests.helpers import remove_scratch_directories
-from tests.java_client import JavaClient
-from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
-
-LOG_KEEP_DIR = Path(os.environ.get("INSYNC_PROXY_TEST_LOGS", "test-logs"))
 
 #: JVM options for every JVM the suite starts (brokers, the Java client, Spark, through JAVA_TOOL_OPTIONS):
 #: the serial collector and the client compiler only. The suite's JVMs are short-lived and share 2 cores:
@@ -63,105 +46,31 @@ if TEST_JVM_OPTIONS and TEST_JVM_OPTIONS not in os.environ.get("JAVA_TOOL_OPTION
     os.environ["JAVA_TOOL_OPTIONS"] = " ".join(filter(None, [os.environ.get("JAVA_TOOL_OPTIONS"), TEST_JVM_OPTIONS]))
 
 
-class ClusterPool:
-    """Hands out the running cluster of a version, starting it (and stopping another) on demand."""
-
-    def __init__(self) -> None:
-        self.current: LocalKafkaCluster | None = None
-        self.backend = os.environ.get(BACKEND_ENV, "local")
-        self.failed = False
-        self.started_cluster_ids: set[str] = set()
-
-    def get(self, version: str) -> LocalKafkaCluster:
-        if self.current is not None and self.current.version == version:
-            return self.current
-        _PROXIES.release()
-        _OWN.release()
-        self.release()
-        cls: type[LocalKafkaCluster]
-        if self.backend == "testcontainers":
-            reason = docker_unavailable_reason() or container_unsupported_reason(version)
-            if reason:
-                pytest.skip(f"testcontainers backend selected but {reason}")
-            cls = ContainerKafkaCluster
-        elif self.backend == "local":
-            cls = LocalKafkaCluster
-        else:
-            raise pytest.UsageError(f"{BACKEND_ENV}={self.backend!r}: use 'local' or 'testcontainers'")
-        cluster = cls(ClusterSettings(version=version))
-        self.started_cluster_ids.add(cluster.cluster_id)
-        cluster.start()
-        self.current = cluster
-        return cluster
-
-    def release(self) -> None:
-        if self.current is None:
-            return
-        cluster, self.current = self.current, None
-        cluster.stop()
-        if self.failed and cluster.data_dir.exists():
-            # Keep broker logs of a failed run for the post-mortem; drop the data.
-            target = LOG_KEEP_DIR / f"kafka-{cluster.version}-{cluster.cluster_id}"
-            for node_dir in cluster.data_dir.iterdir():
-                if (node_dir / "logs").is_dir():
-                    shutil.copytree(node_dir / "logs", target / node_dir.name, dirs_exist_ok=True)
-            print(f"\nKafka logs of the failed run kept in {target}", file=sys.stderr)
-        cluster.cleanup()
+#: The module of the cluster and proxy pools and of the fixtures that start them: loaded by the conftests of the
+#: folders whose tests use clusters, never by this one.
+CLUSTER_FIXTURES = "tests.cluster_fixtures"
 
 
-_POOL = ClusterPool()
+def _cluster_pools() -> ModuleType | None:
+    """The pools' module when this run loaded it (it collected a test of a folder with clusters), else None: no
+    cluster or proxy of this process to stop, or to keep the logs of."""
+    return sys.modules.get(CLUSTER_FIXTURES)
 
 
-class OwnClusterPool:
-    """Clusters with settings of their own (SASL, TLS, custom node ids, ...), each shared by every test that
-    names it: one start per name and run, not one per test.
+def _selected_version() -> str:
+    """The Kafka version the shared cluster runs (INSYNC_PROXY_KAFKA_VERSION, default the newest 4.x): read from
+    the dev cluster when a test asks for a version, not before."""
+    from insync_proxy.devcluster.distribution import selected_version
 
-    How a test uses one::
-
-        @pytest.mark.own_cluster("secured")      # the name: tests of one name run one after the other
-        def test_x(own_clusters: OwnClusterPool) -> None:
-            cluster = own_clusters.get("secured", ClusterSettings(sasl_plain_users=USERS))
-
-    The first `get` of a name stops the shared cluster and proxy (one cluster at a time on 2 cores) and
-    starts it; later tests of that name get the running one; it stops when a test asks for another name,
-    for the shared pool's cluster, or for a cluster of its own (`exclusive_cluster_slot`), and at the end.
-    One name, one set of settings: `get` fails when a name comes back with other settings. A test on a
-    named cluster does not stop it, and leaves it as it found it (brokers running, no cluster-wide config
-    changed); a test whose cluster cannot be shared keeps the bare `own_cluster` marker and starts it itself.
-    Named own clusters run after the tests on the shared cluster, grouped by name (pytest_collection_modifyitems).
-    """
-
-    def __init__(self) -> None:
-        self.name: str | None = None
-        self.settings: ClusterSettings | None = None
-        self.current: LocalKafkaCluster | None = None
-        self.started: dict[str, ClusterSettings] = {}
-
-    def get(self, name: str, settings: ClusterSettings) -> LocalKafkaCluster:
-        known = self.started.get(name)
-        if known is not None and known != settings:
-            raise pytest.UsageError(f"own cluster {name!r} asked for with other settings: {settings} != {known}")
-        if self.current is not None and self.name == name:
-            return self.current
-        _PROXIES.release()
-        _POOL.release()
-        self.release()
-        cluster = LocalKafkaCluster(settings)
-        _POOL.started_cluster_ids.add(cluster.cluster_id)
-        self.started[name] = settings
-        cluster.start()
-        self.name, self.settings, self.current = name, settings, cluster
-        return cluster
-
-    def release(self) -> None:
-        if self.current is None:
-            return
-        cluster, self.current, self.name = self.current, None, None
-        cluster.stop()
-        cluster.cleanup()
+    return selected_version()
 
 
-_OWN = OwnClusterPool()
+def _every_kafka_version() -> tuple[str | None, ...]:
+    """Versions the core checks run on, in run order (the selected one first, the oldest last; None: the selected
+    one)."""
+    from insync_proxy.devcluster.distribution import KAFKA_3X_VERSION, KAFKA_28_VERSION, KAFKA_39_VERSION
+
+    return (None, KAFKA_39_VERSION, KAFKA_3X_VERSION, KAFKA_28_VERSION)
 
 
 #: INSYNC_TEST_TIMELINE=FILE: each test's worker, group and wall-clock span (setup to teardown), a JSON line
@@ -198,8 +107,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.failed:
-        _POOL.failed = True
+    pools = _cluster_pools()
+    if report.failed and pools is not None:
+        pools.run_failed()  # the cluster's and proxy's logs are kept for the post-mortem
 
 
 #: Fixtures that start JVMs: a Kafka cluster (or stop the shared one for a test's own), the Java client.
@@ -231,12 +141,10 @@ CORE_CHECKS = frozenset({
     "test_metadata_carries_each_topics_min_insync_replicas",
     "test_kip637_listener_answers_v10_in_the_kip637_layout",
 })
-#: Versions the core checks run on, in run order (the selected one first, the oldest last).
-EVERY_KAFKA_VERSION = (None, KAFKA_39_VERSION, KAFKA_3X_VERSION, KAFKA_28_VERSION)  # None: the selected one
 
 
 def _version_id(version: str | None) -> str:
-    return f"kafka-{version or selected_version()}"
+    return f"kafka-{version or _selected_version()}"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -267,7 +175,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kafka_version" not in metafunc.fixturenames:
         return
     if metafunc.function.__name__ in CORE_CHECKS or metafunc.definition.get_closest_marker("every_kafka_version"):
-        versions = list(dict.fromkeys(v or selected_version() for v in EVERY_KAFKA_VERSION))
+        versions = list(dict.fromkeys(v or _selected_version() for v in _every_kafka_version()))
         metafunc.parametrize("kafka_version", versions, indirect=True, ids=_version_id)
 
 
@@ -276,6 +184,8 @@ def _requested_version(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
     version = callspec.params.get("kafka_version") if callspec is not None else None
     if item.get_closest_marker("kafka39"):
+        from insync_proxy.devcluster.distribution import KAFKA_39_VERSION
+
         version = KAFKA_39_VERSION
     return None if version is None else str(version)
 
@@ -333,27 +243,34 @@ def _unit_order(units: set[str]) -> dict[str, int]:
     return {unit: index for index, unit in enumerate(ranked)}
 
 
-#: The rank of the groups without JVMs (`_unit_rank`): the last.
-NO_JVM_RANK = 4 + len(EVERY_KAFKA_VERSION) + 1
+#: The rank of the own clusters' groups (`_unit_rank`): after every Kafka version's.
+OWN_RANK = 100
+#: The rank of the groups without JVMs: the last.
+NO_JVM_RANK = OWN_RANK + 1
 
 
 def _unit_rank(unit: str) -> int:
     """Order of the groups (after the long ones, LONG_UNITS): the selected version's shared cluster (the
     longest), the image (its build takes minutes on a fresh machine), Spark and the pipeline's tests over that
-    cluster, the other clusters (newest version first), then the groups without JVMs, which fill the workers'
-    last minutes."""
-    if unit == f"kafka:{selected_version()}":
-        return 0
+    cluster, the other clusters (newest version first), the own clusters, then the groups without JVMs, which
+    fill the workers' last minutes. Only a cluster's group reads the versions (from the dev cluster)."""
     if unit == IMAGE_UNIT:
         return 1
-    if unit in ("spark", f"kafka:{selected_version()}{SPARK_SUFFIX}"):
+    if unit == "spark":
         return 2
-    versions = [f"kafka:{v}" for v in EVERY_KAFKA_VERSION if v]
+    if unit.startswith("own:"):
+        return OWN_RANK
+    if not unit.startswith("kafka:"):
+        return NO_JVM_RANK
+    selected = _selected_version()
+    if unit == f"kafka:{selected}":
+        return 0
+    if unit == f"kafka:{selected}{SPARK_SUFFIX}":
+        return 2
+    versions = [f"kafka:{v}" for v in _every_kafka_version() if v]
     if unit in versions:
         return 3 + versions.index(unit)
-    if unit.startswith("kafka:"):
-        return 3 + len(versions)
-    return 4 + len(versions) if unit.startswith("own:") else NO_JVM_RANK
+    return 3 + len(versions)
 
 
 def work_unit(item: pytest.Item) -> str:
@@ -379,7 +296,7 @@ def work_unit(item: pytest.Item) -> str:
         # The pipeline's tests over a real cluster (the audit topic, the proxy's audit files) are a group of
         # their own, with a cluster of that version and a Spark session in one worker: with the shared
         # cluster's other tests they made the longest group, which alone held the run's end.
-        return f"kafka:{version or selected_version()}{SPARK_SUFFIX if fixtures & SPARK_FIXTURES else ''}"
+        return f"kafka:{version or _selected_version()}{SPARK_SUFFIX if fixtures & SPARK_FIXTURES else ''}"
     if fixtures & SPARK_FIXTURES:
         return "spark"
     return module
@@ -407,20 +324,10 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _PROXIES.release()
-    _POOL.release()
-    _OWN.release()
     failures = list(_WORKER_FAILURES)
-    if _PROXIES.leaks_seen:
-        failures.append(f"the proxy sent {_PROXIES.leaks_seen:.0f} response(s) carrying a real broker address")
-    if _PROXIES.unretrieved_seen:
-        failures.append(f"{_PROXIES.unretrieved_seen} 'Task exception was never retrieved' in the shared proxies' "
-                        "logs (a background failure must be one WARNING line)")
-    # Only this run's clusters count: a developer's dev cluster or a parallel run is not ours to kill.
-    leftovers = [(pid, cid) for pid, cid in find_devcluster_jvms() if cid in _POOL.started_cluster_ids]
-    if leftovers:
-        kill_pids([pid for pid, _ in leftovers])
-        failures.append(f"Kafka JVMs left running after the suite (now killed): {leftovers}")
+    pools = _cluster_pools()
+    if pools is not None:  # the run collected tests that use clusters: stop them, and what they saw
+        failures += pools.end_of_run()
     if not failures and not session.testsfailed:
         remove_scratch_directories()  # a failing run keeps them (proxies' configuration, log, audit files)
     workeroutput = getattr(session.config, "workeroutput", None)
@@ -436,40 +343,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         print("\nNo Kafka JVM left running after the suite, no address leaked.", file=sys.stderr)
 
 
-@pytest.fixture(scope="session")
-def cluster_pool() -> ClusterPool:
-    return _POOL
-
-
-@pytest.fixture
-def exclusive_cluster_slot() -> None:
-    """Stops the shared proxy and cluster: the test starts a cluster of its own (2 cores, one at a time)."""
-    _PROXIES.release()
-    _POOL.release()
-    _OWN.release()
-
-
-@pytest.fixture(scope="session")
-def own_clusters() -> OwnClusterPool:
-    """Named clusters with settings of their own, each started once per run (see OwnClusterPool)."""
-    return _OWN
-
-
-@pytest.fixture
-def kafka_version(request: pytest.FixtureRequest) -> str:
-    """The Kafka version a test runs on: its parameter (core checks), 3.9.x if marked kafka39, else the selected."""
-    param = getattr(request, "param", None)
-    if param is not None:
-        return str(param)
-    return KAFKA_39_VERSION if request.node.get_closest_marker("kafka39") else selected_version()
-
-
-@pytest.fixture
-def kafka_cluster(kafka_version: str) -> LocalKafkaCluster:
-    """The running cluster of the test's Kafka version (default: the newest 4.x)."""
-    return _POOL.get(kafka_version)
-
-
 @pytest.fixture
 def topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
@@ -481,53 +354,3 @@ def _quiet_log_windows() -> None:
     (proxy/observability/logs.py keeps its windows per process), at the default interval (a reload test may change it)."""
     forget_all()
     set_summary_interval(SUMMARY_INTERVAL_SECONDS)
-
-
-
-class ProxyPool:
-    """One proxy process per running cluster, restarted when the cluster changes or the proxy died."""
-
-    def __init__(self) -> None:
-        self.current: ProxyProcess | None = None
-        self.leaks_seen = 0.0
-        self.unretrieved_seen = 0
-
-    def get(self, cluster: LocalKafkaCluster) -> ProxyProcess:
-        if self.current is not None and self.current.cluster is cluster and self.current.alive():
-            return self.current
-        self.release()
-        cluster.create_topic(AUDIT_TOPIC, 1, 3)
-        self.current = ProxyProcess(cluster, audit_topic=True).start()
-        return self.current
-
-    def release(self) -> None:
-        if self.current is None:
-            return
-        proxy, self.current = self.current, None
-        if proxy.alive():
-            try:
-                self.leaks_seen += proxy.metric("insync_proxy_address_leaks_total")
-            except OSError:
-                pass
-        proxy.stop()
-        if proxy.log_file.exists():
-            self.unretrieved_seen += proxy.log_file.read_text(errors="replace").count("never retrieved")
-        if _POOL.failed:
-            target = LOG_KEEP_DIR / f"proxy-{proxy.dir.name}.log"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(proxy.log_file, target)
-
-
-_PROXIES = ProxyPool()
-
-
-@pytest.fixture
-def proxy(kafka_cluster: LocalKafkaCluster) -> ProxyProcess:
-    """The proxy (a separate process) in front of the running cluster; clients use proxy.bootstrap()."""
-    return _PROXIES.get(kafka_cluster)
-
-
-@pytest.fixture(scope="session")
-def java_client() -> JavaClient:
-    """Apache Kafka's Java client (kafka-clients from Maven Central), compiled once per run."""
-    return JavaClient(selected_version())

@@ -1,46 +1,9 @@
-"""Small helpers for tests: waiting on conditions, never on fixed sleeps."""
+"""Small helpers for tests: reading a topic back, a clock stepped by hand."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
-
-T = TypeVar("T")
-
-
-class WaitTimeout(AssertionError):
-    pass
-
-
-def wait_until(
-    condition: Callable[[], T | None],
-    timeout: float = 60.0,
-    interval: float = 0.1,
-    what: str = "condition",
-    retry_on: tuple[type[BaseException], ...] = (),
-) -> T:
-    """Poll until `condition()` is truthy and return its value; fail after a generous bound.
-
-    Exceptions of the `retry_on` types (e.g. OSError while a server starts) count as "not yet"; the
-    last one is named in the failure.
-    """
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = condition()
-            if value:
-                return value
-        except retry_on as exc:
-            last_error = exc
-        if time.monotonic() > deadline:
-            detail = f" (last error: {last_error!r})" if last_error is not None else ""
-            raise WaitTimeout(f"timed out after {timeout}s waiting for {what}{detail}")
-        time.sleep(interval)
+from harness.scratch import scratch_directory  # noqa: F401  the scenario test's import, retargeted when the scenario package lands
+from harness.waiting import wait_until
 
 
 def consume_values(
@@ -73,24 +36,6 @@ def consume_values(
     finally:
         consumer.close()
     return values
-
-
-#: The scratch directories this process made (scratch_directory), removed at the end of a passing run.
-_SCRATCH: list[Path] = []
-
-
-def scratch_directory(prefix: str) -> Path:
-    """A new directory under the temporary directory, removed by remove_scratch_directories."""
-    directory = Path(tempfile.mkdtemp(prefix=prefix))
-    _SCRATCH.append(directory)
-    return directory
-
-
-def remove_scratch_directories() -> None:
-    """Remove every scratch directory this process made: the end of a passing test run (a failing one keeps
-    them, e.g. the proxies' configuration, log and audit files, for the post-mortem)."""
-    while _SCRATCH:
-        shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)
 
 
 class Clock:

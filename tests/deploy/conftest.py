@@ -17,9 +17,10 @@ from typing import Protocol
 import pytest
 import yaml
 
+from harness.waiting import wait_until
+from tests.cluster_fixtures import *  # noqa: F403  the fixtures that start clusters, proxies, the Java client
 from tests.deploy.sample_metrics import SampleMetricsServer
 from tests.deploy.tools import ALERTS, STARTING_ERRORS, find_tool, http_get_json
-from tests.helpers import wait_until
 
 JOB = "insync-proxy"
 START_TIMEOUT = 30.0

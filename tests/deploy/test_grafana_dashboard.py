@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from harness.waiting import wait_until
 from tests.deploy.tools import (
     DASHBOARD,
     STARTING_ERRORS,
@@ -19,7 +20,6 @@ from tests.deploy.tools import (
     prometheus_query,
     render_grafana_variables,
 )
-from tests.helpers import wait_until
 
 REQUIRED_PANELS = (
     "Requests/s by API",

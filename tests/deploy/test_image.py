@@ -38,10 +38,11 @@ from typing import Any
 
 import pytest
 
+from harness.proxy_process import free_port_base
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent, free_port
 from tests.deploy.tools import REPO
-from tests.helpers import consume_values, wait_until
-from tests.proxy_harness import free_port_base
+from tests.helpers import consume_values
 
 IMAGE = "localhost/insync-proxy:test"
 BUILD_SCRIPT = REPO / "scripts" / "build-image"

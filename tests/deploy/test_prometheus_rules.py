@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.waiting import wait_until
 from tests.deploy.tools import (
     ALERTS,
     DEPLOY,
@@ -29,7 +30,6 @@ from tests.deploy.tools import (
     http_get_json,
     metric_names_in,
 )
-from tests.helpers import wait_until
 
 PROMETHEUS_DIR = DEPLOY / "prometheus"
 OPERATIONS = REPO / "docs" / "operations.md"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.proxy_process import ProxyProcess
+from harness.raw_client import RawKafkaClient, batch
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from tests.deploy.conftest import PrometheusFactory
 from tests.deploy.tools import (
@@ -12,9 +15,6 @@ from tests.deploy.tools import (
     prometheus_query,
     render_grafana_variables,
 )
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
 
 PRODUCE_REQUESTS = 25
 

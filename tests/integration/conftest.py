@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
+from tests.cluster_fixtures import *  # noqa: F403  the fixtures that start clusters, proxies, the Java client
 
 if TYPE_CHECKING:
-    from tests.conftest import OwnClusterPool
+    from tests.cluster_fixtures import OwnClusterPool
 
 SECURED = "secured"
 #: SASL/PLAIN users (the brokers' JAAS config) and SCRAM-SHA-512 users (credentials made at format time):

@@ -10,21 +10,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.proxy_process import ProxyProcess
+from harness.raw_client import RawKafkaClient, batch
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import ErrorCode
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
 
 
 def make_room(cluster_pool: Any) -> None:
     """Stop the shared proxy and clusters of this worker: two cores carry one cluster at a time."""
-    from tests import conftest
+    from tests import cluster_fixtures
 
-    assert conftest._POOL is cluster_pool
-    conftest._PROXIES.release()
+    assert cluster_fixtures._POOL is cluster_pool
+    cluster_fixtures._PROXIES.release()
     cluster_pool.release()
-    conftest._OWN.release()
+    cluster_fixtures._OWN.release()
 
 
 def acks_minus_two_is_answered_by_the_proxy(cluster: LocalKafkaCluster, proxy: ProxyProcess, leader_address: str,
@@ -59,7 +59,7 @@ def start_keeping_logs(cluster: LocalKafkaCluster, *more: Path) -> None:
     try:
         cluster.start()
     except BaseException:
-        from tests.conftest import LOG_KEEP_DIR
+        from tests.cluster_fixtures import LOG_KEEP_DIR
 
         target = LOG_KEEP_DIR / f"kafka-{cluster.version}-{cluster.cluster_id}"
         for node_dir in cluster.data_dir.iterdir() if cluster.data_dir.exists() else ():

@@ -10,12 +10,12 @@ import jsonschema
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
+from harness.proxy_process import ProxyProcess
+from harness.raw_client import RawKafkaClient, batch
+from harness.waiting import wait_until
 from insync_proxy.audit.events import SCHEMA_FILES
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import ApiKey, ErrorCode
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
 
 
 def consume_values(bootstrap: str, topic: str, partition: int, expected: int, timeout: float = 60) -> list[bytes]:
@@ -269,7 +269,7 @@ def test_too_new_api_versions_request_gets_the_brokers_v0_answer(proxy: ProxyPro
 def test_audit_events_also_reach_the_audit_topic(proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster) -> None:
     from confluent_kafka import TopicPartition
 
-    from tests.proxy_harness import AUDIT_TOPIC
+    from harness.proxy_process import AUDIT_TOPIC
 
     topic = f"audit-kafka-{uuid.uuid4().hex[:8]}"
     kafka_cluster.create_topic(topic, 1, 3)

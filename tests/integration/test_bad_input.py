@@ -10,11 +10,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from harness.proxy_process import ProxyProcess
+from harness.raw_client import RawKafkaClient, batch, produce_request
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import ApiKey, ProduceResponse
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient, batch, produce_request
 
 
 def closed_by_proxy(sock: socket.socket, timeout: float = 30.0) -> bool:

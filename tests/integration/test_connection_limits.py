@@ -10,10 +10,10 @@ import struct
 import time
 from pathlib import Path
 
+from harness.proxy_process import ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import ApiKey
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
 
 OPEN_FILES = 256
 MAX_CONNECTIONS = 20

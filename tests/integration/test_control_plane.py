@@ -8,6 +8,7 @@ import struct
 import time
 import uuid
 
+from harness.proxy_process import ProxyProcess
 from insync_proxy.client.blocking_client import BlockingKafkaClient, request_frame
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import (
@@ -19,7 +20,6 @@ from insync_proxy.protocol import (
     MetadataResponse,
 )
 from insync_proxy.protocol.messages import CreatableTopic, MetadataRequestTopic
-from tests.proxy_harness import ProxyProcess
 
 TOPICS = 300
 #: Made-up topic names a client asks Metadata of: they must cost the proxy no control request.

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.proxy_process import free_port_base
+from harness.waiting import WaitTimeout, wait_until
 from insync_proxy.devcluster.cluster import free_port
 from insync_proxy.devcluster.distribution import kafka_libs
-from tests.helpers import WaitTimeout, wait_until
-from tests.proxy_harness import free_port_base
 
 #: Generous: three brokers start from cold on two shared cores (a minute or two under load).
 START_TIMEOUT = 420.0

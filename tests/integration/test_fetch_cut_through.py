@@ -8,6 +8,8 @@ import uuid
 
 import pytest
 
+from harness.proxy_process import ProxyProcess
+from harness.raw_client import RawKafkaClient
 from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.devcluster.distribution import selected_version
@@ -16,8 +18,6 @@ from insync_proxy.protocol.fetch import find_fetch_node_endpoints
 from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.protocol.primitives import Reader, Writer
 from insync_proxy.protocol.records import encode_record_batch
-from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient
 
 NOT_LEADER_OR_FOLLOWER = 6
 FETCH_VERSION = 17  # Kafka 4.x's newest but one; v16+ carries node_endpoints

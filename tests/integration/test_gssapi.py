@@ -20,6 +20,9 @@ from typing import Any
 
 import pytest
 
+from harness.java_client import JavaClient
+from harness.proxy_process import AUDIT_TOPIC, ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.cli.preflight import check_connection
 from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.devcluster.cluster import ClusterSettings, KerberosListener, LocalKafkaCluster
@@ -29,10 +32,7 @@ from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import SaslConfig
 from insync_proxy.proxy.controlplane.sasl import authenticate_blocking
-from tests.helpers import wait_until
 from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room, start_keeping_logs
-from tests.java_client import JavaClient
-from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
 pytestmark = pytest.mark.own_cluster
 

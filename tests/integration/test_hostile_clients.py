@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import re
 
+from harness.hostile_clients import CAUSES, HealthyProducer, send_malformed
+from harness.proxy_process import ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
-from tests.helpers import wait_until
-from tests.hostile_clients import CAUSES, HealthyProducer, send_malformed
-from tests.proxy_harness import ProxyProcess
 
 FRAMES = 900
 

@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 
+from harness.proxy_process import ProxyProcess
+from harness.raw_client import RawKafkaClient, batch
 from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import MetadataRequest, MetadataResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic
-from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
 
 NOT_ENOUGH_REPLICAS = (19, 20)
 

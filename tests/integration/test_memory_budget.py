@@ -3,11 +3,8 @@ figures at the default budget come from benchmarks/budget_bench.py)."""
 
 from __future__ import annotations
 
-from insync_proxy.devcluster.cluster import LocalKafkaCluster
-from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
-from tests.slow_consumers import (
+from harness.proxy_process import ProxyProcess
+from harness.slow_consumers import (
     MIB,
     SlowConsumers,
     fill,
@@ -16,6 +13,9 @@ from tests.slow_consumers import (
     produce_round_trips,
     reference_answer,
 )
+from harness.waiting import wait_until
+from insync_proxy.devcluster.cluster import LocalKafkaCluster
+from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES
 
 #: Small, so the test runs quickly: 40 connections x 8 pipelined 1 MiB Fetches would otherwise leave the
 #: proxy holding about 40 x 4 MiB (each connection's write buffer up to its ceiling). A smallest read in

@@ -8,6 +8,8 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from harness.proxy_process import ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.client.partitioner import MinInsyncMetadata
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
@@ -19,8 +21,6 @@ from insync_proxy.protocol import (
     encode_request,
 )
 from insync_proxy.protocol.messages import MetadataRequestTopic
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
 
 
 def metadata(bootstrap: str, topics: list[str], version: int) -> MetadataResponse:

@@ -16,12 +16,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka.errors import KafkaConnectionError
 
+from harness.proxy_process import ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.cli.preflight import check_connection
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.proxy.config.broker_ports import NO_PORT
 from insync_proxy.proxy.config.loader import load_config
-from tests.helpers import consume_values, wait_until
-from tests.proxy_harness import ProxyProcess
+from tests.helpers import consume_values
 
 NODE_IDS = [1001, 1002, 65001]
 RANGES = {"default": ("1001-1002", "65001"), "partial": ("1001-1002",)}

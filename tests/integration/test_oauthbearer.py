@@ -23,6 +23,9 @@ from confluent_kafka import Producer
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
+from harness.java_client import JavaClient
+from harness.proxy_process import AUDIT_TOPIC, ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.cli.preflight import check_connection
 from insync_proxy.client.blocking_client import BlockingKafkaClient, parse_address
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, OAuthBearerValidation
@@ -32,10 +35,8 @@ from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import SaslConfig
 from insync_proxy.proxy.controlplane.sasl import SaslError, authenticate_blocking, oauthbearer_login
-from tests.helpers import consume_values, wait_until
+from tests.helpers import consume_values
 from tests.integration.own_login import acks_minus_two_is_answered_by_the_proxy, make_room, start_keeping_logs
-from tests.java_client import JavaClient
-from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
 
 pytestmark = pytest.mark.own_cluster
 

@@ -25,14 +25,14 @@ import pytest
 from confluent_kafka import Producer
 from cryptography import x509
 
+from harness.certificate_rotation import LibrdkafkaProducer, run_rotation
+from harness.java_client import JavaClient
+from harness.pki import Ca, Issued, replace_file
+from harness.proxy_process import TEST_POLICIES, ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.devcluster.certificates import DevCertificates, make_test_certificates
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster, free_port
-from tests.conftest import OwnClusterPool
-from tests.helpers import wait_until
-from tests.java_client import JavaClient
-from tests.pki import Ca, Issued, replace_file
-from tests.proxy_harness import TEST_POLICIES, ProxyProcess
-from tests.rotation import LibrdkafkaProducer, run_rotation
+from tests.cluster_fixtures import OwnClusterPool
 
 pytestmark = pytest.mark.own_cluster("reload")
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 
+from harness.proxy_process import ProxyProcess
 from insync_proxy.devcluster.cluster import ClusterSettings, LocalKafkaCluster
 from insync_proxy.devcluster.distribution import KAFKA_28_VERSION
 from tests.helpers import consume_values
-from tests.proxy_harness import ProxyProcess
 
 from .conftest import PLAIN_USERS as USERS
 from .conftest import SCRAM_USERS, SECURED, SecuredCluster

@@ -31,6 +31,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from harness.java_client import JavaClient
+from harness.proxy_process import TEST_POLICIES, ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.cli.preflight import check_connection
 from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.devcluster.certificates import DevCertificates, make_test_certificates
@@ -41,9 +44,7 @@ from insync_proxy.protocol.messages import MetadataRequestTopic
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.config.settings import ProxyConfig, SaslConfig
 from insync_proxy.proxy.controlplane.sasl import authenticate_blocking
-from tests.helpers import consume_values, wait_until
-from tests.java_client import JavaClient
-from tests.proxy_harness import TEST_POLICIES, ProxyProcess
+from tests.helpers import consume_values
 
 pytestmark = pytest.mark.own_cluster
 
@@ -109,12 +110,14 @@ def _control_toml(user: str, mechanism: str = "SCRAM-SHA-512") -> str:
 @pytest.fixture(scope="module")
 def secured(cluster_pool: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     """The secured cluster and its two proxies, for every test of this module (the shared cluster stops)."""
-    from tests import conftest  # the pool's own module: release the shared proxy and cluster (one at a time)
+    from tests import (
+        cluster_fixtures,  # the pool's own module: release the shared proxy and cluster (one at a time)
+    )
 
-    assert conftest._POOL is cluster_pool
-    conftest._PROXIES.release()
+    assert cluster_fixtures._POOL is cluster_pool
+    cluster_fixtures._PROXIES.release()
     cluster_pool.release()
-    conftest._OWN.release()  # a named own cluster (the SASL/TLS tests' "secured") is not needed any more
+    cluster_fixtures._OWN.release()  # a named own cluster (the SASL/TLS tests' "secured") is not needed any more
     certs = make_test_certificates(tmp_path_factory.mktemp("pki"), ("insync-proxy", "alice"))
     cluster = LocalKafkaCluster(ClusterSettings(
         sasl_plain_users=PASSWORDS, sasl_scram_users=PASSWORDS, sasl_ssl=True,

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.java_client import JavaClient
+from harness.proxy_process import ProxyProcess
 from insync_proxy.client.blocking_client import BlockingKafkaClient, parse_address
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.devcluster.distribution import selected_version
@@ -25,8 +27,6 @@ from insync_proxy.protocol.messages import (
 )
 from insync_proxy.protocol.primitives import Writer
 from insync_proxy.protocol.schema import decode_struct
-from tests.java_client import JavaClient
-from tests.proxy_harness import ProxyProcess
 
 SHARE_CHECK = Path(__file__).parent.parent / "java" / "ShareCheck.java"
 NOT_LEADER_OR_FOLLOWER = 6

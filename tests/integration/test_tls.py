@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from harness.proxy_process import TEST_POLICIES, ProxyProcess
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from tests.helpers import consume_values
-from tests.proxy_harness import TEST_POLICIES, ProxyProcess
 
 
 @pytest.fixture

@@ -6,13 +6,13 @@ import json
 import re
 import uuid
 
+from harness.proxy_process import ProxyProcess
+from harness.raw_client import batch
+from harness.waiting import wait_until
 from insync_proxy.client.blocking_client import BlockingKafkaClient
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import MetadataRequestTopic, PartitionProduceData, TopicProduceData
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
-from tests.raw_client import batch
 
 UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from harness.proxy_process import ProxyProcess
 from tests.helpers import consume_values
-from tests.proxy_harness import ProxyProcess
 
 from .conftest import SECURED, SecuredCluster
 

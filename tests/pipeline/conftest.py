@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers import scratch_directory
+from harness.scratch import scratch_directory
+from tests.cluster_fixtures import *  # noqa: F403  the fixtures that start clusters, proxies, the Java client
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

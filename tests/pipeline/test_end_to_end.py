@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from harness.proxy_process import ProxyProcess
+from harness.raw_client import RawKafkaClient, batch
+from harness.waiting import WaitTimeout, wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
-from tests.helpers import WaitTimeout, wait_until
-from tests.proxy_harness import ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
 
 from .events import audited_requests
 

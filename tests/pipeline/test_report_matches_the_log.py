@@ -11,10 +11,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from harness.proxy_process import ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.devcluster.distribution import java_executable
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
 
 from .events import audited_requests
 

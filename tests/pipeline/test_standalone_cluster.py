@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from harness.waiting import wait_until
 from insync_proxy.pipeline import report, tables
 from insync_proxy.pipeline.spark_env import Progress
-from tests.helpers import wait_until
 
 from .events import decision, isr_change, readiness, summary, write_jsonl
 

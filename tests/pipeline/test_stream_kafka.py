@@ -16,10 +16,10 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
+from harness.proxy_process import AUDIT_TOPIC, ProxyProcess
+from harness.raw_client import RawKafkaClient, batch
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
-from tests.helpers import wait_until
-from tests.proxy_harness import AUDIT_TOPIC, ProxyProcess
-from tests.raw_client import RawKafkaClient, batch
 
 from .events import audited_requests
 

@@ -15,12 +15,11 @@ import uuid
 
 import pytest
 
-from insync_proxy.proxy.config.settings import AcksPolicyConfig
-from tests.unit.produce_frames import (
+from harness.produce_frames import (
     produce_request,
     with_acks,
 )
-from tests.unit.sidecar import (
+from harness.sidecar import (
     ALL_VERSIONS,
     AT_MIN,
     BELOW_MIN,
@@ -35,6 +34,7 @@ from tests.unit.sidecar import (
     Sidecar,
     run_to_completion,
 )
+from insync_proxy.proxy.config.settings import AcksPolicyConfig
 
 # ====================================================================== acks -1, 0, 1: untouched
 

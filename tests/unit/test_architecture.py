@@ -1,6 +1,7 @@
 """The package's structure, read from its source with ast: one-way doors between the rooms, no import
 cycles, narrow behaviours, sans-IO cores, the dev tooling in a room of its own, and the package made of exactly
-its linked folders, which every tool can follow."""
+its linked folders, which every tool can follow. Beside the package: the harness (harness/) that the tests and the
+benchmarks both import, neither of them importing the other."""
 
 from __future__ import annotations
 
@@ -192,10 +193,10 @@ def test_the_package_is_its_linked_folders_only() -> None:
     # Given a fresh interpreter in the checkout (the checkout on sys.path, as the suite and benchmarks
     # run it, and as `pip install -e .` puts it there); Then each subpackage is its top-level folder, seen
     # through the package's link, with no import hook; and nothing else of the checkout is part of the
-    # package: not tests/, benchmarks/ nor setup.py.
+    # package: not harness/, tests/, benchmarks/ nor setup.py.
     code = ("import importlib, json, sys, insync_proxy\n"
             "found = {}\n"
-            f"for name in ('tests', 'benchmarks', 'setup', 'scripts', *{sorted(FOLDERS)!r}):\n"
+            f"for name in ('harness', 'tests', 'benchmarks', 'setup', 'scripts', *{sorted(FOLDERS)!r}):\n"
             "    try:\n"
             "        found[name] = importlib.import_module('insync_proxy.' + name).__file__\n"
             "    except ModuleNotFoundError as exc:\n"
@@ -207,7 +208,7 @@ def test_the_package_is_its_linked_folders_only() -> None:
     seen = __import__("json").loads(out.stdout)
     assert seen["path"] == [str(ROOT / "insync_proxy")]
     assert seen["hooks"] == []
-    for name in ("tests", "benchmarks", "setup", "scripts"):
+    for name in ("harness", "tests", "benchmarks", "setup", "scripts"):
         assert seen["found"][name] == f"not found: insync_proxy.{name}", (name, seen["found"][name])
     for name, folder in FOLDERS.items():
         assert seen["found"][name] == str(ROOT / "insync_proxy" / name / "__init__.py"), (name, seen["found"][name])
@@ -438,3 +439,75 @@ def test_behaviours_return_what_happens_to_a_request() -> None:
                         node.func.value, ast.Attribute) and node.func.value.attr == "response_hooks")):
                 found.append(f"{path.name}:{node.lineno} calls {ast.unparse(node.func)}")
     assert found == []
+
+
+#: The scenario runner's modules (benchmarks/), which import the tests' re-exports of the harness and which tests
+#: import: retargeted when the scenario package lands.
+SCENARIO_RUNNER = ("benchmarks/year_in_an_hour.py", "benchmarks/year_wire.py")
+
+
+def _folder_imports(folder: Path) -> dict[str, set[str]]:
+    """Each module of a top-level folder of the checkout (by its path) and every module it imports, wherever the
+    import stands (in a function, under TYPE_CHECKING)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        parts = list(path.relative_to(folder.parent).with_suffix("").parts)
+        package = ".".join(parts[:-1])
+        found[path.relative_to(folder.parent).as_posix()] = _imports(path, package)
+    return found
+
+
+def _arrows_into(imports: dict[str, set[str]], room: str, exempt: tuple[str, ...] = ()) -> list[str]:
+    """`file imports module` for each import of a module of `room` (a top-level name); a file of `exempt`, and an
+    import of one of its modules, is not an arrow."""
+    exempt_modules = tuple(e.removesuffix(".py").replace("/", ".") for e in exempt)
+    return sorted(f"{file} imports {target}" for file, targets in imports.items() if file not in exempt
+                  for target in targets if target.split(".")[0] == room
+                  and not any(target == m or target.startswith(m + ".") for m in exempt_modules))
+
+
+def test_the_harness_imports_neither_the_tests_nor_the_benchmarks() -> None:
+    # Given every module of harness/, imports inside functions and under TYPE_CHECKING counted
+    imports = _folder_imports(ROOT / "harness")
+    assert "harness/proxy_process.py" in imports and len(imports) > 10  # the walk really saw the harness
+    # Then none of them reaches the tests or the benchmarks: both import the harness, it imports neither
+    assert _arrows_into(imports, "tests") == []
+    assert _arrows_into(imports, "benchmarks") == []
+
+
+def test_the_benchmarks_import_nothing_of_the_tests() -> None:
+    imports = _folder_imports(ROOT / "benchmarks")
+    assert "benchmarks/proxy_bench.py" in imports
+    assert all(file in imports for file in SCENARIO_RUNNER), "an exempted file is gone: take it off SCENARIO_RUNNER"
+    assert _arrows_into(imports, "tests", exempt=SCENARIO_RUNNER) == []
+
+
+def test_the_tests_import_nothing_of_the_benchmarks() -> None:
+    imports = _folder_imports(ROOT / "tests")
+    assert "tests/unit/test_architecture.py" in imports
+    assert _arrows_into(imports, "benchmarks", exempt=SCENARIO_RUNNER) == []
+
+
+def test_the_room_check_sees_an_arrow(tmp_path: Path) -> None:
+    # Given a harness module that imports a test helper inside a function, and a benchmark importing a test module
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "waits.py").write_text("def f():\n    from tests.helpers import Clock\n")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "a_bench.py").write_text("from tests import helpers\n")
+    (tmp_path / "benchmarks" / "exempt.py").write_text("import tests.helpers\n")
+    # Then both are arrows, and an exempted file's is not
+    assert _arrows_into(_folder_imports(tmp_path / "harness"), "tests") == [
+        "harness/waits.py imports tests.helpers", "harness/waits.py imports tests.helpers.Clock"]
+    assert _arrows_into(_folder_imports(tmp_path / "benchmarks"), "tests", exempt=("benchmarks/exempt.py",)) == [
+        "benchmarks/a_bench.py imports tests", "benchmarks/a_bench.py imports tests.helpers"]
+
+
+def test_the_root_conftest_loads_no_dev_cluster() -> None:
+    # Given a fresh interpreter in the checkout; When it imports the root conftest (as pytest does for every run)
+    code = ("import json, sys, tests.conftest\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('insync_proxy.devcluster', "
+            "'tests.cluster_fixtures')))))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # Then neither the dev cluster nor the cluster fixtures are loaded: the codec's tests run without them
+    assert __import__("json").loads(out.stdout) == []

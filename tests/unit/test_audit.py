@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.waiting import wait_until
 from insync_proxy.proxy.audit.writer import AuditLog
 from insync_proxy.proxy.config.settings import AuditConfig
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-from tests.helpers import wait_until
 
 
 def _value(metrics: ProxyMetrics, name: str, **labels: str) -> float:

@@ -4,13 +4,13 @@ and the cluster view's "the leader said below min ISR" marks (no sockets, no Kaf
 
 from __future__ import annotations
 
+from harness.produce_frames import read_produce_request
+from harness.sidecar import HEALTHY, ORDERS, TOPIC_IDS, Sidecar, metadata_response
 from insync_proxy.proxy.behaviours.acks import POLICY_CACHE_LIMIT
 from insync_proxy.proxy.behaviours.isr_learning import REREADS_KEPT
 from insync_proxy.proxy.config.settings import AcksPolicyConfig
 from insync_proxy.proxy.datapath.cluster_view import BROKER_SAID_KEPT, BROKER_SAID_SECONDS, ClusterView
 from tests.helpers import Clock
-from tests.unit.produce_frames import read_produce_request
-from tests.unit.sidecar import HEALTHY, ORDERS, TOPIC_IDS, Sidecar, metadata_response
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 

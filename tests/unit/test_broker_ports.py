@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.proxy_process import free_port_base
 from insync_proxy.devcluster.cluster import (
     ClusterError,
     ClusterSettings,
@@ -54,7 +55,6 @@ from insync_proxy.proxy.config.schema import validate
 from insync_proxy.proxy.config.settings import AuditConfig, ConfigError, ListenerConfig, ProxyConfig
 from insync_proxy.proxy.datapath.exchange import ListenerAddresses
 from insync_proxy.proxy.server import InsyncProxy
-from tests.proxy_harness import free_port_base
 
 # ---------------------------------------------------------------- the mapping
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.pki import Ca
 from insync_proxy.cli import JsonLogFormatter, build_parser, config_from_args, main
 from insync_proxy.proxy.behaviours.acks import policy_for
 from insync_proxy.proxy.config import schema as config_schema
@@ -32,7 +33,6 @@ from insync_proxy.proxy.config.settings import (
     setting,
 )
 from insync_proxy.proxy.config.tls import client_ssl_context
-from tests.pki import Ca
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -278,7 +278,7 @@ def test_every_insync_proxy_variable_in_the_project_is_a_setting_or_known() -> N
     # Given every INSYNC_PROXY_* name the project's code, scripts and docs mention
     settings = {e.env for e in schema() if e.env}
     found: set[str] = set()
-    for folder in ("proxy", "protocol", "pipeline", "devcluster", "audit", "insync_proxy", "scripts", "tests", "benchmarks",
+    for folder in ("proxy", "protocol", "pipeline", "devcluster", "audit", "insync_proxy", "scripts", "harness", "tests", "benchmarks",
                    "deploy", "docs"):
         for path in (ROOT / folder).rglob("*"):
             if path.is_file() and path.suffix in ("", ".py", ".md", ".yaml", ".yml", ".toml", ".sh") and \

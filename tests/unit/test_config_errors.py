@@ -339,7 +339,7 @@ def _start_run(tmp_path: Path, toml: str, env: dict[str, str] | None = None) -> 
 
 
 def _free_port_base() -> int:
-    from tests.proxy_harness import free_port_base
+    from harness.proxy_process import free_port_base
 
     return free_port_base()
 

@@ -7,6 +7,13 @@ import uuid
 from collections.abc import Awaitable
 from typing import ClassVar
 
+from harness.connection_core import (
+    core_with,
+    request,
+    request_ids,
+    response,
+    response_ids,
+)
 from insync_proxy.protocol import ApiKey
 from insync_proxy.protocol.fetch import find_fetch_node_endpoints
 from insync_proxy.protocol.messages import NodeEndpoint
@@ -23,13 +30,6 @@ from insync_proxy.proxy.datapath.exchange import (
     respond,
 )
 from tests.protocol.frames import fetch_response_frame
-from tests.unit.core_harness import (
-    core_with,
-    request,
-    request_ids,
-    response,
-    response_ids,
-)
 
 
 class AnswersListOffsetsLocally(BehaviourBase):

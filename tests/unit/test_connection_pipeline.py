@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.proxy_process import free_port_base
 from insync_proxy.protocol import (
     ApiKey,
     RequestHeader,
@@ -23,7 +24,6 @@ from insync_proxy.proxy.config.settings import AuditConfig, ListenerConfig, Prox
 from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES, MemoryBudget
 from insync_proxy.proxy.datapath.connection import ReadBuffer
 from insync_proxy.proxy.server import InsyncProxy
-from tests.proxy_harness import free_port_base
 from tests.unit.pipeline_broker import FakeBroker, RawResponse
 
 

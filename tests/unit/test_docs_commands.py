@@ -25,7 +25,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: `python -m module`, `python3 -m module`; line breaks inside a sentence count as spaces.
 INVOCATION = re.compile(r"\bpython3? -m ([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?: ([a-z][a-z-]*))?")
 #: Top-level packages of this repository whose modules the docs run.
-OURS = ("insync_proxy", "tests", "benchmarks")
+OURS = ("insync_proxy", "harness", "tests", "benchmarks")
 
 
 def _subcommands() -> set[str]:

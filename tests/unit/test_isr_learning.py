@@ -6,8 +6,7 @@ import time
 
 import pytest
 
-from insync_proxy.proxy.datapath import cluster_view as cluster_view_module
-from tests.unit.sidecar import (
+from harness.sidecar import (
     HEALTHY,
     NOT_ENOUGH_REPLICAS,
     NOT_LEADER_OR_FOLLOWER,
@@ -15,6 +14,7 @@ from tests.unit.sidecar import (
     PAYMENTS,
     Sidecar,
 )
+from insync_proxy.proxy.datapath import cluster_view as cluster_view_module
 
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 

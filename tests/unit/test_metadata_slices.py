@@ -14,6 +14,15 @@ from collections.abc import Awaitable
 
 import pytest
 
+from harness.connection_core import RecordingIO, request
+from harness.metadata_slices import (
+    BROKERS,
+    PORTS,
+    Pauses,
+    all_topics_request,
+    answer,
+    core_for,
+)
 from insync_proxy.protocol import ApiKey, MetadataRequest, encode_request, scan_metadata_response
 from insync_proxy.protocol.messages import (
     MetadataRequestTopic,
@@ -23,16 +32,7 @@ from insync_proxy.proxy.behaviours.metadata import SLICE_TOPICS, MetadataEnriche
 from insync_proxy.proxy.controlplane.min_insync import CachedValue
 from insync_proxy.proxy.datapath.core import ConnectionCore
 from insync_proxy.proxy.datapath.exchange import Frame, ListenerAddresses
-from tests.unit.core_harness import RecordingIO, request
 from tests.unit.enricher_harness import RecordingControl
-from tests.unit.metadata_slices_harness import (
-    BROKERS,
-    PORTS,
-    Pauses,
-    all_topics_request,
-    answer,
-    core_for,
-)
 
 
 def expected(frame: bytes, min_insync: int | None = 2, **values_of: int) -> bytes:

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from harness.produce_frames import broker_response, read_produce_request
+from harness.sidecar import HEALTHY, ORDERS, PAYMENTS, TOPIC_IDS, Sidecar
 from insync_proxy.protocol import MetadataResponse
 from insync_proxy.protocol.messages import (
     MetadataResponseBroker,
@@ -26,8 +28,6 @@ from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.helpers import Clock
 from tests.unit.control_doubles import NoListeners, RecordingControl
-from tests.unit.produce_frames import broker_response, read_produce_request
-from tests.unit.sidecar import HEALTHY, ORDERS, PAYMENTS, TOPIC_IDS, Sidecar
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 

@@ -1,4 +1,5 @@
-"""benchmarks/peers_bench.py's pure parts: statistics and tables, peers' configs, the raw Fetch codec, goals.
+"""benchmarks/peers_bench.py's pure parts: statistics and tables, peers' configs, the raw Fetch codec, goals;
+the benchmarks' toolkit's CPU between two snapshots (benchmarks/shared.py).
 
 A full run needs a cluster and the peers; none of this does.
 """
@@ -8,25 +9,37 @@ from __future__ import annotations
 import importlib.util
 import struct
 import sys
+import uuid
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
 
-from tests.raw_client import batch
+from harness.raw_client import batch, fetch_request_body
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "peers_bench.py"
+#: The benchmarks' toolkit, where the peers benchmark's process and CPU readings live.
+TOOLKIT = BENCH.with_name("shared.py")
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("peers_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peers_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+    return _load("peers_bench", BENCH)
+
+
+@pytest.fixture(scope="module")
+def toolkit() -> ModuleType:
+    return _load("benchmarks_toolkit", TOOLKIT)
 
 
 def test_summary_spread_and_ratios(bench: ModuleType) -> None:
@@ -78,8 +91,9 @@ def fetch_response(records: bytes, error_code: int = 0, high_watermark: int = 10
             + struct.pack(">i", len(records)) + records)
 
 
-def test_fetch_request_body_layout(bench: ModuleType) -> None:
-    body = bench.fetch_request_body("t", 0, 42, 8 << 20)
+def test_fetch_request_body_layout() -> None:
+    # the benchmarks' one Fetch request builder (harness/raw_client.py), v11 as the peers benchmark sends it
+    body = fetch_request_body("t", 42, 8 << 20, partition=0)
     replica, wait, min_bytes, max_bytes, isolation, session, epoch = struct.unpack_from(">iiiibii", body)
     assert (replica, min_bytes, max_bytes, isolation, session, epoch) == (-1, 1, 8 << 20, 0, 0, -1)
     assert wait > 0
@@ -88,6 +102,17 @@ def test_fetch_request_body_layout(bench: ModuleType) -> None:
     partitions, partition, leader_epoch, offset, log_start, partition_max = struct.unpack_from(">iiiqqi", body, 32)
     assert (partitions, partition, leader_epoch, offset, log_start, partition_max) == (1, 0, -1, 42, -1, 8 << 20)
     assert body[64:] == struct.pack(">ih", 0, 0)  # no forgotten topics, empty rack id
+
+
+def test_fetch_request_body_by_topic_id_from_v13_and_without_replica_id_from_v15() -> None:
+    topic_id = uuid.UUID(int=7)
+    v13 = fetch_request_body("t", 42, 1024, version=13, topic_id=topic_id)
+    assert v13[:4] == struct.pack(">i", -1) and topic_id.bytes in v13 and b"t" not in v13[:40]
+    assert fetch_request_body("t", 42, 1024, version=15, topic_id=topic_id) == v13[4:]
+    with pytest.raises(ValueError, match="topic_id"):
+        fetch_request_body("t", 42, 1024, version=13)
+    with pytest.raises(ValueError, match="v11-v17"):
+        fetch_request_body("t", 42, 1024, version=10)
 
 
 def test_fetch_response_and_next_offset(bench: ModuleType) -> None:
@@ -166,8 +191,8 @@ def test_moderate_rate(bench: ModuleType) -> None:
     assert bench.moderate_rate(5000, 3_000.0, explicit=True) == 5000
 
 
-def test_cpu_between_snapshots(bench: ModuleType) -> None:
-    cpu = bench.ProcessCpu
+def test_cpu_between_snapshots(toolkit: ModuleType) -> None:
+    cpu = toolkit.ProcessCpu
     before = {
         10: cpu(frozenset({10, 11}), 2_000_000_000, 2.0, 0.0),  # a proxy: same threads later
         20: cpu(frozenset({20, 21, 22}), 5_000_000_000, 5.0, 0.0),  # a JVM: a thread exits
@@ -180,8 +205,8 @@ def test_cpu_between_snapshots(bench: ModuleType) -> None:
         30: cpu(frozenset({30}), 110_000_000, 0.1, 0.5 + 0.4),  # the child's whole life: 0.3 before + 0.1
         32: cpu(frozenset({32}), 70_000_000, 0.0, 0.0),  # a child born meanwhile
     }
-    assert bench.cpu_between(before, after) == pytest.approx(0.25 + 0.5 + 0.01 + 0.4 - 0.3 + 0.07)
-    assert bench.cpu_between(after, after) == 0
+    assert toolkit.cpu_between(before, after) == pytest.approx(0.25 + 0.5 + 0.01 + 0.4 - 0.3 + 0.07)
+    assert toolkit.cpu_between(after, after) == 0
 
 
 def test_p99_goal_needs_an_unsaturated_cluster(bench: ModuleType) -> None:

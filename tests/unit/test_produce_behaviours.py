@@ -9,18 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from insync_proxy.protocol import ApiKey
-from insync_proxy.proxy.audit.summary import ProduceSummaries
-from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
-from insync_proxy.proxy.behaviours.acks import AcksPolicy
-from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
-from insync_proxy.proxy.behaviours.produce_exchange import ProduceExchange, produce_exchange
-from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
-from insync_proxy.proxy.datapath.core import ConnectionCore
-from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourBase, BehaviourRegistry, Exchange
-from tests.unit.core_harness import LISTENER, RecordingIO
-from tests.unit.produce_frames import broker_response, produce_request, read_produce_request
-from tests.unit.sidecar import (
+from harness.connection_core import LISTENER, RecordingIO
+from harness.produce_frames import broker_response, produce_request, read_produce_request
+from harness.sidecar import (
     BELOW_MIN,
     HEALTHY,
     NOT_ENOUGH_REPLICAS,
@@ -31,6 +22,15 @@ from tests.unit.sidecar import (
     Sidecar,
     run_to_completion,
 )
+from insync_proxy.protocol import ApiKey
+from insync_proxy.proxy.audit.summary import ProduceSummaries
+from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
+from insync_proxy.proxy.behaviours.acks import AcksPolicy
+from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
+from insync_proxy.proxy.behaviours.produce_exchange import ProduceExchange, produce_exchange
+from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
+from insync_proxy.proxy.datapath.core import ConnectionCore
+from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourBase, BehaviourRegistry, Exchange
 
 
 def alone(side: Sidecar, *behaviours: Behaviour) -> tuple[ConnectionCore, RecordingIO]:

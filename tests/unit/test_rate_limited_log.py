@@ -11,6 +11,7 @@ import struct
 
 import pytest
 
+from harness.connection_core import LISTENER
 from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
 from insync_proxy.proxy.config.defaults import SUMMARY_INTERVAL_SECONDS
 from insync_proxy.proxy.config.loader import load_config
@@ -33,7 +34,6 @@ from insync_proxy.proxy.observability.logs import (
 from insync_proxy.proxy.observability.logsetup import setup_logging
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.helpers import Clock
-from tests.unit.core_harness import LISTENER
 
 logger = logging.getLogger("tests.rate_limited")
 

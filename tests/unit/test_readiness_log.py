@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from harness.proxy_process import free_port_base
 from insync_proxy.devcluster.cluster import free_port
 from insync_proxy.proxy.config.settings import (
     AuditConfig,
@@ -21,7 +22,6 @@ from insync_proxy.proxy.config.settings import (
 from insync_proxy.proxy.config.tls import PLAINTEXT_LISTENER_HINT
 from insync_proxy.proxy.controlplane.control import HTTP_ANSWER
 from insync_proxy.proxy.server import InsyncProxy
-from tests.proxy_harness import free_port_base
 from tests.unit.control_brokers import PlainBroker
 from tests.unit.pipeline_broker import FakeBroker
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from harness.pki import Ca, Issued, replace_file
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import _die_with_parent
 from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
@@ -41,8 +43,6 @@ from insync_proxy.proxy.observability.logs import summary_interval
 from insync_proxy.proxy.observability.logsetup import log_format_in_use, setup_logging
 from insync_proxy.proxy.reload import merge
 from insync_proxy.proxy.server import InsyncProxy
-from tests.helpers import wait_until
-from tests.pki import Ca, Issued, replace_file
 
 # ------------------------------------------------------------------------------------------- TLS material
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.proxy_harness import free_port_base
+from harness.proxy_process import free_port_base
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 
+from harness.connection_core import LISTENER
 from insync_proxy.protocol import ApiKey, RequestHeader, encode_request_header
 from insync_proxy.proxy.controlplane.background import report_failure
 from insync_proxy.proxy.controlplane.control import ControlError, _Link
@@ -36,7 +37,6 @@ from insync_proxy.proxy.datapath.exchange import (
 from insync_proxy.proxy.observability.logs import error_text, forget_all
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 from tests.helpers import Clock
-from tests.unit.core_harness import LISTENER
 
 Address = tuple[str, int]
 

@@ -15,6 +15,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from harness.proxy_process import ProxyProcess
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster
 from insync_proxy.protocol import (
     ApiKey,
@@ -31,8 +33,6 @@ from insync_proxy.protocol import (
     split_response,
 )
 from insync_proxy.protocol.messages import REQUEST_TYPES
-from tests.helpers import wait_until
-from tests.proxy_harness import ProxyProcess
 
 NAME = re.compile(r"(?P<api>[A-Za-z]+)-v(?P<version>\d+)-(?P<n>\d+)\.request\.bin$")
 API_BY_NAME = {"".join(p.capitalize() for p in k.name.split("_")): int(k) for k in ApiKey}

@@ -24,14 +24,14 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Producer
 
+from harness.java_client import JavaClient
+from harness.pki import Ca
+from harness.proxy_process import free_port_base
+from harness.waiting import wait_until
 from insync_proxy.devcluster.cluster import LocalKafkaCluster, free_port
 from insync_proxy.proxy.config.loader import load_config
 from insync_proxy.proxy.datapath.connection import ClientConnection
 from insync_proxy.proxy.server import InsyncProxy
-from tests.helpers import wait_until
-from tests.java_client import JavaClient
-from tests.pki import Ca
-from tests.proxy_harness import free_port_base
 
 T = TypeVar("T")
 

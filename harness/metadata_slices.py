@@ -8,6 +8,8 @@ import struct
 import time
 import uuid
 
+from harness.connection_core import RecordingIO, request
+from harness.sidecar import ControlNeverUsed
 from insync_proxy.protocol import ApiKey, MetadataRequest, encode_request
 from insync_proxy.protocol.headers import encode_response_with_header
 from insync_proxy.protocol.messages import (
@@ -25,8 +27,6 @@ from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.core import ConnectionCore
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry, ListenerAddresses, ListenerSettings
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-from tests.unit.core_harness import RecordingIO, request
-from tests.unit.sidecar import ControlNeverUsed
 
 PORTS = BrokerPorts(9100)
 

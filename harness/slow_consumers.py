@@ -13,13 +13,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.raw_client import RawKafkaClient, fetch_request_body
+from harness.waiting import wait_until
+from insync_proxy.client.blocking_client import request_frame
 from insync_proxy.protocol import ApiKey
 from insync_proxy.protocol.records import encode_record_batch
-from tests.helpers import wait_until
-from tests.raw_client import RawKafkaClient
 
 MIB = 1024 * 1024
-#: Fetch version of the slow consumers (by topic name, not flexible: a small builder).
+#: Fetch version of the slow consumers (by topic name, not flexible).
 FETCH_VERSION = 11
 
 
@@ -36,15 +37,8 @@ def fill(address: str, topic: str, mib: float) -> None:
 
 def fetch_request(correlation_id: int, topic: str, max_bytes: int) -> bytes:
     """A Fetch v11 frame (size prefix included) for partition 0 of `topic` from offset 0, up to `max_bytes`."""
-    client_id = b"slow-consumer"
-    head = struct.pack(">hhih", ApiKey.FETCH, FETCH_VERSION, correlation_id, len(client_id)) + client_id
-    body = struct.pack(">iiiibii", -1, 500, 1, max_bytes, 0, 0, -1)
-    name = topic.encode()
-    body += struct.pack(">ih", 1, len(name)) + name
-    body += struct.pack(">iiiqqi", 1, 0, -1, 0, -1, max_bytes)
-    body += struct.pack(">ih", 0, 0)  # forgotten topics, rack id ""
-    payload = head + body
-    return struct.pack(">i", len(payload)) + payload
+    return bytes(request_frame(ApiKey.FETCH, FETCH_VERSION, fetch_request_body(topic, 0, max_bytes),
+                               client_id="slow-consumer", correlation_id=correlation_id))
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes:

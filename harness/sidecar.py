@@ -9,6 +9,15 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
+from harness.connection_core import LISTENER, RecordingIO
+from harness.produce_frames import (
+    ProduceAnswer,
+    SentProduce,
+    broker_response,
+    produce_request,
+    read_produce_request,
+    read_produce_response,
+)
 from insync_proxy.protocol import ApiKey, MetadataResponse, decode_response, encode_response
 from insync_proxy.protocol.messages import (
     MetadataResponseBroker,
@@ -28,15 +37,6 @@ from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.core import ConnectionCore
 from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
-from tests.unit.core_harness import LISTENER, RecordingIO
-from tests.unit.produce_frames import (
-    ProduceAnswer,
-    SentProduce,
-    broker_response,
-    produce_request,
-    read_produce_request,
-    read_produce_response,
-)
 
 ORDERS = "orders"
 PAYMENTS = "payments"
