@@ -68,7 +68,9 @@ from typing import IO, Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.year_wire import MetadataAnswer, WireConnection, WireError  # noqa: E402
+from harness.compiled_build import compiled_extensions  # noqa: E402
+from harness.kafka_wire import MetadataAnswer, WireConnection, WireError  # noqa: E402
+from harness.min_insync_history import allowed_values  # noqa: E402
 from insync_proxy.devcluster.certificates import _key_and_csr, _sign, make_test_certificates  # noqa: E402
 from insync_proxy.devcluster.cluster import (  # noqa: E402
     ClusterSettings,
@@ -206,18 +208,6 @@ class SilentRelay:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
-
-
-def allowed_values(history: list[tuple[float, int]], asked: float, lag: float) -> set[int]:
-    """The values a tag 637 may carry at `asked`, from the topic's (time it took effect, value) history: the value
-    in effect, each earlier one until `lag` after the change that replaced it, and any that took effect after
-    `asked` (the time a change took effect is when the runner saw it, possibly after the proxy did)."""
-    allowed = set()
-    for i, (at, value) in enumerate(history):
-        replaced = history[i + 1][0] if i + 1 < len(history) else None
-        if at > asked or replaced is None or replaced > asked - lag:
-            allowed.add(value)
-    return allowed
 
 
 class RelayedCluster(LocalKafkaCluster):
@@ -1961,15 +1951,6 @@ def write_outputs(run: YearRun, summary: dict[str, Any], out: Path, json_file: P
     (out / "summary.json").write_text(text)
     if json_file is not None:
         json_file.write_text(text)
-
-
-def compiled_extensions() -> tuple[list[Path], list[Path]]:
-    """The data path's C extensions in this checkout (./scripts/compile builds them in place), and the stale ones
-    (older than their source)."""
-    found = [so for folder in ("protocol", "audit", "proxy", "pipeline") for so in (ROOT / folder).rglob("*.cpython-*.so")]
-    stale = [so for so in found if not so.with_name(so.name.split(".")[0] + ".py").exists()
-             or so.with_name(so.name.split(".")[0] + ".py").stat().st_mtime > so.stat().st_mtime]
-    return found, stale
 
 
 def choose_build(interpreted: bool) -> str:

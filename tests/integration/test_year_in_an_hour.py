@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.year_in_an_hour import compiled_extensions
+from harness.compiled_build import compiled_extensions
 from tests.helpers import scratch_directory
 
 ROOT = Path(__file__).resolve().parents[2]
