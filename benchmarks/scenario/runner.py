@@ -1,7 +1,7 @@
 """A year in an hour (issue 39): many faults at once, for a long time, against invariants checked by an oracle
 that shares no code with the proxy.
 
-    PYTHONPATH=. python3 benchmarks/year_in_an_hour.py [--minutes 60] [--out DIR] [--json FILE] [--interpreted]
+    python3 -m benchmarks.scenario [--minutes 60] [--out DIR] [--json FILE] [--interpreted]
 
 1. A 3-broker dev cluster on Kafka 3.9.2 with a SASL_SSL listener (SCRAM-SHA-512 for the proxy's control login
    and the clients, PLAIN for the runner's own Metadata sampler) that also asks for a client certificate (mTLS),
@@ -65,14 +65,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from harness.compiled_build import compiled_extensions  # noqa: E402
-from harness.kafka_wire import MetadataAnswer, WireConnection, WireError  # noqa: E402
-from harness.min_insync_history import allowed_values  # noqa: E402
-from insync_proxy.devcluster.certificates import _key_and_csr, _sign, make_test_certificates  # noqa: E402
-from insync_proxy.devcluster.cluster import (  # noqa: E402
+from harness.compiled_build import compiled_extensions
+from harness.kafka_wire import MetadataAnswer, WireConnection, WireError
+from harness.min_insync_history import allowed_values
+from insync_proxy.devcluster.certificates import _key_and_csr, _sign, make_test_certificates
+from insync_proxy.devcluster.cluster import (
     ClusterSettings,
     KafkaNode,
     LocalKafkaCluster,
@@ -80,11 +77,13 @@ from insync_proxy.devcluster.cluster import (  # noqa: E402
     free_port,
     free_ports,
 )
-from insync_proxy.devcluster.distribution import kafka_libs  # noqa: E402
-from insync_proxy.devcluster.kafka_tools import java_command, write_log_configuration  # noqa: E402
-from tests.hostile_clients import send_malformed  # noqa: E402
-from tests.pki import Ca, key_pem, replace_file  # noqa: E402
-from tests.proxy_harness import free_port_base  # noqa: E402
+from insync_proxy.devcluster.distribution import kafka_libs
+from insync_proxy.devcluster.kafka_tools import java_command, write_log_configuration
+from tests.hostile_clients import send_malformed
+from tests.pki import Ca, key_pem, replace_file
+from tests.proxy_harness import free_port_base
+
+ROOT = Path(__file__).resolve().parents[2]
 
 OLD_VERSION = "3.9.2"
 NEW_VERSION = "4.3.1"
@@ -97,7 +96,7 @@ ACKS01_TOPIC = "year-acks01"
 ACKS0_BASE = 10**9
 #: Records a second of each of the acks=1 and acks=0 producers.
 ACKS01_RATE = 20.0
-LATENCY_SOURCE = Path(__file__).resolve().parent / "java" / "LatencyProducer.java"
+LATENCY_SOURCE = ROOT / "benchmarks" / "java" / "LatencyProducer.java"
 #: LatencyProducer's buckets: bucket b holds [LATENCY_BUCKET_BASE**b, LATENCY_BUCKET_BASE**(b+1)) microseconds.
 LATENCY_BUCKET_BASE = 1.02
 PARTITIONER_TOPIC = "year-partitioner"
@@ -1996,6 +1995,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"summary: {work / 'summary.json'}; timeline: {summary['timeline_png']} (labels in {summary['timeline_svg']})")
     return 0 if summary["ok"] else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())
