@@ -29,8 +29,8 @@ that shares no code with the proxy.
    Metadata answers (a hand-written Metadata v12 client: tag 637, broker addresses).
 6. At the end: every record VerifiableProducer and the partitioner's producer had acknowledged is read back at
    its offset straight from the brokers (kafka-python); the invariants print as a table and go to a summary JSON;
-   a timeline SVG (made by hand) and a PNG of it (drawn by report.py: matplotlib is no dependency and
-   ImageMagick may be absent) go beside them.
+   the timeline (RSS, fds, the 10-second p99 latency of both paths, the event windows), drawn by matplotlib, goes
+   beside them as timeline.svg and timeline.png.
 
 Exit 0 when every invariant held.
 """
