@@ -1,9 +1,12 @@
-"""The run's time: the clock every record is stamped with, progress lines, and waiting for a condition."""
+"""The run's time: the clock every record is stamped with, progress lines, waiting for a condition or for a child
+process to end."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 class Clock:
@@ -34,3 +37,14 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
             pass
         time.sleep(0.2)
     raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def end_process(process: subprocess.Popen[Any], grace: float) -> None:
+    """SIGTERM a child still running, and SIGKILL it when it has not ended `grace` seconds later."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)

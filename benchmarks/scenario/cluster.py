@@ -187,10 +187,20 @@ class ScenarioCluster:
         return java_command(libs, main, list(args), self.work, heap="192m")
 
     def admin(self) -> Any:
+        """kafka-python's admin client, straight to the brokers (close it with close_quietly)."""
         from kafka.admin import KafkaAdminClient
 
         return KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=10000,
                                 client_id="year-admin")
+
+    @staticmethod
+    def close_quietly(admin: Any) -> None:
+        """Close an admin client that may have lost its broker (its next round makes a new one)."""
+        if admin is not None:
+            try:
+                admin.close()
+            except Exception:  # noqa: BLE001 - a broker down: nothing left to close
+                pass
 
     def wait_full_isr(self, timeout: float = 120) -> None:
         """Until every partition of the watched topics has all three replicas in its ISR."""

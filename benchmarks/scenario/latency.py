@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks.scenario.clock import Clock
+from benchmarks.scenario.clock import Clock, end_process
 from benchmarks.scenario.cluster import ScenarioCluster
 from benchmarks.scenario.credentials import RunCertificates, Users
 from benchmarks.scenario.findings import Findings
@@ -121,12 +121,7 @@ class LatencyProducers:
                     pass
                 if process.poll() is not None and not self.stop_event.is_set():
                     self.found.latency_restarts[kind] += 1
-                process.terminate()
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+                end_process(process, 30)
                 reader.join(10)
         finally:
             log.close()

@@ -12,7 +12,7 @@ from typing import Any
 
 from benchmarks.scenario import report
 from benchmarks.scenario.clients import Clients
-from benchmarks.scenario.clock import Clock, say, wait_until
+from benchmarks.scenario.clock import Clock, end_process, say, wait_until
 from benchmarks.scenario.cluster import NEW_VERSION, OLD_VERSION, ScenarioCluster
 from benchmarks.scenario.credentials import RunCertificates, Users
 from benchmarks.scenario.events import Events
@@ -122,12 +122,7 @@ class YearRun:
             *(self.clients.processes if self.clients else []), *(self.latency.processes if self.latency else []),
             self.proxy.process if self.proxy else None]
         for process in children:
-            if process is not None and process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(40)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+            if process is not None:
+                end_process(process, 40)
         if self.cluster is not None:
             self.cluster.stop()

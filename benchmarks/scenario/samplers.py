@@ -70,11 +70,7 @@ class Samplers:
                             self.found.isr.setdefault((ACKS2_TOPIC, p["partition"]), []).append(
                                 (self.clock.now(), len(p["isr"])))
             except Exception:  # noqa: BLE001 - a broker down: the next round asks again
-                if admin is not None:
-                    try:
-                        admin.close()
-                    except Exception:  # noqa: BLE001
-                        pass
+                self.cluster.close_quietly(admin)
                 admin = None
 
     def metadata(self, interval: float) -> None:

@@ -104,11 +104,7 @@ class Topics:
                     admin.delete_topics([oldest])
             except Exception as exc:  # noqa: BLE001 - counted; the next round goes on
                 self.found.errors.append(f"{self.clock.now():.0f}s topic churn: {type(exc).__name__}: {exc}")
-                if admin is not None:
-                    try:
-                        admin.close()
-                    except Exception:  # noqa: BLE001
-                        pass
+                self.cluster.close_quietly(admin)
                 admin = None
 
     def effective_min_insync(self, admin: Any, topic: str, value: int, timeout: float = 90) -> float:
