@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = run.run()
     report.write_outputs(run.found, run.now(), summary, work, args.json)
     print(report.table(summary))
-    print(f"summary: {work / 'summary.json'}; timeline: {summary['timeline_png']} (labels in {summary['timeline_svg']})")
+    print(f"summary: {work / 'summary.json'}; timeline: {summary['timeline_png']} and {summary['timeline_svg']}")
     return 0 if summary["ok"] else 1
 
 

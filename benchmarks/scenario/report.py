@@ -53,23 +53,27 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def p99_by_10_seconds(found: Findings, kind: str) -> list[tuple[float, float]]:
-    """(middle of each 10-second span, p99 ms) of one latency producer's histograms."""
+    """(middle of each 10-second span, p99 ms) of one latency producer's histograms; a span without any (nothing
+    acknowledged: a stall) is NaN, a gap in the line rather than a slope across it."""
     spans: dict[int, list[dict[int, int]]] = {}
     for t, counts in found.latency[kind]:
         spans.setdefault(int(t // 10), []).append(counts)
-    return [(b * 10 + 5, histogram_percentile(merge_histograms(v), 0.99)) for b, v in sorted(spans.items())]
+    if not spans:
+        return []
+    return [(b * 10 + 5, histogram_percentile(merge_histograms(spans[b]), 0.99) if b in spans else float("nan"))
+            for b in range(min(spans), max(spans) + 1)]
 
 
 def draw_timeline(found: Findings, elapsed: float, summary: dict[str, Any], paths: list[Path]) -> None:
     """One figure over the run's minutes, saved to each of `paths` (the format by its suffix): the proxy's RSS and
-    open fds, the 10-second p99 latency through the proxy and direct, and each event's windows on a row of its
-    own (red when it failed)."""
+    open fds, the 10-second p99 latency through the proxy and direct (log scale), and each event's windows on a row
+    of its own, in the order they first began (red when it failed)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    names = sorted({w.name for w in found.windows})
+    names = list(dict.fromkeys(w.name for w in sorted(found.windows, key=lambda w: w.start)))  # by first start
     figure, (rss, fds, latency, events) = plt.subplots(
         4, 1, sharex=True, figsize=(12, 10), height_ratios=[1, 1, 1, max(1.0, 0.22 * len(names))],
         layout="constrained")
@@ -84,9 +88,11 @@ def draw_timeline(found: Findings, elapsed: float, summary: dict[str, Any], path
         latency.plot([t / 60 for t, _ in points], [v for _, v in points], color=colour, linewidth=1,
                      label=f"{kind} (Java producer, acks=all)")
     latency.set_ylabel("p99 latency (ms),\n10-second spans")
+    latency.set_yscale("log")  # milliseconds when quiet, tens of seconds when a broker is away: both readable
     latency.legend(loc="upper left", fontsize="small", framealpha=0.9)
-    for axes in (rss, fds, latency):
+    for axes in (rss, fds):
         axes.set_ylim(bottom=0)
+    for axes in (rss, fds, latency):
         axes.grid(True, color="#e0e0e0", linewidth=0.5)
     total = max(elapsed, 1.0)
     for window in found.windows:
