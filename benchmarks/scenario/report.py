@@ -85,11 +85,12 @@ def draw_timeline(found: Findings, elapsed: float, summary: dict[str, Any], path
     fds.set_ylabel("open fds")
     for kind, colour in (("direct", "#888888"), ("proxy", "#d62728")):
         points = p99_by_10_seconds(found, kind)
-        latency.plot([t / 60 for t, _ in points], [v for _, v in points], color=colour, linewidth=1,
-                     label=f"{kind} (Java producer, acks=all)")
+        # a marker a span: one between two stalls is no line segment, but still a point
+        latency.plot([t / 60 for t, _ in points], [v for _, v in points], color=colour, linewidth=1, marker=".",
+                     markersize=3, label=f"{kind} (Java producer, acks=all)")
     latency.set_ylabel("p99 latency (ms),\n10-second spans")
     latency.set_yscale("log")  # milliseconds when quiet, tens of seconds when a broker is away: both readable
-    latency.legend(loc="upper left", fontsize="small", framealpha=0.9)
+    latency.legend(loc="best", fontsize="small", framealpha=0.9)
     for axes in (rss, fds):
         axes.set_ylim(bottom=0)
     for axes in (rss, fds, latency):
