@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from harness.scratch import scratch_directory  # noqa: F401  the scenario test's import, retargeted when the scenario package lands
 from harness.waiting import wait_until
 
 

@@ -1,5 +1,5 @@
-"""A year in five minutes: benchmarks/year_in_an_hour.py with its short schedule (every event type once, small
-rates) against a cluster of its own, and every invariant of its table held. Marked `scenario`: ./scripts/test
+"""A year in five minutes: the scenario runner (`python -m benchmarks.scenario`) with its short schedule (every
+event type once, small rates) against a cluster of its own, and every invariant of its table held. Marked `scenario`: ./scripts/test
 leaves it out, ./scripts/test-scenario runs it (CI's step after the suite)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.year_in_an_hour import compiled_extensions
-from tests.helpers import scratch_directory
+from harness.compiled_build import compiled_extensions
+from harness.scratch import scratch_directory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,9 +32,9 @@ def test_a_year_in_five_minutes_keeps_every_invariant(exclusive_cluster_slot: No
     found, _stale = compiled_extensions()
     build = [] if found else ["--interpreted"]
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "year_in_an_hour.py"), "--minutes", "5", "--rate", "20",
+        [sys.executable, "-m", "benchmarks.scenario", "--minutes", "5", "--rate", "20",
          "--latency-rate", "20", "--out", str(work), *build],
-        capture_output=True, text=True, timeout=1400, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=1400, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
         stdin=subprocess.DEVNULL,
     )
     print(result.stdout[-6000:])

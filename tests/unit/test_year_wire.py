@@ -1,4 +1,4 @@
-"""The scenario runner's own pieces (benchmarks/year_in_an_hour.py, benchmarks/year_wire.py) that need no cluster:
+"""The scenario runner's own pieces that need no cluster (harness/kafka_wire.py, harness/min_insync_history.py):
 its hand-written Metadata v12 reader agrees with `protocol/` (two implementations of one spec), and the values a
 tag 637 may carry after a change."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import struct
 
-from benchmarks.year_in_an_hour import allowed_values
-from benchmarks.year_wire import metadata_request, read_metadata_v12
+from harness.kafka_wire import metadata_request, read_metadata_v12
+from harness.min_insync_history import allowed_values
 from insync_proxy.protocol import encode_response
 from insync_proxy.protocol.messages import (
     MetadataResponse,

@@ -1,4 +1,4 @@
-"""Kafka's wire format, written by hand for the scenario runner's samplers (benchmarks/year_in_an_hour.py).
+"""Kafka's wire format, written by hand for the scenario runner's samplers (benchmarks/scenario/).
 
 The runner checks what the proxy answers, so it must not read those answers with the proxy's own code
 (`protocol/`): this module frames ApiVersions v0, SaslHandshake v1, SaslAuthenticate v0, Metadata v12 and Fetch v4
