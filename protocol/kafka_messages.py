@@ -32,6 +32,11 @@ from .schema import (
 NULL_UUID = uuid.UUID(int=0)
 
 __all__ = [
+    "AlterConfigsRequest",
+    "AlterConfigsResource",
+    "AlterConfigsResourceResponse",
+    "AlterConfigsResponse",
+    "AlterableConfig",
     "ApiVersion",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
@@ -44,6 +49,10 @@ __all__ = [
     "CreatableTopicResult",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
+    "DeletableTopicResult",
+    "DeleteTopicState",
+    "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
     "DescribeClusterBroker",
     "DescribeClusterRequest",
     "DescribeClusterResponse",
@@ -65,6 +74,11 @@ __all__ = [
     "FinalizedFeatureKey",
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
+    "IncrementalAlterConfigsRequest",
+    "IncrementalAlterConfigsResource",
+    "IncrementalAlterConfigsResourceResponse",
+    "IncrementalAlterConfigsResponse",
+    "IncrementalAlterableConfig",
     "LeaderIdAndEpoch",
     "MESSAGE_VERSIONS",
     "MetadataRequest",
@@ -506,6 +520,128 @@ class CreateTopicsResponse(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopicState(Struct):
+    """The name or topic ID of the topic."""
+
+    name: str | None = kfield(STRING, "6+", nullable="6+", default=None)
+    topic_id: uuid.UUID = kfield(UUID, "6+", default=NULL_UUID)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopicsRequest(Message):
+    """DeleteTopicsRequest v0-v6 (API key 20; Kafka 1-6, flexible 4+)."""
+
+    topics: tuple[DeleteTopicState, ...] = kfield(ArrayOf(DeleteTopicState), "6+", default=())
+    topic_names: tuple[str, ...] = kfield(ArrayOf(STRING), "0-5", default=())
+    timeout_ms: int = kfield(INT32, "0+", default=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeletableTopicResult(Struct):
+    """The results for each topic we tried to delete."""
+
+    name: str | None = kfield(STRING, "0+", nullable="6+", default="")
+    topic_id: uuid.UUID = kfield(UUID, "6+", default=NULL_UUID)
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "5+", nullable="5+", default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopicsResponse(Message):
+    """DeleteTopicsResponse v0-v6 (API key 20; Kafka 1-6, flexible 4+)."""
+
+    throttle_time_ms: int = kfield(INT32, "1+", default=0)
+    responses: tuple[DeletableTopicResult, ...] = kfield(ArrayOf(DeletableTopicResult), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterableConfig(Struct):
+    """The configurations."""
+
+    name: str = kfield(STRING, "0+", default="")
+    value: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterConfigsResource(Struct):
+    """The updates for each resource."""
+
+    resource_type: int = kfield(INT8, "0+", default=0)
+    resource_name: str = kfield(STRING, "0+", default="")
+    configs: tuple[AlterableConfig, ...] = kfield(ArrayOf(AlterableConfig), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterConfigsRequest(Message):
+    """AlterConfigsRequest v0-v2 (API key 33; Kafka 0-2, flexible 2+)."""
+
+    resources: tuple[AlterConfigsResource, ...] = kfield(ArrayOf(AlterConfigsResource), "0+", default=())
+    validate_only: bool = kfield(BOOL, "0+", default=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterConfigsResourceResponse(Struct):
+    """The responses for each resource."""
+
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+    resource_type: int = kfield(INT8, "0+", default=0)
+    resource_name: str = kfield(STRING, "0+", default="")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterConfigsResponse(Message):
+    """AlterConfigsResponse v0-v2 (API key 33; Kafka 0-2, flexible 2+)."""
+
+    throttle_time_ms: int = kfield(INT32, "0+", default=0)
+    responses: tuple[AlterConfigsResourceResponse, ...] = kfield(ArrayOf(AlterConfigsResourceResponse), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IncrementalAlterableConfig(Struct):
+    """The configurations."""
+
+    name: str = kfield(STRING, "0+", default="")
+    config_operation: int = kfield(INT8, "0+", default=0)
+    value: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IncrementalAlterConfigsResource(Struct):
+    """The incremental updates for each resource."""
+
+    resource_type: int = kfield(INT8, "0+", default=0)
+    resource_name: str = kfield(STRING, "0+", default="")
+    configs: tuple[IncrementalAlterableConfig, ...] = kfield(ArrayOf(IncrementalAlterableConfig), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IncrementalAlterConfigsRequest(Message):
+    """IncrementalAlterConfigsRequest v0-v1 (API key 44; Kafka 0-1, flexible 1+)."""
+
+    resources: tuple[IncrementalAlterConfigsResource, ...] = kfield(ArrayOf(IncrementalAlterConfigsResource), "0+", default=())
+    validate_only: bool = kfield(BOOL, "0+", default=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IncrementalAlterConfigsResourceResponse(Struct):
+    """The responses for each resource."""
+
+    error_code: int = kfield(INT16, "0+", default=0)
+    error_message: str | None = kfield(STRING, "0+", nullable="0+", default=None)
+    resource_type: int = kfield(INT8, "0+", default=0)
+    resource_name: str = kfield(STRING, "0+", default="")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IncrementalAlterConfigsResponse(Message):
+    """IncrementalAlterConfigsResponse v0-v1 (API key 44; Kafka 0-1, flexible 1+)."""
+
+    throttle_time_ms: int = kfield(INT32, "0+", default=0)
+    responses: tuple[IncrementalAlterConfigsResourceResponse, ...] = kfield(ArrayOf(IncrementalAlterConfigsResourceResponse), "0+", default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SaslHandshakeRequest(Message):
     """SaslHandshakeRequest v0-v1 (API key 17; Kafka 0-1, flexible none)."""
 
@@ -789,6 +925,9 @@ REQUEST_TYPES: dict[int, type[Message]] = {
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
     ApiKey.DESCRIBE_CLUSTER: DescribeClusterRequest,
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
+    ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
+    ApiKey.ALTER_CONFIGS: AlterConfigsRequest,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsRequest,
     ApiKey.SASL_HANDSHAKE: SaslHandshakeRequest,
     ApiKey.SASL_AUTHENTICATE: SaslAuthenticateRequest,
     ApiKey.DESCRIBE_QUORUM: DescribeQuorumRequest,
@@ -804,6 +943,9 @@ RESPONSE_TYPES: dict[int, type[Message]] = {
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsResponse,
     ApiKey.DESCRIBE_CLUSTER: DescribeClusterResponse,
     ApiKey.CREATE_TOPICS: CreateTopicsResponse,
+    ApiKey.DELETE_TOPICS: DeleteTopicsResponse,
+    ApiKey.ALTER_CONFIGS: AlterConfigsResponse,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsResponse,
     ApiKey.SASL_HANDSHAKE: SaslHandshakeResponse,
     ApiKey.SASL_AUTHENTICATE: SaslAuthenticateResponse,
     ApiKey.DESCRIBE_QUORUM: DescribeQuorumResponse,
@@ -828,6 +970,12 @@ MESSAGE_VERSIONS: dict[type[Message], tuple[int, tuple[int, int], int | None]] =
     DescribeClusterResponse: (ApiKey.DESCRIBE_CLUSTER, (0, 2), 0),
     CreateTopicsRequest: (ApiKey.CREATE_TOPICS, (0, 7), 5),
     CreateTopicsResponse: (ApiKey.CREATE_TOPICS, (0, 7), 5),
+    DeleteTopicsRequest: (ApiKey.DELETE_TOPICS, (0, 6), 4),
+    DeleteTopicsResponse: (ApiKey.DELETE_TOPICS, (0, 6), 4),
+    AlterConfigsRequest: (ApiKey.ALTER_CONFIGS, (0, 2), 2),
+    AlterConfigsResponse: (ApiKey.ALTER_CONFIGS, (0, 2), 2),
+    IncrementalAlterConfigsRequest: (ApiKey.INCREMENTAL_ALTER_CONFIGS, (0, 1), 1),
+    IncrementalAlterConfigsResponse: (ApiKey.INCREMENTAL_ALTER_CONFIGS, (0, 1), 1),
     SaslHandshakeRequest: (ApiKey.SASL_HANDSHAKE, (0, 1), None),
     SaslHandshakeResponse: (ApiKey.SASL_HANDSHAKE, (0, 1), None),
     SaslAuthenticateRequest: (ApiKey.SASL_AUTHENTICATE, (0, 2), 2),

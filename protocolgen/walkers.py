@@ -237,8 +237,8 @@ def generate_walkers(messages: list[Message], kafka: str) -> str:
             tags_at[version] = made[skip]
         field_tables: list[str] = []
         for field in config.WALKED_FIELDS.get(f"{message.api}{message.kind}", ()):
-            functions, table_line = _field_at(layouts, roots, root_table, field, lo, hi)
-            out.extend(functions)
+            field_functions, table_line = _field_at(layouts, roots, root_table, field, lo, hi)
+            out.extend(field_functions)
             field_tables.append(table_line)
         for table, functions in tables.items():
             entries = ", ".join(f or "None" for f in functions)
