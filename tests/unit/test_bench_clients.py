@@ -10,6 +10,7 @@ from types import ModuleType
 
 import pytest
 
+from harness.scripted_broker import Received, ScriptedBroker
 from insync_proxy.devcluster.probe import ClusterInfo, PartitionInfo, TopicInfo
 from insync_proxy.protocol import CreateTopicsRequest, CreateTopicsResponse, ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import (
@@ -18,7 +19,6 @@ from insync_proxy.protocol.messages import (
     TopicProduceResponse,
 )
 from insync_proxy.protocol.schema import Message
-from tests.scripted_broker import Received, ScriptedBroker
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "proxy_bench.py"
 
