@@ -68,7 +68,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __name__ == "__main__":  # run as a script: the checkout first on sys.path; imported as benchmarks.*, it is there
+    sys.path.insert(0, str(ROOT))
 
 from benchmarks import proxy_bench as pb  # noqa: E402
 from benchmarks.shared import (  # noqa: E402

@@ -40,7 +40,8 @@ from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __name__ == "__main__":  # run as a script: the checkout first on sys.path; imported as benchmarks.*, it is there
+    sys.path.insert(0, str(ROOT))
 
 from benchmarks.shared import CHILDREN, cpu_meter, cpu_seconds, run_threads, say, write_summary  # noqa: E402
 from harness.proxy_process import ProxyProcess  # noqa: E402

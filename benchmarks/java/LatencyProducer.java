@@ -11,7 +11,7 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
- * Kafka's Java producer, for the added latency of benchmarks/year_in_an_hour.py (issue 39).
+ * Kafka's Java producer, for the added latency of the scenario runner (benchmarks/scenario/latency.py, issue 39).
  *
  *   LatencyProducer BOOTSTRAP TOPIC PARTITION RATE SECONDS [PROPERTIES_FILE]
  *

@@ -1,7 +1,8 @@
 """The package's structure, read from its source with ast: one-way doors between the rooms, no import
 cycles, narrow behaviours, sans-IO cores, the dev tooling in a room of its own, and the package made of exactly
 its linked folders, which every tool can follow. Beside the package: the harness (harness/) that the tests and the
-benchmarks both import, neither of them importing the other."""
+benchmarks both import, neither of them importing the other, nor loading the other's modules by path; the
+benchmarks' own tests (benchmarks/tests/) import the benchmarks and the harness, never the tests."""
 
 from __future__ import annotations
 
@@ -481,6 +482,83 @@ def test_the_tests_import_nothing_of_the_benchmarks() -> None:
     imports = _folder_imports(ROOT / "tests")
     assert "tests/unit/test_architecture.py" in imports
     assert _arrows_into(imports, "benchmarks") == []
+
+
+def test_the_benchmarks_tests_import_the_benchmarks_and_the_harness_never_the_tests() -> None:
+    # Given the benchmarks' own tests (benchmarks/tests/, collected with the suite)
+    imports = {file: targets for file, targets in _folder_imports(ROOT / "benchmarks").items()
+               if file.startswith("benchmarks/tests/")}
+    assert {"benchmarks/tests/test_peers_bench.py", "benchmarks/tests/test_bench_clients.py"} <= imports.keys()
+    # Then they import the benchmarks and the harness as modules, and nothing of tests/
+    rooms = {target.split(".")[0] for targets in imports.values() for target in targets}
+    assert {"benchmarks", "harness"} <= rooms, rooms
+    assert _arrows_into(imports, "tests") == []
+
+
+#: What loads a module from its file (importlib's and runpy's): an import the import statements the checks
+#: above read do not show.
+PATH_LOADERS = frozenset({"spec_from_file_location", "SourceFileLoader", "SourcelessFileLoader", "run_path"})
+#: What imports a module named by a string, just as unseen by those checks.
+NAME_LOADERS = frozenset({"import_module", "run_module", "__import__"})
+
+
+def _loads_around_imports(path: Path, room: str) -> list[str]:
+    """`file:line loads room ... (callee)` for each call in a file that loads a module of `room` (a top-level
+    folder) other than by an import statement: a path loader in a file whose code (docstrings aside) names the
+    folder in a string (the path is mostly built apart, `ROOT / "benchmarks" / "x.py"`, and handed on through
+    names and helpers), or a name loader given `room` or `room.<module>`."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    names_room = any(isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                     and room in Path(node.value).parts for node in ast.walk(tree))
+    where = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if callee in PATH_LOADERS and names_room:
+            found.append(f"{where}:{node.lineno} loads {room}/ by path ({callee})")
+        elif callee in NAME_LOADERS and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) and node.args[0].value.split(".")[0] == room:
+            found.append(f"{where}:{node.lineno} loads {node.args[0].value} by name ({callee})")
+    return found
+
+
+def test_no_test_loads_a_benchmark_or_a_test_module_around_the_import_rules() -> None:
+    # Given every module of tests/ and of benchmarks/tests/
+    tests = sorted((ROOT / "tests").rglob("*.py"))
+    benchmark_tests = sorted((ROOT / "benchmarks" / "tests").rglob("*.py"))
+    assert ROOT / "tests" / "deploy" / "test_prometheus_rules.py" in tests  # a path loader, of deploy's scripts
+    assert ROOT / "benchmarks" / "tests" / "test_peers_bench.py" in benchmark_tests
+    # Then none loads a benchmark by its file's path or by a name in a string (the tests import nothing of the
+    # benchmarks; the benchmarks' tests import them), and the benchmarks' tests load nothing of tests/ so either
+    found = [load for path in (*tests, *benchmark_tests) for load in _loads_around_imports(path, "benchmarks")]
+    found += [load for path in benchmark_tests for load in _loads_around_imports(path, "tests")]
+    assert found == []
+
+
+def test_the_load_check_sees_a_benchmark_loaded_by_path(tmp_path: Path) -> None:
+    # Given a test that loads a benchmark by path through a helper, as tests/unit/test_peers_bench.py did, one
+    # that runs a benchmark's file, one that imports one by name, and one that loads a deploy script by path
+    (tmp_path / "test_helper.py").write_text(
+        'import importlib.util\nfrom pathlib import Path\n"""benchmarks/ named in a docstring only"""\n'
+        'BENCH = Path(__file__).parents[2] / "benchmarks" / "peers_bench.py"\n'
+        "def _load(name, path):\n    return importlib.util.spec_from_file_location(name, path)\n"
+        'bench = _load("peers_bench", BENCH)\n')
+    (tmp_path / "test_run.py").write_text('import runpy\nrunpy.run_path("benchmarks/proxy_bench.py")\n')
+    (tmp_path / "test_name.py").write_text('import importlib\nimportlib.import_module("benchmarks.shared")\n')
+    (tmp_path / "test_deploy.py").write_text(
+        '"""Not benchmarks/."""\nfrom importlib.machinery import SourceFileLoader\n'
+        'SourceFileLoader("rules", "deploy/prometheus/check-rules")\n')
+    # Then the first three are loads, the deploy script's is not
+    assert [load for name in ("test_helper", "test_run", "test_name", "test_deploy")
+            for load in _loads_around_imports(tmp_path / f"{name}.py", "benchmarks")] == [
+        "test_helper.py:6 loads benchmarks/ by path (spec_from_file_location)",
+        "test_run.py:2 loads benchmarks/ by path (run_path)",
+        "test_name.py:2 loads benchmarks.shared by name (import_module)"]
 
 
 def test_the_room_check_sees_an_arrow(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.scripted_broker import CLOSE, Received, ScriptedBroker
 from insync_proxy.client.blocking_client import (
     CORRELATION_ID_OFFSET,
     BlockingKafkaClient,
@@ -34,7 +35,6 @@ from insync_proxy.protocol import (
     encode_response_with_header,
 )
 from insync_proxy.protocol.messages import ApiVersion, MetadataRequestTopic, MetadataResponseBroker
-from tests.scripted_broker import CLOSE, Received, ScriptedBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 

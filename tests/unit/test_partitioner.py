@@ -69,9 +69,9 @@ def test_kafka_python_3_asks_the_partitioner_through_its_partition_method() -> N
 
 
 def test_refresh_reads_the_proxys_enriched_metadata() -> None:
+    from harness.scripted_broker import Received, ScriptedBroker
     from insync_proxy.protocol import MetadataRequest, MetadataResponse
     from insync_proxy.protocol.messages import MetadataResponsePartition, MetadataResponseTopic
-    from tests.scripted_broker import Received, ScriptedBroker
 
     def proxy(request: Received) -> MetadataResponse:
         decoded = request.decoded()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.scripted_broker import Received, ScriptedBroker
 from insync_proxy.devcluster.probe import ProbeConnection, ProbeError, metadata_from_any
 from insync_proxy.protocol import (
     ApiKey,
@@ -26,7 +27,6 @@ from insync_proxy.protocol.messages import (
 )
 from insync_proxy.protocol.records import encode_record_batch
 from insync_proxy.protocol.schema import Message
-from tests.scripted_broker import Received, ScriptedBroker
 
 
 def cluster(request: Received) -> Message:

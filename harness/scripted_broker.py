@@ -1,5 +1,5 @@
 """A loopback TCP server that answers Kafka requests from a script: unit tests of the project's own
-clients without a JVM.
+clients (the tests' and the benchmarks' own tests) without a JVM.
 
 The script gets each request's decoded header and raw body and returns what to send back: a
 response message (encoded at the request's version, with the right header), raw bytes written as

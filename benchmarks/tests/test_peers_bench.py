@@ -6,43 +6,18 @@ A full run needs a cluster and the peers; none of this does.
 
 from __future__ import annotations
 
-import importlib.util
 import struct
-import sys
 import uuid
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
+from benchmarks import peers_bench as bench
+from benchmarks import shared as toolkit
 from harness.raw_client import batch, fetch_request_body
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "peers_bench.py"
-#: The benchmarks' toolkit, where the peers benchmark's process and CPU readings live.
-TOOLKIT = BENCH.with_name("shared.py")
 
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    return _load("peers_bench", BENCH)
-
-
-@pytest.fixture(scope="module")
-def toolkit() -> ModuleType:
-    return _load("benchmarks_toolkit", TOOLKIT)
-
-
-def test_summary_spread_and_ratios(bench: ModuleType) -> None:
+def test_summary_spread_and_ratios() -> None:
     assert bench.summary([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
     assert bench.summary([])["n"] == 0
     assert bench.spread([151.2, 140.0, 170.4]) == "151 (140..170)"
@@ -53,7 +28,7 @@ def test_summary_spread_and_ratios(bench: ModuleType) -> None:
     assert bench.ratios([2.0, 4.0, 6.0], [1.0, 2.0]) == [2.0, 2.0]  # a target dropped after 2 rounds
 
 
-def test_rotation_interleaves_every_target_in_every_position(bench: ModuleType) -> None:
+def test_rotation_interleaves_every_target_in_every_position() -> None:
     names = ["direct", "insync-proxy", "relay"]
     orders = [bench.rotated(names, r) for r in range(3)]
     assert orders == [["direct", "insync-proxy", "relay"], ["insync-proxy", "relay", "direct"],
@@ -61,7 +36,7 @@ def test_rotation_interleaves_every_target_in_every_position(bench: ModuleType) 
     assert bench.rotated([], 2) == []
 
 
-def test_kafka_proxy_maps_every_broker_to_loopback(bench: ModuleType) -> None:
+def test_kafka_proxy_maps_every_broker_to_loopback() -> None:
     args = bench.kafka_proxy_args("/bin/kp", {("127.0.0.1", 9092): 30001, ("127.0.0.1", 9093): 30002})
     assert args[:2] == ["/bin/kp", "server"]
     mappings = [args[i + 1] for i, a in enumerate(args) if a == "--bootstrap-server-mapping"]
@@ -70,7 +45,7 @@ def test_kafka_proxy_maps_every_broker_to_loopback(bench: ModuleType) -> None:
     assert "--dynamic-listeners-disable" in args and "--http-disable" in args
 
 
-def test_kroxylicious_config_is_port_per_node_on_loopback(bench: ModuleType) -> None:
+def test_kroxylicious_config_is_port_per_node_on_loopback() -> None:
     config = yaml.safe_load(bench.kroxylicious_yaml("127.0.0.1:1,127.0.0.1:2", 40001, 40002, [1, 2, 3]))
     [cluster] = config["virtualClusters"]
     assert cluster["targetCluster"]["bootstrapServers"] == "127.0.0.1:1,127.0.0.1:2"
@@ -115,7 +90,7 @@ def test_fetch_request_body_by_topic_id_from_v13_and_without_replica_id_from_v15
         fetch_request_body("t", 42, 1024, version=10)
 
 
-def test_fetch_response_and_next_offset(bench: ModuleType) -> None:
+def test_fetch_response_and_next_offset() -> None:
     first, second = bytearray(batch(b"a" * 10, b"b" * 10)), bytearray(batch(b"c" * 10))
     struct.pack_into(">q", second, 0, 2)  # the broker's offsets: 0-1, then 2
     records = bytes(first) + bytes(second)
@@ -129,7 +104,7 @@ def test_fetch_response_and_next_offset(bench: ModuleType) -> None:
     assert failed.error_code == 6
 
 
-def test_consumer_performance_line(bench: ModuleType) -> None:
+def test_consumer_performance_line() -> None:
     output = (
         "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, "
         "fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
@@ -155,7 +130,7 @@ def results(cpu: dict[str, float], fetch: dict[str, float], rss: float) -> dict[
     }
 
 
-def test_goals(bench: ModuleType) -> None:
+def test_goals() -> None:
     rows = {r[0]: r[3] for r in bench.goal_rows(results(
         {"insync-proxy": 45.0, "kafka-proxy": 60.0, "kroxylicious": 80.0, "relay": 40.0},
         {"insync-proxy": 95.0, "kafka-proxy": 90.0, "kroxylicious": 80.0, "relay": 100.0}, 63.0))}
@@ -183,7 +158,7 @@ def test_goals(bench: ModuleType) -> None:
     assert rows["RSS with 1,000 client connections"] == "NOT MET"
 
 
-def test_moderate_rate(bench: ModuleType) -> None:
+def test_moderate_rate() -> None:
     assert bench.moderate_rate(5000, 20_000.0) == 5000  # the cluster has room
     assert bench.moderate_rate(5000, 7_900.0) == 3500  # half its direct max, rounded down to 500/s
     assert bench.moderate_rate(5000, 600.0) == 500
@@ -191,7 +166,7 @@ def test_moderate_rate(bench: ModuleType) -> None:
     assert bench.moderate_rate(5000, 3_000.0, explicit=True) == 5000
 
 
-def test_cpu_between_snapshots(toolkit: ModuleType) -> None:
+def test_cpu_between_snapshots() -> None:
     cpu = toolkit.ProcessCpu
     before = {
         10: cpu(frozenset({10, 11}), 2_000_000_000, 2.0, 0.0),  # a proxy: same threads later
@@ -209,7 +184,7 @@ def test_cpu_between_snapshots(toolkit: ModuleType) -> None:
     assert toolkit.cpu_between(after, after) == 0
 
 
-def test_p99_goal_needs_an_unsaturated_cluster(bench: ModuleType) -> None:
+def test_p99_goal_needs_an_unsaturated_cluster() -> None:
     def perf(direct_p50: float, added: float) -> dict[str, object]:
         def s(v: float) -> dict[str, float]:
             return {"median": v, "min": v, "max": v, "n": 1}

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 
-import pytest
-
+from benchmarks import proxy_bench as bench
+from harness.scripted_broker import Received, ScriptedBroker
 from insync_proxy.devcluster.probe import ClusterInfo, PartitionInfo, TopicInfo
 from insync_proxy.protocol import CreateTopicsRequest, CreateTopicsResponse, ProduceRequest, ProduceResponse
 from insync_proxy.protocol.messages import (
@@ -18,19 +14,6 @@ from insync_proxy.protocol.messages import (
     TopicProduceResponse,
 )
 from insync_proxy.protocol.schema import Message
-from tests.scripted_broker import Received, ScriptedBroker
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "proxy_bench.py"
-
-
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("proxy_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["proxy_bench"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def broker_answering(error_code: int) -> Callable[[Received], Message]:
@@ -46,7 +29,7 @@ def broker_answering(error_code: int) -> Callable[[Received], Message]:
     return answer
 
 
-def test_round_trips_patch_correlation_ids_and_check_answers(bench: ModuleType) -> None:
+def test_round_trips_patch_correlation_ids_and_check_answers() -> None:
     frame = bench.produce_frame("t", 0, bench.batch(b"x" * 100), 3)
     seen: list[list[int]] = []
     with ScriptedBroker(broker_answering(21)) as broker:
@@ -56,14 +39,14 @@ def test_round_trips_patch_correlation_ids_and_check_answers(bench: ModuleType) 
     assert all(r.decoded().acks == 3 for r in broker.received)  # type: ignore[attr-defined]
 
 
-def test_produce_load_pipelines_a_window_per_partition(bench: ModuleType) -> None:
+def test_produce_load_pipelines_a_window_per_partition() -> None:
     with ScriptedBroker(broker_answering(0)) as broker:
         result = bench.produce_load(broker.port, "t", [0, 1], -2, 0.3, 3, 2)
     assert result["requests"] >= 6 and result["error_responses"] == 0
     assert {r.decoded().topic_data[0].partition_data[0].index for r in broker.received} == {0, 1}  # type: ignore[attr-defined]
 
 
-def test_create_topics_batches_names_into_create_topics_requests(bench: ModuleType) -> None:
+def test_create_topics_batches_names_into_create_topics_requests() -> None:
     names = [f"s-{i}" for i in range(5)]
 
     class FakeCluster:
