@@ -77,6 +77,21 @@ def free_port_base(span: int = BrokerPorts(0).size, avoid: tuple[range, ...] = (
     raise RuntimeError("no free port range found")
 
 
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` in a Prometheus text page whose labels include `labels` (0 when none)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(m.group(4))
+    return total
+
+
 class ProxyProcess:
     """The proxy under test; `bootstrap(group)` is what clients get."""
 
@@ -202,17 +217,7 @@ class ProxyProcess:
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` whose labels include `labels` (0 when none)."""
-        total = 0.0
-        for line in self.metrics_text().splitlines():
-            if line.startswith("#"):
-                continue
-            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$", line)
-            if not m or m.group(1) != name:
-                continue
-            found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
-            if all(found.get(k) == v for k, v in labels.items()):
-                total += float(m.group(4))
-        return total
+        return metric_sum(self.metrics_text(), name, **labels)
 
     def audit_events(self) -> list[dict[str, object]]:
         events = []

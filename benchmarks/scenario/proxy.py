@@ -21,7 +21,7 @@ from benchmarks.scenario.cluster import ScenarioCluster
 from benchmarks.scenario.credentials import CLIENT_USER, MECHANISM, PROXY_USER, RunCertificates, Users
 from harness.compiled_build import compiled_extensions
 from harness.kafka_wire import WireConnection, WireError
-from harness.proxy_process import free_port_base
+from harness.proxy_process import free_port_base, metric_sum
 from insync_proxy.devcluster.cluster import _die_with_parent, free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,15 +124,7 @@ class ScenarioProxy:
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of `name` in /metrics whose labels include `labels` (0 when none)."""
-        total = 0.0
-        for line in self.metrics_text().splitlines():
-            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$", line)
-            if not m or m.group(1) != name:
-                continue
-            found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
-            if all(found.get(k) == v for k, v in labels.items()):
-                total += float(m.group(4))
-        return total
+        return metric_sum(self.metrics_text(), name, **labels)
 
     def serves(self) -> bool:
         """An ApiVersions through the proxy's bootstrap port is answered within its connect_timeout_seconds (10 s)
