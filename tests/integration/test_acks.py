@@ -231,8 +231,15 @@ def test_acks_floor_turns_acks_one_into_acks_all(proxy: ProxyProcess, kafka_clus
 def test_audit_files_match_the_documented_schema(proxy: ProxyProcess, kafka_cluster: LocalKafkaCluster) -> None:
     topic = f"audit-{uuid.uuid4().hex[:8]}"
     kafka_cluster.create_topic(topic, assignments={0: [1, 2, 3], 1: [1, 3, 2]})
+    assert kafka_cluster.wait_for_leader(topic, 0) == 1 and kafka_cluster.wait_for_leader(topic, 1) == 1
+    # Broker 1 takes the lead of a new topic's partitions one after the other, after its metadata names it: until it
+    # has taken both, a write to the later one is answered NOT_LEADER_OR_FOLLOWER. Written to directly (no audit
+    # event), until both partitions take a record.
+    with RawKafkaClient(f"127.0.0.1:{kafka_cluster.brokers[1].port}") as direct:
+        wait_until(lambda: {r.error_code for r in direct.produce(
+            {(topic, 0): batch(b"warm"), (topic, 1): batch(b"warm")}, acks=1).values()} == {0}, 60,
+            what="broker 1 leading both partitions")
     with RawKafkaClient(via_leader(proxy, kafka_cluster, topic, 1)) as client:
-        assert kafka_cluster.wait_for_leader(topic, 0) == 1
         client.produce({(topic, 0): batch(b"a"), (topic, 1): batch(b"b")}, acks=-2)
         client.produce({(topic, 0): batch(b"c")}, acks=7)
     wait_until(lambda: sum(e["requests"] for e in proxy.audit_events() if e["topic"] == topic
