@@ -321,6 +321,15 @@ def _ready(url: str) -> bool:
         return False
 
 
+def _parent(pid: int) -> int:
+    """The parent of a process (/proc/<pid>/stat), -1 once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
 def _interrupt_while_kafka_starts(argv: list[str], cwd: Path, env: dict[str, str]
                                   ) -> tuple[int, str, str, set[str]] | None:
     """Runs `argv`, and once a JVM of the new cluster runs, sends Ctrl-C: (exit code, stdout, stderr, the new cluster
@@ -336,7 +345,9 @@ def _interrupt_while_kafka_starts(argv: list[str], cwd: Path, env: dict[str, str
     paused: list[int] = []
 
     def started() -> list[tuple[int, str]]:
-        return [(pid, cid) for pid, cid in find_devcluster_jvms() if cid not in before]
+        # The command's own JVMs: its children. A new cluster of another test (another worker's) is not one of
+        # them: taken for the command's, it was paused and the Ctrl-C came while the command was still importing.
+        return [(pid, cid) for pid, cid in find_devcluster_jvms() if cid not in before and _parent(pid) == process.pid]
 
     try:
         wait_until(lambda: bool(started()) or process.poll() is not None, 120, interval=0.05,
