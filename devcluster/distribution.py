@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Final, TextIO
 
 #: The newest complete Apache Kafka 4.x release on Maven Central (4.4.0 is published only in part).
 DEFAULT_KAFKA_VERSION = "4.3.1"
@@ -122,7 +122,8 @@ def kafka_libs(version: str | None = None, progress: Callable[[str], None] | Non
     if uses_zookeeper(version):
         cmd.append("-Dkafka.zookeeper=true")
     tail: list[str] = []
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=maven_environment()) as proc:
         assert proc.stdout is not None
         shown = FetchProgress(say if progress is not None else None)
         for line in proc.stdout:
@@ -137,6 +138,17 @@ def kafka_libs(version: str | None = None, progress: Callable[[str], None] | Non
     (libs / _COMPLETE_MARKER).write_text(version)
     say(f"Kafka {version}: {sum(1 for _ in libs.glob('*.jar'))} jars ready.")
     return libs
+
+
+#: JVM options for Maven's one short run: the client compiler only and the serial collector (a fetch from an empty
+#: repository: 17 CPU seconds instead of 27, measured with `dev-cluster fetch`). They come before the environment's
+#: MAVEN_OPTS, which can still say otherwise (the JVM takes the last of a repeated option).
+MAVEN_JVM_OPTIONS: Final = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
+def maven_environment() -> dict[str, str]:
+    """The environment Maven runs in: this process's, with `MAVEN_JVM_OPTIONS` before the user's MAVEN_OPTS."""
+    return {**os.environ, "MAVEN_OPTS": " ".join([*MAVEN_JVM_OPTIONS, os.environ.get("MAVEN_OPTS", "")]).strip()}
 
 
 class FetchProgress:

@@ -130,3 +130,17 @@ def test_an_unknown_tool_exits_1_with_the_list(capsys: pytest.CaptureFixture[str
     assert main(["kafka-cli", "producer"]) == 1
     err = capsys.readouterr().err
     assert "unknown Kafka tool 'producer'" in err and "console-producer" in err
+
+
+def test_maven_runs_with_the_client_compiler_and_the_users_maven_opts_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    from insync_proxy.devcluster.distribution import MAVEN_JVM_OPTIONS, maven_environment
+
+    # Given MAVEN_OPTS of the user's (a repository of their own, and a compiler option of their own)
+    monkeypatch.setenv("MAVEN_OPTS", "-Dmaven.repo.local=/tmp/m2 -XX:TieredStopAtLevel=4")
+    options = maven_environment()["MAVEN_OPTS"].split()
+    # Then Maven's JVM gets the client compiler first, and the user's options after it (the last one counts)
+    assert options[:len(MAVEN_JVM_OPTIONS)] == list(MAVEN_JVM_OPTIONS)
+    assert options[len(MAVEN_JVM_OPTIONS):] == ["-Dmaven.repo.local=/tmp/m2", "-XX:TieredStopAtLevel=4"]
+    # And without MAVEN_OPTS, only the client compiler's options
+    monkeypatch.delenv("MAVEN_OPTS")
+    assert maven_environment()["MAVEN_OPTS"].split() == list(MAVEN_JVM_OPTIONS)
