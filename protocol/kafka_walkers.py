@@ -9,11 +9,12 @@ them; tests/protocol/test_generated_walkers.py walks what the generic codec writ
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Callable
 from typing import Final
 
-from .errors import MalformedFrame
-from .primitives import Buffer, read_array_length_at, read_uvarint_at, skip_tagged_fields_at
+from .errors import MalformedFrame, TruncatedData
+from .primitives import Buffer, read_array_length_at, read_uuid_at, read_uvarint_at, skip_tagged_fields_at
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
@@ -1166,3 +1167,473 @@ FETCH_RESPONSE_FETCHABLE_TOPIC_RESPONSE_FIXED_PREFIX: Final[tuple[int, ...]] = (
 FETCH_RESPONSE_SKIP: Final[tuple[Skip | None, ...]] = (None, None, None, None, None, None, None, None, None, None, None, None, skip_fetch_response_v12, skip_fetch_response_v13, skip_fetch_response_v13, skip_fetch_response_v13, skip_fetch_response_v13, skip_fetch_response_v13, skip_fetch_response_v13,)
 FETCH_RESPONSE_FIXED_PREFIX: Final[tuple[int, ...]] = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 10, 10, 10, 10, 10, 10,)
 FETCH_RESPONSE_TAGS_AT: Final[tuple[Skip | None, ...]] = (None, None, None, None, None, None, None, None, None, None, None, None, fetch_response_tags_at_v12, fetch_response_tags_at_v13, fetch_response_tags_at_v13, fetch_response_tags_at_v13, fetch_response_tags_at_v13, fetch_response_tags_at_v13, fetch_response_tags_at_v13,)
+
+
+# The walks the hot path runs: the hooks are protocol/produce.py's; protocol/_wire_walkers.h is the same in C.
+
+_UNPACK_hi: Final = struct.Struct(">hi")
+_UNPACK_i: Final = struct.Struct(">i")
+_UNPACK_ih: Final = struct.Struct(">ih")
+
+# ProduceRequest: the walk of v0-v13 (config.CAPTURED_WALKS; protocolgen/captures.py)
+
+class ProduceRequestHooks:
+    """What the generated ProduceRequest walks hand over (protocol/produce.py implements it): each method is called at
+    the end of its element, after the elements inside it, with the captures of the elements enclosing it, its
+    own, and where the element starts, its tagged fields start (its end where it has none) and it ends."""
+
+    def partition_data(self, key: str | uuid.UUID, key_end: int, index: int, records_start: int, records_size: int, start: int, tags_start: int, end: int) -> None:
+        """Each partition_data element."""
+        raise NotImplementedError
+
+    def topic_data(self, key: str | uuid.UUID, key_end: int, start: int, tags_start: int, end: int) -> None:
+        """Each topic_data element."""
+        raise NotImplementedError
+
+    def produce_request(self, acks: int, timeout_ms: int, start: int, tags_start: int, end: int) -> None:
+        """The message."""
+        raise NotImplementedError
+
+
+def walk_produce_request_v0(buf: Buffer, pos: int, hooks: ProduceRequestHooks) -> int:
+    """ProduceRequest v0-v8 from acks: the hooks see every captured value; returns where the walk ends."""
+    acks: int
+    index: int
+    n: int
+    records_size: int
+    timeout_ms: int
+    start0 = pos
+    at0 = pos
+    pos += 6  # acks, timeout_ms
+    count0, pos = read_array_length_at(buf, pos, False)  # topic_data
+    if count0 < 0:
+        raise MalformedFrame("null topic_data in ProduceRequest")
+    for _ in range(count0):
+        start1 = pos
+        n = _I16.unpack_from(buf, pos)[0]  # name
+        pos += 2
+        if n < 0:
+            raise MalformedFrame("null name in ProduceRequest")
+        if pos + n > len(buf):
+            raise MalformedFrame(f"name of {n} bytes runs past the frame's end")
+        key = str(buf[pos:pos + n], "utf-8")
+        pos += n
+        key_end = pos
+        count1, pos = read_array_length_at(buf, pos, False)  # partition_data
+        if count1 < 0:
+            raise MalformedFrame("null partition_data in ProduceRequest")
+        for _ in range(count1):
+            start2 = pos
+            at2 = pos
+            pos += 4  # index
+            records_size = _I32.unpack_from(buf, pos)[0]  # records
+            pos += 4
+            if records_size < -1:
+                raise MalformedFrame(f"negative length {records_size} of records at offset {pos - 4}")
+            records_start = pos
+            if records_size > 0:
+                pos += records_size
+                if pos > len(buf):
+                    raise TruncatedData("records of ProduceRequest run past the frame's end")
+            tags2 = pos
+            index, = _UNPACK_i.unpack_from(buf, at2)
+            hooks.partition_data(key, key_end, index, records_start, records_size, start2, tags2, pos)
+        tags1 = pos
+        hooks.topic_data(key, key_end, start1, tags1, pos)
+    tags0 = pos
+    acks, timeout_ms = _UNPACK_hi.unpack_from(buf, at0)
+    hooks.produce_request(acks, timeout_ms, start0, tags0, pos)
+    return pos
+
+
+def walk_produce_request_v9(buf: Buffer, pos: int, hooks: ProduceRequestHooks) -> int:
+    """ProduceRequest v9-v12 from acks: the hooks see every captured value; returns where the walk ends."""
+    acks: int
+    index: int
+    timeout_ms: int
+    start0 = pos
+    at0 = pos
+    pos += 6  # acks, timeout_ms
+    count0, pos = read_array_length_at(buf, pos, True)  # topic_data
+    if count0 < 0:
+        raise MalformedFrame("null topic_data in ProduceRequest")
+    for _ in range(count0):
+        start1 = pos
+        n, pos = read_uvarint_at(buf, pos)  # name
+        n -= 1
+        if n < 0:
+            raise MalformedFrame("null name in ProduceRequest")
+        if pos + n > len(buf):
+            raise MalformedFrame(f"name of {n} bytes runs past the frame's end")
+        key = str(buf[pos:pos + n], "utf-8")
+        pos += n
+        key_end = pos
+        count1, pos = read_array_length_at(buf, pos, True)  # partition_data
+        if count1 < 0:
+            raise MalformedFrame("null partition_data in ProduceRequest")
+        for _ in range(count1):
+            start2 = pos
+            at2 = pos
+            pos += 4  # index
+            records_size, pos = read_uvarint_at(buf, pos)  # records
+            records_size -= 1
+            records_start = pos
+            if records_size > 0:
+                pos += records_size
+                if pos > len(buf):
+                    raise TruncatedData("records of ProduceRequest run past the frame's end")
+            tags2 = pos
+            pos = skip_tagged_fields_at(buf, pos)
+            index, = _UNPACK_i.unpack_from(buf, at2)
+            hooks.partition_data(key, key_end, index, records_start, records_size, start2, tags2, pos)
+        tags1 = pos
+        pos = skip_tagged_fields_at(buf, pos)
+        hooks.topic_data(key, key_end, start1, tags1, pos)
+    tags0 = pos
+    pos = skip_tagged_fields_at(buf, pos)
+    acks, timeout_ms = _UNPACK_hi.unpack_from(buf, at0)
+    hooks.produce_request(acks, timeout_ms, start0, tags0, pos)
+    return pos
+
+
+def walk_produce_request_v13(buf: Buffer, pos: int, hooks: ProduceRequestHooks) -> int:
+    """ProduceRequest v13 from acks: the hooks see every captured value; returns where the walk ends."""
+    acks: int
+    index: int
+    timeout_ms: int
+    start0 = pos
+    at0 = pos
+    pos += 6  # acks, timeout_ms
+    count0, pos = read_array_length_at(buf, pos, True)  # topic_data
+    if count0 < 0:
+        raise MalformedFrame("null topic_data in ProduceRequest")
+    for _ in range(count0):
+        start1 = pos
+        if pos + 16 > len(buf):
+            raise TruncatedData("topic_id of ProduceRequest runs past the frame's end")
+        key = read_uuid_at(buf, pos)  # topic_id
+        pos += 16
+        key_end = pos
+        count1, pos = read_array_length_at(buf, pos, True)  # partition_data
+        if count1 < 0:
+            raise MalformedFrame("null partition_data in ProduceRequest")
+        for _ in range(count1):
+            start2 = pos
+            at2 = pos
+            pos += 4  # index
+            records_size, pos = read_uvarint_at(buf, pos)  # records
+            records_size -= 1
+            records_start = pos
+            if records_size > 0:
+                pos += records_size
+                if pos > len(buf):
+                    raise TruncatedData("records of ProduceRequest run past the frame's end")
+            tags2 = pos
+            pos = skip_tagged_fields_at(buf, pos)
+            index, = _UNPACK_i.unpack_from(buf, at2)
+            hooks.partition_data(key, key_end, index, records_start, records_size, start2, tags2, pos)
+        tags1 = pos
+        pos = skip_tagged_fields_at(buf, pos)
+        hooks.topic_data(key, key_end, start1, tags1, pos)
+    tags0 = pos
+    pos = skip_tagged_fields_at(buf, pos)
+    acks, timeout_ms = _UNPACK_hi.unpack_from(buf, at0)
+    hooks.produce_request(acks, timeout_ms, start0, tags0, pos)
+    return pos
+
+
+#: The ProduceRequest walk of each version (None outside the caps): (buf, pos, hooks) -> end.
+PRODUCE_REQUEST_WALK: Final[tuple[Callable[[Buffer, int, ProduceRequestHooks], int] | None, ...]] = (walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v9, walk_produce_request_v9, walk_produce_request_v9, walk_produce_request_v9, walk_produce_request_v13,)
+
+
+# ProduceResponse: the walk of v0-v13 (config.CAPTURED_WALKS; protocolgen/captures.py)
+
+class ProduceResponseHooks:
+    """What the generated ProduceResponse walks hand over (protocol/produce.py implements it): each method is called at
+    the end of its element, after the elements inside it, with the captures of the elements enclosing it, its
+    own, and where the element starts, its tagged fields start (its end where it has none) and it ends."""
+
+    def partition_responses(self, key: str | uuid.UUID, key_end: int, index: int, error_code: int, start: int, tags_start: int, end: int) -> None:
+        """Each partition_responses element whose error_code is not 0."""
+        raise NotImplementedError
+
+    def produce_response(self, partition_responses_count: int, start: int, tags_start: int, end: int) -> None:
+        """The message."""
+        raise NotImplementedError
+
+
+def walk_produce_response_v0(buf: Buffer, pos: int, hooks: ProduceResponseHooks) -> int:
+    """ProduceResponse v0-v1 from the body's start, up to throttle_time_ms: the hooks see every captured value; returns where the walk ends."""
+    error_code: int
+    index: int
+    n: int
+    key: str | uuid.UUID | None
+    partition_responses_count = 0
+    start0 = pos
+    count0, pos = read_array_length_at(buf, pos, False)  # responses
+    if count0 < 0:
+        raise MalformedFrame("null responses in ProduceResponse")
+    for _ in range(count0):
+        n = _I16.unpack_from(buf, pos)[0]  # name
+        pos += 2
+        if n < 0:
+            raise MalformedFrame("null name in ProduceResponse")
+        key = None
+        key_at = pos
+        pos += n
+        key_end = pos
+        count1, pos = read_array_length_at(buf, pos, False)  # partition_responses
+        if count1 < 0:
+            raise MalformedFrame("null partition_responses in ProduceResponse")
+        partition_responses_count += count1
+        for _ in range(count1):
+            start2 = pos
+            at2 = pos
+            pos += 14  # index, error_code, base_offset
+            tags2 = pos
+            if buf[at2 + 4] or buf[at2 + 5]:  # error_code
+                if key is None:
+                    if key_end > len(buf):
+                        raise MalformedFrame("the key of ProduceResponse runs past the frame's end")
+                    key = str(buf[key_at:key_end], "utf-8")
+                index, error_code = _UNPACK_ih.unpack_from(buf, at2)
+                hooks.partition_responses(key, key_end, index, error_code, start2, tags2, pos)
+    tags0 = pos
+    hooks.produce_response(partition_responses_count, start0, tags0, pos)
+    return pos
+
+
+def walk_produce_response_v2(buf: Buffer, pos: int, hooks: ProduceResponseHooks) -> int:
+    """ProduceResponse v2-v4 from the body's start, up to throttle_time_ms: the hooks see every captured value; returns where the walk ends."""
+    error_code: int
+    index: int
+    n: int
+    key: str | uuid.UUID | None
+    partition_responses_count = 0
+    start0 = pos
+    count0, pos = read_array_length_at(buf, pos, False)  # responses
+    if count0 < 0:
+        raise MalformedFrame("null responses in ProduceResponse")
+    for _ in range(count0):
+        n = _I16.unpack_from(buf, pos)[0]  # name
+        pos += 2
+        if n < 0:
+            raise MalformedFrame("null name in ProduceResponse")
+        key = None
+        key_at = pos
+        pos += n
+        key_end = pos
+        count1, pos = read_array_length_at(buf, pos, False)  # partition_responses
+        if count1 < 0:
+            raise MalformedFrame("null partition_responses in ProduceResponse")
+        partition_responses_count += count1
+        for _ in range(count1):
+            start2 = pos
+            at2 = pos
+            pos += 22  # index, error_code, base_offset, log_append_time_ms
+            tags2 = pos
+            if buf[at2 + 4] or buf[at2 + 5]:  # error_code
+                if key is None:
+                    if key_end > len(buf):
+                        raise MalformedFrame("the key of ProduceResponse runs past the frame's end")
+                    key = str(buf[key_at:key_end], "utf-8")
+                index, error_code = _UNPACK_ih.unpack_from(buf, at2)
+                hooks.partition_responses(key, key_end, index, error_code, start2, tags2, pos)
+    tags0 = pos
+    hooks.produce_response(partition_responses_count, start0, tags0, pos)
+    return pos
+
+
+def walk_produce_response_v5(buf: Buffer, pos: int, hooks: ProduceResponseHooks) -> int:
+    """ProduceResponse v5-v7 from the body's start, up to throttle_time_ms: the hooks see every captured value; returns where the walk ends."""
+    error_code: int
+    index: int
+    n: int
+    key: str | uuid.UUID | None
+    partition_responses_count = 0
+    start0 = pos
+    count0, pos = read_array_length_at(buf, pos, False)  # responses
+    if count0 < 0:
+        raise MalformedFrame("null responses in ProduceResponse")
+    for _ in range(count0):
+        n = _I16.unpack_from(buf, pos)[0]  # name
+        pos += 2
+        if n < 0:
+            raise MalformedFrame("null name in ProduceResponse")
+        key = None
+        key_at = pos
+        pos += n
+        key_end = pos
+        count1, pos = read_array_length_at(buf, pos, False)  # partition_responses
+        if count1 < 0:
+            raise MalformedFrame("null partition_responses in ProduceResponse")
+        partition_responses_count += count1
+        for _ in range(count1):
+            start2 = pos
+            at2 = pos
+            pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
+            tags2 = pos
+            if buf[at2 + 4] or buf[at2 + 5]:  # error_code
+                if key is None:
+                    if key_end > len(buf):
+                        raise MalformedFrame("the key of ProduceResponse runs past the frame's end")
+                    key = str(buf[key_at:key_end], "utf-8")
+                index, error_code = _UNPACK_ih.unpack_from(buf, at2)
+                hooks.partition_responses(key, key_end, index, error_code, start2, tags2, pos)
+    tags0 = pos
+    hooks.produce_response(partition_responses_count, start0, tags0, pos)
+    return pos
+
+
+def walk_produce_response_v8(buf: Buffer, pos: int, hooks: ProduceResponseHooks) -> int:
+    """ProduceResponse v8 from the body's start, up to throttle_time_ms: the hooks see every captured value; returns where the walk ends."""
+    error_code: int
+    index: int
+    n: int
+    key: str | uuid.UUID | None
+    partition_responses_count = 0
+    start0 = pos
+    count0, pos = read_array_length_at(buf, pos, False)  # responses
+    if count0 < 0:
+        raise MalformedFrame("null responses in ProduceResponse")
+    for _ in range(count0):
+        n = _I16.unpack_from(buf, pos)[0]  # name
+        pos += 2
+        if n < 0:
+            raise MalformedFrame("null name in ProduceResponse")
+        key = None
+        key_at = pos
+        pos += n
+        key_end = pos
+        count1, pos = read_array_length_at(buf, pos, False)  # partition_responses
+        if count1 < 0:
+            raise MalformedFrame("null partition_responses in ProduceResponse")
+        partition_responses_count += count1
+        for _ in range(count1):
+            start2 = pos
+            at2 = pos
+            pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
+            n, pos = read_array_length_at(buf, pos, False)  # record_errors
+            for _ in range(n):
+                pos = skip_produce_response_batch_index_and_error_message_v8(buf, pos)
+            n = _I16.unpack_from(buf, pos)[0]  # error_message
+            pos += 2
+            if n > 0:
+                pos += n
+            elif n < -1:
+                raise MalformedFrame(f"negative length {n} of error_message at offset {pos - 2}")
+            tags2 = pos
+            if buf[at2 + 4] or buf[at2 + 5]:  # error_code
+                if key is None:
+                    if key_end > len(buf):
+                        raise MalformedFrame("the key of ProduceResponse runs past the frame's end")
+                    key = str(buf[key_at:key_end], "utf-8")
+                index, error_code = _UNPACK_ih.unpack_from(buf, at2)
+                hooks.partition_responses(key, key_end, index, error_code, start2, tags2, pos)
+    tags0 = pos
+    hooks.produce_response(partition_responses_count, start0, tags0, pos)
+    return pos
+
+
+def walk_produce_response_v9(buf: Buffer, pos: int, hooks: ProduceResponseHooks) -> int:
+    """ProduceResponse v9-v12 from the body's start, up to throttle_time_ms: the hooks see every captured value; returns where the walk ends."""
+    error_code: int
+    index: int
+    key: str | uuid.UUID | None
+    partition_responses_count = 0
+    start0 = pos
+    count0, pos = read_array_length_at(buf, pos, True)  # responses
+    if count0 < 0:
+        raise MalformedFrame("null responses in ProduceResponse")
+    for _ in range(count0):
+        n, pos = read_uvarint_at(buf, pos)  # name
+        n -= 1
+        if n < 0:
+            raise MalformedFrame("null name in ProduceResponse")
+        key = None
+        key_at = pos
+        pos += n
+        key_end = pos
+        count1, pos = read_array_length_at(buf, pos, True)  # partition_responses
+        if count1 < 0:
+            raise MalformedFrame("null partition_responses in ProduceResponse")
+        partition_responses_count += count1
+        for _ in range(count1):
+            start2 = pos
+            at2 = pos
+            pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
+            if buf[pos] == 1 and buf[pos + 1] == 0 and buf[pos + 2] == 0:  # record_errors, error_message, tagged fields: empty
+                tags2 = pos + 2
+                pos += 3
+            else:
+                n, pos = read_array_length_at(buf, pos, True)  # record_errors
+                for _ in range(n):
+                    pos = skip_produce_response_batch_index_and_error_message_v9(buf, pos)
+                n, pos = read_uvarint_at(buf, pos)  # error_message
+                if n > 1:
+                    pos += n - 1
+                tags2 = pos
+                pos = skip_tagged_fields_at(buf, pos)
+            if buf[at2 + 4] or buf[at2 + 5]:  # error_code
+                if key is None:
+                    if key_end > len(buf):
+                        raise MalformedFrame("the key of ProduceResponse runs past the frame's end")
+                    key = str(buf[key_at:key_end], "utf-8")
+                index, error_code = _UNPACK_ih.unpack_from(buf, at2)
+                hooks.partition_responses(key, key_end, index, error_code, start2, tags2, pos)
+        pos = skip_tagged_fields_at(buf, pos)
+    tags0 = pos
+    hooks.produce_response(partition_responses_count, start0, tags0, pos)
+    return pos
+
+
+def walk_produce_response_v13(buf: Buffer, pos: int, hooks: ProduceResponseHooks) -> int:
+    """ProduceResponse v13 from the body's start, up to throttle_time_ms: the hooks see every captured value; returns where the walk ends."""
+    error_code: int
+    index: int
+    key: str | uuid.UUID | None
+    partition_responses_count = 0
+    start0 = pos
+    count0, pos = read_array_length_at(buf, pos, True)  # responses
+    if count0 < 0:
+        raise MalformedFrame("null responses in ProduceResponse")
+    for _ in range(count0):
+        key = None
+        key_at = pos  # topic_id
+        pos += 16
+        key_end = pos
+        count1, pos = read_array_length_at(buf, pos, True)  # partition_responses
+        if count1 < 0:
+            raise MalformedFrame("null partition_responses in ProduceResponse")
+        partition_responses_count += count1
+        for _ in range(count1):
+            start2 = pos
+            at2 = pos
+            pos += 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
+            if buf[pos] == 1 and buf[pos + 1] == 0 and buf[pos + 2] == 0:  # record_errors, error_message, tagged fields: empty
+                tags2 = pos + 2
+                pos += 3
+            else:
+                n, pos = read_array_length_at(buf, pos, True)  # record_errors
+                for _ in range(n):
+                    pos = skip_produce_response_batch_index_and_error_message_v9(buf, pos)
+                n, pos = read_uvarint_at(buf, pos)  # error_message
+                if n > 1:
+                    pos += n - 1
+                tags2 = pos
+                pos = skip_tagged_fields_at(buf, pos)
+            if buf[at2 + 4] or buf[at2 + 5]:  # error_code
+                if key is None:
+                    if key_at + 16 > len(buf):
+                        raise TruncatedData("topic id of ProduceResponse runs past the frame's end")
+                    key = read_uuid_at(buf, key_at)
+                index, error_code = _UNPACK_ih.unpack_from(buf, at2)
+                hooks.partition_responses(key, key_end, index, error_code, start2, tags2, pos)
+        pos = skip_tagged_fields_at(buf, pos)
+    tags0 = pos
+    hooks.produce_response(partition_responses_count, start0, tags0, pos)
+    return pos
+
+
+#: The ProduceResponse walk of each version (None outside the caps): (buf, pos, hooks) -> end.
+PRODUCE_RESPONSE_WALK: Final[tuple[Callable[[Buffer, int, ProduceResponseHooks], int] | None, ...]] = (walk_produce_response_v0, walk_produce_response_v0, walk_produce_response_v2, walk_produce_response_v2, walk_produce_response_v2, walk_produce_response_v5, walk_produce_response_v5, walk_produce_response_v5, walk_produce_response_v8, walk_produce_response_v9, walk_produce_response_v9, walk_produce_response_v9, walk_produce_response_v9, walk_produce_response_v13,)

@@ -43,11 +43,12 @@ them; tests/protocol/test_generated_walkers.py walks what the generic codec writ
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Callable
 from typing import Final
 
-from .errors import MalformedFrame
-from .primitives import Buffer, read_array_length_at, read_uvarint_at, skip_tagged_fields_at
+from .errors import MalformedFrame, TruncatedData
+from .primitives import Buffer, read_array_length_at, read_uuid_at, read_uvarint_at, skip_tagged_fields_at
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
@@ -196,13 +197,18 @@ def _typed(lines: list[str]) -> list[str]:
     return [lines[0], *declared, *lines[1:]]
 
 
-def generate_walkers(messages: list[Message], kafka: str) -> str:
+def generate_walkers(messages: list[Message], kafka: str, all_layouts: dict[str, Layouts] | None = None) -> str:
+    """protocol/kafka_walkers.py; ``all_layouts`` gets each message's `Layouts` (the C walks name the same ones)."""
+    from .captures import python_walks, walks  # captures.py builds on this module's Op and Layouts
+
     out = [HEADER.format(kafka=kafka)]
+    if all_layouts is None:
+        all_layouts = {}
     wanted = {(m.api, m.kind) for m in messages if f"{m.api}{m.kind}" in config.WALKED_MESSAGES}
     for message in messages:
         if (message.api, message.kind) not in wanted:
             continue
-        layouts = Layouts(message)
+        layouts = all_layouts[f"{message.api}{message.kind}"] = Layouts(message)
         lo, hi = message.caps
         structs = _structs_below(message.root)
         tables: dict[str, list[str | None]] = {}
@@ -251,6 +257,24 @@ def generate_walkers(messages: list[Message], kafka: str) -> str:
                        f"({', '.join(f or 'None' for f in per_version)},)")
         out.extend(field_tables)
         out.append("")
+    formats: dict[str, str] = {}
+    captured: list[str] = []
+    for walk in walks(messages):
+        walk_layouts = all_layouts.setdefault(walk.spec, Layouts(walk.message))
+        known = len(walk_layouts.bodies)
+        hooks_class, walk_functions, more = python_walks(walk, walk_layouts)
+        formats.update(more)
+        low, high = walk.message.caps
+        captured.append(f"\n# {walk.spec}: the walk of v{low}-v{high} (config.CAPTURED_WALKS; protocolgen/captures.py)\n")
+        captured.extend("\n".join(_body(name, ops, flexible)) + "\n\n"
+                        for name, ops, flexible in walk_layouts.bodies[known:])
+        captured.append("\n".join(hooks_class) + "\n")
+        captured.extend(walk_functions)
+    if captured:
+        out.append("\n# The walks the hot path runs: the hooks are protocol/produce.py's; protocol/_wire_walkers.h is the "
+                   "same in C.\n")
+        out.extend(f"{name}: Final = struct.Struct(\"{fmt}\")" for fmt, name in sorted(formats.items()))
+        out.extend(captured)
     return "\n".join(out).rstrip("\n") + "\n"
 
 

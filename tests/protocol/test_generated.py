@@ -1,7 +1,8 @@
 """The generated protocol modules are what the generator makes from the committed Kafka specs.
 
-protocol/kafka_messages.py (message classes and their registry by API key) and protocol/kafka_versions.py
-(the walkers' version facts) are written by protocolgen (scripts/generate-protocol) from
+protocol/kafka_messages.py (message classes and their registry by API key), protocol/kafka_versions.py
+(the walkers' version facts), protocol/kafka_walkers.py (skip functions and the Produce walks) and
+protocol/_wire_walkers.h (the same Produce walks in C, for the compiled core) are written by protocolgen (scripts/generate-protocol) from
 protocolgen/specs/ (Kafka's JSON message specs) and protocolgen/config.py (the caps and the few facts the
 specs do not say). Nobody edits them by hand: regenerating changes nothing.
 """
@@ -20,6 +21,7 @@ import pytest
 
 from protocolgen import config
 from protocolgen.generate import (
+    C_WALKERS_OUT,
     KAFKA_VERSION_FILE,
     MESSAGES_OUT,
     SPECS,
@@ -37,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_regenerating_from_the_committed_specs_changes_nothing() -> None:
     # Given the committed specs; When the modules are generated again; Then they are the committed ones
     generated = generate(committed_specs())
-    assert set(generated) == {MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT}
+    assert set(generated) == {MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT, C_WALKERS_OUT}
     for path, text in generated.items():
         assert (ROOT / path).read_text() == text, f"{path} is not what scripts/generate-protocol writes"
 
@@ -49,7 +51,7 @@ def test_the_check_script_passes_on_the_repository() -> None:
 
 
 def _copy_outputs(tmp_path: Path) -> None:
-    for path in (MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT):
+    for path in (MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT, C_WALKERS_OUT):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, tmp_path / path)
     shutil.copytree(SPECS, tmp_path / "protocolgen" / "specs")
