@@ -9,13 +9,13 @@
  * walk then gives the answer or the precise error. tests/protocol/test_wire_core.py holds the two to the same
  * results on every frame the tests build, and on cut and corrupted ones.
  *
- * The Produce walks' grammar is generated from Kafka's specs (protocol/_wire_walkers.h, from the same capture IR
- * as the Python walks of protocol/kafka_walkers.py): this file holds their hooks (the Python objects they build,
- * the record-batch header peek), the header peek and the acks offset.
+ * The Produce grammar is generated from Kafka's specs (protocol/_wire_walkers.h, from the same capture IR as the
+ * Python walks of protocol/kafka_walkers.py: the request and response walks, where acks starts): this file holds
+ * their hooks (the Python objects they build, the record-batch header peek) and the request header peek.
  *
  * Sans-IO like the rest of protocol/: bytes in, Python values out. The other wire facts it needs by version (which
- * versions are flexible, where transactional_id is) come from the generated tables through `configure`, called
- * once by protocol/native.py; before that every function answers None.
+ * versions of which API are flexible, Produce's highest) come from the generated tables through `configure`,
+ * called once by protocol/native.py; before that every function answers None.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,7 +33,6 @@ static int last_api_key = -1;
 static int controlled_shutdown_key = 7;
 static int produce_max_version = -1;
 static int produce_flexible_since = 9;
-static int produce_transactional_id_since = 3;
 
 /* ------------------------------------------------------------------ readers: 0 on success, -1 past the end */
 typedef struct {
@@ -144,16 +143,15 @@ static int acquire(PyObject *obj, Py_buffer *view, Frame *f) {
 
 /* ------------------------------------------------------------------ configure */
 PyDoc_STRVAR(configure_doc,
-"configure(first_flexible, controlled_shutdown, produce_max_version, produce_flexible_since,\n"
-"          produce_transactional_id_since)\n"
+"configure(first_flexible, controlled_shutdown, produce_max_version, produce_flexible_since)\n"
 "\n"
 "The wire facts by version, from the generated tables: `first_flexible` maps API key -> first flexible\n"
 "version (keys above the highest are flexible, absent ones never).");
 
 static PyObject *wire_configure(PyObject *self, PyObject *args) {
     PyObject *flexible;
-    int cs, pmax, pflex, ptxn;
-    if (!PyArg_ParseTuple(args, "O!iiii", &PyDict_Type, &flexible, &cs, &pmax, &pflex, &ptxn)) return NULL;
+    int cs, pmax, pflex;
+    if (!PyArg_ParseTuple(args, "O!iii", &PyDict_Type, &flexible, &cs, &pmax, &pflex)) return NULL;
     if (pmax < 0 || pmax >= MAX_PRODUCE_VERSIONS) {
         PyErr_Format(PyExc_ValueError, "produce_max_version %d outside 0..%d", pmax, MAX_PRODUCE_VERSIONS - 1);
         return NULL;
@@ -185,7 +183,6 @@ static PyObject *wire_configure(PyObject *self, PyObject *args) {
     controlled_shutdown_key = cs;
     produce_max_version = pmax;
     produce_flexible_since = pflex;
-    produce_transactional_id_since = ptxn;
     configured = 1;
     Py_RETURN_NONE;
 }
@@ -277,22 +274,10 @@ static PyObject *wire_produce_acks_offset(PyObject *self, PyObject *const *args,
     if (acquire(args[0], &view, &f) < 0) return NULL;
     Py_ssize_t offset = -1;
     if (configured && pos >= 0 && f.n >= 4) {
-        int version = be16(f.p + 2);
-        if (version >= 0 && version <= produce_max_version) {
-            if (version >= produce_flexible_since) {
-                int64_t length;
-                if (uvarint(&f, &pos, &length) < 0) goto done;
-                if (length) pos += (Py_ssize_t)(length - 1);
-            } else if (version >= produce_transactional_id_since) {
-                if (pos + 2 > f.n) goto done;
-                int length = be16(f.p + pos);
-                if (length < -1) goto done;
-                pos += length > 0 ? 2 + length : 2;
-            }
-            if (pos + 2 <= f.n) offset = pos;
-        }
+        /* past transactional_id (v3+): generated, protocol/_wire_walkers.h; -1 for a version outside the caps */
+        Py_ssize_t at = produce_request_acks_at(be16(f.p + 2), &f, pos);
+        if (at >= 0 && at + 2 <= f.n) offset = at;
     }
-done:
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(offset);
 }

@@ -163,6 +163,51 @@ static int walk_produce_request_v13(const Frame *f, Py_ssize_t pos, ProduceReque
     return produce_request(w, be16(f->p + at0), be32(f->p + at0 + 2), start0, tags0, pos);
 }
 
+/* Where acks starts in ProduceRequest v0-v2, from the body's start; -1: cut or malformed. */
+static Py_ssize_t produce_request_acks_at_v0(const Frame *f, Py_ssize_t pos) {
+    int64_t n = 0;
+    (void)n;
+    return pos;
+}
+
+/* Where acks starts in ProduceRequest v3-v8, from the body's start; -1: cut or malformed. */
+static Py_ssize_t produce_request_acks_at_v3(const Frame *f, Py_ssize_t pos) {
+    int64_t n = 0;
+    (void)n;
+    if (string_length(f, &pos, 0, &n) < 0) return -1; /* transactional_id */
+    if (n > 0) {
+        if (n > f->n - pos) return -1;
+        pos += (Py_ssize_t)n;
+    }
+    return pos;
+}
+
+/* Where acks starts in ProduceRequest v9-v13, from the body's start; -1: cut or malformed. */
+static Py_ssize_t produce_request_acks_at_v9(const Frame *f, Py_ssize_t pos) {
+    int64_t n = 0;
+    (void)n;
+    if (string_length(f, &pos, 1, &n) < 0) return -1; /* transactional_id */
+    if (n > 0) {
+        if (n > f->n - pos) return -1;
+        pos += (Py_ssize_t)n;
+    }
+    return pos;
+}
+
+/* Where acks starts in ProduceRequest of a version; -1 outside v0-v13. */
+static Py_ssize_t produce_request_acks_at(int version, const Frame *f, Py_ssize_t pos) {
+    switch (version) {
+    case 0: case 1: case 2:
+        return produce_request_acks_at_v0(f, pos);
+    case 3: case 4: case 5: case 6: case 7: case 8:
+        return produce_request_acks_at_v3(f, pos);
+    case 9: case 10: case 11: case 12: case 13:
+        return produce_request_acks_at_v9(f, pos);
+    default:
+        return -1;
+    }
+}
+
 /* The ProduceRequest walk of a version: -1 outside v0-v13. */
 static int walk_produce_request(int version, const Frame *f, Py_ssize_t pos, ProduceRequestWalk *w) {
     switch (version) {

@@ -1345,6 +1345,34 @@ def walk_produce_request_v13(buf: Buffer, pos: int, hooks: ProduceRequestHooks) 
 #: The ProduceRequest walk of each version (None outside the caps): (buf, pos, hooks) -> end.
 PRODUCE_REQUEST_WALK: Final[tuple[Callable[[Buffer, int, ProduceRequestHooks], int] | None, ...]] = (walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v0, walk_produce_request_v9, walk_produce_request_v9, walk_produce_request_v9, walk_produce_request_v9, walk_produce_request_v13,)
 
+def produce_request_acks_at_v0(buf: Buffer, pos: int) -> int:
+    """Where acks starts in ProduceRequest v0-v2, from the body's start."""
+    return pos
+
+
+def produce_request_acks_at_v3(buf: Buffer, pos: int) -> int:
+    """Where acks starts in ProduceRequest v3-v8, from the body's start."""
+    n: int
+    n = _I16.unpack_from(buf, pos)[0]  # transactional_id
+    pos += 2
+    if n > 0:
+        pos += n
+    elif n < -1:
+        raise MalformedFrame(f"negative length {n} of transactional_id at offset {pos - 2}")
+    return pos
+
+
+def produce_request_acks_at_v9(buf: Buffer, pos: int) -> int:
+    """Where acks starts in ProduceRequest v9-v13, from the body's start."""
+    n, pos = read_uvarint_at(buf, pos)  # transactional_id
+    if n > 1:
+        pos += n - 1
+    return pos
+
+
+#: Where acks starts in ProduceRequest, by version (None outside the caps): (buf, body start) -> position.
+PRODUCE_REQUEST_ACKS_AT: Final[tuple[Skip | None, ...]] = (produce_request_acks_at_v0, produce_request_acks_at_v0, produce_request_acks_at_v0, produce_request_acks_at_v3, produce_request_acks_at_v3, produce_request_acks_at_v3, produce_request_acks_at_v3, produce_request_acks_at_v3, produce_request_acks_at_v3, produce_request_acks_at_v9, produce_request_acks_at_v9, produce_request_acks_at_v9, produce_request_acks_at_v9, produce_request_acks_at_v9,)
+
 
 # ProduceResponse: the walk of v0-v13 (config.CAPTURED_WALKS; protocolgen/captures.py)
 

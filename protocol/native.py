@@ -20,7 +20,6 @@ from .kafka_versions import (
     FIRST_FLEXIBLE_VERSION,
     PRODUCE_FLEXIBLE_SINCE,
     PRODUCE_MAX_VERSION,
-    PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE,
 )
 from .primitives import Buffer
 
@@ -39,14 +38,13 @@ def load() -> ModuleType | None:
 
 
 def configure(core: ModuleType) -> None:
-    """Give a core module the wire facts it reads by version (a test's own build too): those of the header peek and
-    the acks offset; the Produce walks' grammar is compiled in (protocol/_wire_walkers.h, generated)."""
+    """Give a core module the wire facts it reads by version (a test's own build too): those of the header peeks; the
+    Produce grammar is compiled in (protocol/_wire_walkers.h, generated)."""
     core.configure(
         FIRST_FLEXIBLE_VERSION,
         int(ApiKey.CONTROLLED_SHUTDOWN),
         PRODUCE_MAX_VERSION,
         PRODUCE_FLEXIBLE_SINCE,
-        PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE,
     )
 
 

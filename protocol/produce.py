@@ -35,6 +35,7 @@ from .kafka_versions import (
     PRODUCE_RESPONSE_THROTTLE_TIME_MS_SINCE,
 )
 from .kafka_walkers import (
+    PRODUCE_REQUEST_ACKS_AT,
     PRODUCE_REQUEST_WALK,
     PRODUCE_RESPONSE_WALK,
     ProduceRequestHooks,
@@ -49,7 +50,6 @@ from .primitives import (
     Reader,
     SlottedRecord,
     encode_uvarint,
-    read_uvarint_at,
     skip_tagged_fields_at,
     uuid_of,
 )
@@ -106,17 +106,13 @@ def _request_head(frame: Buffer) -> tuple[int, int, int]:
 
 
 def _acks_at(frame: Buffer, version: int, pos: int) -> int:
-    """Where ``acks`` starts, from the body's start ``pos``: past ``transactional_id`` (v3+), checked to be
-    in the frame (struct.error / IndexError on a cut frame: the caller's to turn into TruncatedData)."""
-    if version >= PRODUCE_FLEXIBLE_SINCE:
-        length, pos = read_uvarint_at(frame, pos)
-        if length:
-            pos += length - 1
-    elif version >= PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE:
-        tl: int = _I16.unpack_from(frame, pos)[0]
-        if tl < -1:
-            raise MalformedFrame(f"negative transactional_id length {tl}")
-        pos += 2 + tl if tl > 0 else 2
+    """Where ``acks`` starts, from the body's start ``pos`` (the generated `PRODUCE_REQUEST_ACKS_AT`: past
+    ``transactional_id`` from v3), checked to be in the frame (struct.error / IndexError on a cut frame: the caller's
+    to turn into TruncatedData). ``version``: one the caller accepted."""
+    acks_at = PRODUCE_REQUEST_ACKS_AT[version]
+    if acks_at is None:
+        raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{PRODUCE_MAX_VERSION})")
+    pos = acks_at(frame, pos)
     if pos + 2 > len(frame):
         raise TruncatedData("Produce request ends before acks")
     return pos

@@ -27,7 +27,7 @@ Produce partition ends in ``1, 0, 0``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from . import config
@@ -115,6 +115,7 @@ class Walk:
     hooks: tuple[str, ...]
     when: dict[str, str]
     counts: tuple[str, ...]
+    at: tuple[str, ...]
 
     @property
     def spec(self) -> str:
@@ -238,21 +239,25 @@ def walks(messages: list[Message]) -> list[Walk]:
                         stop=cast("str | None", entry["stop"]),
                         captures=cast("dict[str, tuple[str, ...]]", entry["captures"]),
                         hooks=cast("tuple[str, ...]", entry["hooks"]), when=cast("dict[str, str]", entry["when"]),
-                        counts=cast("tuple[str, ...]", entry["counts"])))
+                        counts=cast("tuple[str, ...]", entry["counts"]), at=cast("tuple[str, ...]", entry["at"])))
     return out
 
 
-def layouts_of(walk: Walk, layouts: Layouts) -> tuple[dict[int, str], list[tuple[str, Node, bool, list[int]]]]:
-    """Each version's function name, and each distinct walk (name, root, flexible, its versions)."""
+def layouts_of(walk: Walk, layouts: Layouts, at: str = "") -> tuple[dict[int, str], list[tuple[str, Node, bool, list[int]]]]:
+    """Each version's function name, and each distinct walk (name, root, flexible, its versions); with ``at``, those
+    of the walk from the body's start to that top-level field (no captures, no hooks)."""
     lo, hi = walk.message.caps
     per_version: dict[int, str] = {}
     distinct: list[tuple[str, Node, bool, list[int]]] = []
+    if at:
+        walk = replace(walk, start=None, stop=at, captures={}, hooks=(), when={}, counts=())
     for version in range(lo, hi + 1):
         root = walk.root(version, layouts)
         flexible = walk.flexible(version)
         found = next((d for d in distinct if d[1] == root and d[2] == flexible), None)
         if found is None:
-            found = (f"walk_{walk.function}_v{version}", root, flexible, [])
+            name = f"{walk.function}_{snake(at)}_at_v{version}" if at else f"walk_{walk.function}_v{version}"
+            found = (name, root, flexible, [])
             distinct.append(found)
         found[3].append(version)
         per_version[version] = found[0]
@@ -559,6 +564,24 @@ def python_walks(walk: Walk, layouts: Layouts) -> tuple[list[str], list[str], di
     signature = f"Callable[[Buffer, int, {_hooks_class(walk)}], int]"
     functions.append(f"#: The {walk.spec} walk of each version (None outside the caps): (buf, pos, hooks) -> end.\n"
                      f"{walk.function.upper()}_WALK: Final[tuple[{signature} | None, ...]] = ({entries},)\n")
+    for field in walk.at:
+        at_versions, at_distinct = layouts_of(walk, layouts, field)
+        for name, root, flexible, versions in at_distinct:
+            emitter = _Python(walk, flexible, set(), formats)
+            emitter.emit(0, f'"""Where {snake(field)} starts in {walk.spec} {_versions_text(versions)}, from the '
+                            f'body\'s start."""')
+            for step in root.steps:
+                emitter.step(root, step, 0, 0)
+            emitter.emit(0, "return pos")
+            lines = emitter.lines
+            declared = sorted({v.strip() for line in lines if (m := _UNPACKED.match(line))
+                               for v in m.group(1).split(",") if v.strip()})
+            functions.append("\n".join([f"def {name}(buf: Buffer, pos: int) -> int:", lines[0],
+                                         *[f"    {v}: int" for v in declared], *lines[1:]]) + "\n\n")
+        entries = ", ".join(at_versions.get(v, "None") for v in range(hi + 1))
+        functions.append(f"#: Where {snake(field)} starts in {walk.spec}, by version (None outside the caps): "
+                         f"(buf, body start) -> position.\n{walk.function.upper()}_{snake(field).upper()}_AT: "
+                         f"Final[tuple[Skip | None, ...]] = ({entries},)\n")
     return _python_hooks(walk, distinct), functions, formats
 
 
@@ -794,6 +817,25 @@ def c_walks(walk: Walk, layouts: Layouts) -> list[str]:
         out.append("")
         out.extend(_C(walk, flexible).function(name, node, versions))
     lo, hi = walk.message.caps
+    for field in walk.at:
+        _, at_distinct = layouts_of(walk, layouts, field)
+        function = f"{walk.function}_{snake(field)}_at"
+        for name, node, flexible, versions in at_distinct:
+            emitter = _C(walk, flexible)
+            emitter.emit(0, "int64_t n = 0;")
+            emitter.emit(0, "(void)n;")
+            for step in node.steps:
+                emitter.step(step, 0, 0)
+            emitter.emit(0, "return pos;")
+            out += ["", f"/* Where {snake(field)} starts in {walk.spec} {_versions_text(versions)}, from the body's start; "
+                        "-1: cut or malformed. */",
+                    f"static Py_ssize_t {name}(const Frame *f, Py_ssize_t pos) {{", *emitter.lines, "}"]
+        out += ["", f"/* Where {snake(field)} starts in {walk.spec} of a version; -1 outside v{lo}-v{hi}. */",
+                f"static Py_ssize_t {function}(int version, const Frame *f, Py_ssize_t pos) {{",
+                "    switch (version) {"]
+        for name, _, _, versions in at_distinct:
+            out += [f"    {' '.join(f'case {v}:' for v in versions)}", f"        return {name}(f, pos);"]
+        out += ["    default:", "        return -1;", "    }", "}"]
     out.append("")
     out.append(f"/* The {walk.spec} walk of a version: -1 outside v{lo}-v{hi}. */")
     out.append(f"static int walk_{walk.function}(int version, const Frame *f, Py_ssize_t pos, {state} *w) {{")

@@ -54,7 +54,7 @@ WALKED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
 #: element: a topic's name, or its topic id from the version that has one); the structs whose hook it calls at the
 #: end of each element, with their own and their enclosing structs' captures; the captured int field a hook waits
 #: for to be non-zero (others are called for every element); the arrays whose elements it counts for the message's
-#: hook.
+#: hook; and the top-level fields whose start a walk from the body's start finds (``<message>_<field>_at``).
 CAPTURED_WALKS: Final[dict[str, dict[str, object]]] = {
     "ProduceRequest": {
         "start": "Acks", "stop": None,
@@ -63,6 +63,7 @@ CAPTURED_WALKS: Final[dict[str, dict[str, object]]] = {
         "hooks": ("", "TopicData", "TopicData.PartitionData"),
         "when": {},
         "counts": (),
+        "at": ("Acks",),
     },
     "ProduceResponse": {
         "start": None, "stop": "ThrottleTimeMs",
@@ -70,6 +71,7 @@ CAPTURED_WALKS: Final[dict[str, dict[str, object]]] = {
         "hooks": ("", "Responses.PartitionResponses"),
         "when": {"Responses.PartitionResponses": "ErrorCode"},
         "counts": ("Responses.PartitionResponses",),
+        "at": (),
     },
 }
 

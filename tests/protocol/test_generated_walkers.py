@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from insync_proxy.protocol import kafka_walkers
 from insync_proxy.protocol.errors import MalformedFrame, TruncatedData
+from insync_proxy.protocol.headers import peek_request_header
 from insync_proxy.protocol.kafka_messages import (
     MetadataResponse,
     NodeEndpoint,
@@ -128,6 +129,8 @@ RESPONSE_WALK_VERSIONS = range(ProduceResponse.VALID_VERSIONS[0], ProduceRespons
 def test_every_version_of_the_caps_has_its_produce_walk() -> None:
     assert [v for v, walk in enumerate(kafka_walkers.PRODUCE_REQUEST_WALK) if walk is not None] == list(
         REQUEST_WALK_VERSIONS)
+    assert [v for v, at in enumerate(kafka_walkers.PRODUCE_REQUEST_ACKS_AT) if at is not None] == list(
+        REQUEST_WALK_VERSIONS)
     assert [v for v, walk in enumerate(kafka_walkers.PRODUCE_RESPONSE_WALK) if walk is not None] == list(
         RESPONSE_WALK_VERSIONS)
 
@@ -140,6 +143,10 @@ def test_the_generated_request_walk_captures_what_the_codec_writes(version: int,
     request = data.draw(message_strategy(ProduceRequest, version))
     frame = memoryview(request_frame(request, version))
     acks_offset = produce_acks_offset(frame)
+    # (the generated walk to acks finds it from the body's start, where the codec wrote it)
+    acks_at = kafka_walkers.PRODUCE_REQUEST_ACKS_AT[version]
+    assert acks_at is not None and acks_at(frame, peek_request_header(frame).header_size) == acks_offset
+    assert struct.unpack_from(">h", frame, acks_offset)[0] == request.acks
     # When the generated walk of that version runs with the index's hooks
     hooks = _RequestWalk(frame, None)
     walk = kafka_walkers.PRODUCE_REQUEST_WALK[version]
