@@ -1182,6 +1182,8 @@ class ProduceRequestHooks:
     the end of its element, after the elements inside it, with the captures of the elements enclosing it, its
     own, and where the element starts, its tagged fields start (its end where it has none) and it ends."""
 
+    __slots__ = ()
+
     def partition_data(self, key: str | uuid.UUID, key_end: int, index: int, records_start: int, records_size: int, start: int, tags_start: int, end: int) -> None:
         """Each partition_data element."""
         raise NotImplementedError
@@ -1380,6 +1382,8 @@ class ProduceResponseHooks:
     """What the generated ProduceResponse walks hand over (protocol/produce.py implements it): each method is called at
     the end of its element, after the elements inside it, with the captures of the elements enclosing it, its
     own, and where the element starts, its tagged fields start (its end where it has none) and it ends."""
+
+    __slots__ = ()
 
     def partition_responses(self, key: str | uuid.UUID, key_end: int, index: int, error_code: int, start: int, tags_start: int, end: int) -> None:
         """Each partition_responses element whose error_code is not 0."""

@@ -7,7 +7,7 @@ and only the (small) responses are built with the generic codec.
 All frames here are frame payloads: request/response header + body, without the size prefix. The walks of a
 request and of a response are generated from Kafka's specs (protocol/kafka_walkers.py: `PRODUCE_REQUEST_WALK`,
 `PRODUCE_RESPONSE_WALK`, and the same in C for the compiled core); what they hand over is built here, in their hooks
-(`_RequestWalk`, `_ResponseScan`). Every version fact the rest reads is generated too (protocol/kafka_versions.py).
+(`_RequestRows`, `_RequestIndex`, `_ResponseScan`). Every version fact the rest reads is generated too (protocol/kafka_versions.py).
 """
 
 from __future__ import annotations
@@ -283,14 +283,56 @@ def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceReques
     return index
 
 
-class _RequestWalk(ProduceRequestHooks):
-    """The hooks of the one walk of a Produce request (the generated `PRODUCE_REQUEST_WALK`): with ``lean``, each
-    partition is appended there as (topic, partition, record bytes, records) and no span is built (the accounting's
-    hot path); without, the index's spans."""
+def _batch_records(frame: memoryview, start: int, size: int) -> int:
+    """How many records a non-empty record set holds when it is one record batch (what producers send), from that
+    header in one read; -1 for anything else (several batches, an old message set)."""
+    batch_length: int
+    magic: int
+    records: int
+    if size < _BATCH_HEADER:
+        return -1
+    batch_length, magic, records = _BATCH_HEAD.unpack_from(frame, start)
+    return records if magic >= 2 and batch_length + _LOG_OVERHEAD == size else -1
 
-    def __init__(self, frame: memoryview, lean: list[tuple[str | uuid.UUID, int, int, int]] | None) -> None:
+
+class _RequestRows(ProduceRequestHooks):
+    """The hooks of the accounting's walk of a Produce request (the generated `PRODUCE_REQUEST_WALK`): each partition
+    as a row (topic, partition, record bytes, records), every batch header counted, no span objects."""
+
+    __slots__ = ("frame", "rows", "acks")
+
+    def __init__(self, frame: memoryview, rows: list[tuple[str | uuid.UUID, int, int, int]]) -> None:
         self.frame = frame
-        self.lean = lean
+        self.rows = rows
+        self.acks = 0
+
+    def partition_data(self, key: str | uuid.UUID, key_end: int, index: int, records_start: int, records_size: int,
+                       start: int, tags_start: int, end: int) -> None:
+        if records_size <= 0:
+            self.rows.append((key, index, 0, 0))
+            return
+        records = _batch_records(self.frame, records_start, records_size)
+        if records < 0:  # several batches or an old message set: every header
+            records = _record_count(self.frame, records_start, records_size)
+            if records < 0:
+                raise MalformedFrame(f"unreadable record batch headers in partition {index}")
+        self.rows.append((key, index, records_size, records))
+
+    def topic_data(self, key: str | uuid.UUID, key_end: int, start: int, tags_start: int, end: int) -> None:
+        pass
+
+    def produce_request(self, acks: int, timeout_ms: int, start: int, tags_start: int, end: int) -> None:
+        self.acks = acks
+
+
+class _RequestIndex(ProduceRequestHooks):
+    """The hooks of the index's walk of a Produce request: the spans of every topic and partition, a one-batch record
+    set's record count (any other counted on demand: `ProduceRequestIndex.record_count`)."""
+
+    __slots__ = ("frame", "parts", "topics", "acks", "timeout_ms", "tagged_start", "tagged_end")
+
+    def __init__(self, frame: memoryview) -> None:
+        self.frame = frame
         self.parts: list[PartitionSpan] = []
         self.topics: list[TopicSpan] = []
         self.acks = 0
@@ -300,30 +342,12 @@ class _RequestWalk(ProduceRequestHooks):
 
     def partition_data(self, key: str | uuid.UUID, key_end: int, index: int, records_start: int, records_size: int,
                        start: int, tags_start: int, end: int) -> None:
-        records = 0
-        batch_length: int
-        magic: int
-        if records_size > 0:
-            records = -1
-            if records_size >= _BATCH_HEADER:
-                # One batch (what producers send) is counted from its header in one read.
-                batch_length, magic, records = _BATCH_HEAD.unpack_from(self.frame, records_start)
-                if magic < 2 or batch_length + _LOG_OVERHEAD != records_size:
-                    records = -1
-            if records < 0 and self.lean is not None:
-                # Several batches or an old message set: every header (the index counts on demand).
-                records = _record_count(self.frame, records_start, records_size)
-        if self.lean is None:
-            self.parts.append(PartitionSpan(key, index, start, end, records_start, records_size, records))
-        elif records < 0:
-            raise MalformedFrame(f"unreadable record batch headers in partition {index}")
-        else:
-            self.lean.append((key, index, records_size if records_size > 0 else 0, records))
+        records = 0 if records_size <= 0 else _batch_records(self.frame, records_start, records_size)
+        self.parts.append(PartitionSpan(key, index, start, end, records_start, records_size, records))
 
     def topic_data(self, key: str | uuid.UUID, key_end: int, start: int, tags_start: int, end: int) -> None:
-        if self.lean is None:
-            self.topics.append(TopicSpan(key, start, key_end, tuple(self.parts), tags_start, end))
-            self.parts = []
+        self.topics.append(TopicSpan(key, start, key_end, tuple(self.parts), tags_start, end))
+        self.parts = []
 
     def produce_request(self, acks: int, timeout_ms: int, start: int, tags_start: int, end: int) -> None:
         self.acks = acks
@@ -343,12 +367,12 @@ def _walk_request(frame: Buffer, acks_offset: int, lean: list[tuple[str | uuid.U
         version, _, acks_offset = _request_head(mv)
     else:
         version = mv[3]  # the caller read the header: a version it accepted (0-13) fits the low byte
-    walk_version = PRODUCE_REQUEST_WALK[version] if version <= PRODUCE_MAX_VERSION else None
-    if walk_version is None:
+    walk = PRODUCE_REQUEST_WALK[version] if version <= PRODUCE_MAX_VERSION else None
+    if walk is None:
         raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{PRODUCE_MAX_VERSION})")
-    walk = _RequestWalk(mv, lean)
+    hooks: _RequestRows | _RequestIndex = _RequestIndex(mv) if lean is None else _RequestRows(mv, lean)
     try:
-        pos = walk_version(mv, acks_offset, walk)
+        pos = walk(mv, acks_offset, hooks)
     except ProtocolError:
         raise
     except (struct.error, ValueError, IndexError, UnicodeError) as e:
@@ -356,17 +380,17 @@ def _walk_request(frame: Buffer, acks_offset: int, lean: list[tuple[str | uuid.U
     n = len(mv)
     if pos != n:
         raise MalformedFrame(f"{n - pos} unexpected trailing bytes at offset {pos}")
-    if lean is not None:
-        return walk.acks, None
-    return walk.acks, ProduceRequestIndex(
+    if isinstance(hooks, _RequestRows):
+        return hooks.acks, None
+    return hooks.acks, ProduceRequestIndex(
         frame=mv,
         api_version=version,
         acks_offset=acks_offset,
-        acks=walk.acks,
-        timeout_ms=walk.timeout_ms,
-        topics=tuple(walk.topics),
-        tagged_start=walk.tagged_start,
-        tagged_end=walk.tagged_end,
+        acks=hooks.acks,
+        timeout_ms=hooks.timeout_ms,
+        topics=tuple(hooks.topics),
+        tagged_start=hooks.tagged_start,
+        tagged_end=hooks.tagged_end,
     )
 
 
@@ -680,6 +704,8 @@ def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseSca
 class _ResponseScan(ProduceResponseHooks):
     """The hooks of the one walk of a Produce response (the generated `PRODUCE_RESPONSE_WALK`): partitions answered,
     the failed ones, where the responses end."""
+
+    __slots__ = ("answered", "failed", "end")
 
     def __init__(self) -> None:
         self.answered = 0

@@ -591,6 +591,8 @@ def _python_hooks(walk: Walk, distinct: list[tuple[str, Node, bool, list[int]]])
            f'    """What the generated {walk.spec} walks hand over (protocol/produce.py implements it): each method is called at',
            "    the end of its element, after the elements inside it, with the captures of the elements enclosing it, its",
            '    own, and where the element starts, its tagged fields start (its end where it has none) and it ends."""',
+           "",
+           "    __slots__ = ()",
            ""]
     for node in _hook_nodes(root):
         params = [p for c in node.inherited for p in c.python_params()]

@@ -27,7 +27,7 @@ from insync_proxy.protocol.kafka_messages import (
 )
 from insync_proxy.protocol.messages import encode_request, encode_response
 from insync_proxy.protocol.primitives import Reader, skip_tagged_fields_at
-from insync_proxy.protocol.produce import _RequestWalk, _ResponseScan, produce_acks_offset
+from insync_proxy.protocol.produce import _RequestIndex, _ResponseScan, produce_acks_offset
 from insync_proxy.protocol.schema import Message, decode_struct
 
 from .frames import fetch_response_frame, request_frame
@@ -148,7 +148,7 @@ def test_the_generated_request_walk_captures_what_the_codec_writes(version: int,
     assert acks_at is not None and acks_at(frame, peek_request_header(frame).header_size) == acks_offset
     assert struct.unpack_from(">h", frame, acks_offset)[0] == request.acks
     # When the generated walk of that version runs with the index's hooks
-    hooks = _RequestWalk(frame, None)
+    hooks = _RequestIndex(frame)
     walk = kafka_walkers.PRODUCE_REQUEST_WALK[version]
     assert walk is not None
     end = walk(frame, acks_offset, hooks)
@@ -204,6 +204,6 @@ def test_a_null_topics_array_is_refused_by_both_walks() -> None:
     assert walk is not None and response_walk is not None
     # Then both walks refuse it
     with pytest.raises(MalformedFrame, match="null topic_data in ProduceRequest"):
-        walk(memoryview(null_topics), acks_offset, _RequestWalk(memoryview(null_topics), None))
+        walk(memoryview(null_topics), acks_offset, _RequestIndex(memoryview(null_topics)))
     with pytest.raises(MalformedFrame, match="null responses in ProduceResponse"):
         response_walk(struct.pack(">ii", -1, 0), 0, _ResponseScan())
