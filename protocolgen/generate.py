@@ -1,8 +1,9 @@
-"""Read Kafka's JSON message specs, write protocol/kafka_messages.py and protocol/kafka_versions.py.
+"""Read Kafka's JSON message specs, write protocol/kafka_messages.py, kafka_versions.py, kafka_walkers.py (walkers.py,
+captures.py) and _wire_walkers.h (captures.py: the Produce walks in C).
 
 ``python -m protocolgen [--check] [--specs JAR|DIR] [--kafka-version X] [--out DIR]``:
 
-* no option: regenerate the two modules from the committed specs (protocolgen/specs/);
+* no option: regenerate the four files from the committed specs (protocolgen/specs/);
 * ``--check``: write nothing, print the difference and exit 1 when the committed modules (or, with
   ``--specs``, the committed specs) are not what generation gives;
 * ``--specs``: take the spec files from a kafka-clients jar (``common/message/*.json``) or a folder and
