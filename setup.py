@@ -60,8 +60,10 @@ COMPILED_MODULES = [
 ]
 
 #: Hand-written C beside them: the walks every Produce request and answer takes, and the header peek of every
-#: request (protocol/_wire.c; protocol/native.py loads it, the Python walks stay the reference and the fallback).
+#: request (protocol/_wire.c; protocol/native.py loads it, the Python walks stay the reference and the fallback), with
+#: the headers it includes (the Produce walks' grammar, generated from Kafka's specs: scripts/generate-protocol).
 C_MODULES = {"insync_proxy.protocol._wire": "insync_proxy/protocol/_wire.c"}
+C_HEADERS = {"insync_proxy.protocol._wire": ["insync_proxy/protocol/_wire_walkers.h"]}
 
 
 def _ext_modules() -> list[object]:
@@ -75,7 +77,8 @@ def _ext_modules() -> list[object]:
     # the runtime library shared by the modules lives in the package too: insync_proxy/_data_path__mypyc
     compiled = list(mypycify([f"insync_proxy/{m}" for m in COMPILED_MODULES], opt_level="3", debug_level="1",
                              group_name="insync_proxy._data_path"))
-    return compiled + [Extension(name, [source], extra_compile_args=["-O2", "-Wall", "-Werror"])
+    return compiled + [Extension(name, [source], depends=C_HEADERS.get(name, []),
+                                 extra_compile_args=["-O2", "-Wall", "-Werror"])
                        for name, source in C_MODULES.items()]
 
 

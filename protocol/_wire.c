@@ -9,9 +9,13 @@
  * walk then gives the answer or the precise error. tests/protocol/test_wire_core.py holds the two to the same
  * results on every frame the tests build, and on cut and corrupted ones.
  *
- * Sans-IO like the rest of protocol/: bytes in, Python values out. The wire facts it needs by version (which
- * versions are flexible, a Produce partition's fixed head) come from the generated tables through
- * `configure`, called once by protocol/produce.py; before that every function answers None.
+ * The Produce grammar is generated from Kafka's specs (protocol/_wire_walkers.h, from the same capture IR as the
+ * Python walks of protocol/kafka_walkers.py: the request and response walks, where acks starts): this file holds
+ * their hooks (the Python objects they build, the record-batch header peek) and the request header peek.
+ *
+ * Sans-IO like the rest of protocol/: bytes in, Python values out. The other wire facts it needs by version (which
+ * versions of which API are flexible, Produce's highest) come from the generated tables through `configure`,
+ * called once by protocol/native.py; before that every function answers None.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,11 +33,6 @@ static int last_api_key = -1;
 static int controlled_shutdown_key = 7;
 static int produce_max_version = -1;
 static int produce_flexible_since = 9;
-static int produce_transactional_id_since = 3;
-static int produce_request_topic_id_since = 13;
-static int produce_response_topic_id_since = 13;
-static int produce_record_errors_since = 8;
-static Py_ssize_t produce_partition_fixed[MAX_PRODUCE_VERSIONS];
 
 /* ------------------------------------------------------------------ readers: 0 on success, -1 past the end */
 typedef struct {
@@ -139,22 +138,20 @@ static int acquire(PyObject *obj, Py_buffer *view, Frame *f) {
     return 0;
 }
 
+/* The generated walks (their hooks are below). */
+#include "_wire_walkers.h"
+
 /* ------------------------------------------------------------------ configure */
 PyDoc_STRVAR(configure_doc,
-"configure(first_flexible, controlled_shutdown, produce_max_version, produce_flexible_since,\n"
-"          produce_transactional_id_since, produce_request_topic_id_since, produce_response_topic_id_since, produce_record_errors_since,\n"
-"          produce_partition_fixed)\n"
+"configure(first_flexible, controlled_shutdown, produce_max_version, produce_flexible_since)\n"
 "\n"
 "The wire facts by version, from the generated tables: `first_flexible` maps API key -> first flexible\n"
-"version (keys above the highest are flexible, absent ones never), `produce_partition_fixed` is a Produce\n"
-"response partition's fixed head by version.");
+"version (keys above the highest are flexible, absent ones never).");
 
 static PyObject *wire_configure(PyObject *self, PyObject *args) {
-    PyObject *flexible, *fixed;
-    int cs, pmax, pflex, ptxn, preq_id, presp_id, prec;
-    if (!PyArg_ParseTuple(args, "O!iiiiiiiO", &PyDict_Type, &flexible, &cs, &pmax, &pflex, &ptxn, &preq_id,
-                          &presp_id, &prec, &fixed))
-        return NULL;
+    PyObject *flexible;
+    int cs, pmax, pflex;
+    if (!PyArg_ParseTuple(args, "O!iii", &PyDict_Type, &flexible, &cs, &pmax, &pflex)) return NULL;
     if (pmax < 0 || pmax >= MAX_PRODUCE_VERSIONS) {
         PyErr_Format(PyExc_ValueError, "produce_max_version %d outside 0..%d", pmax, MAX_PRODUCE_VERSIONS - 1);
         return NULL;
@@ -181,38 +178,11 @@ static PyObject *wire_configure(PyObject *self, PyObject *args) {
         }
         table[k] = (unsigned char)v;
     }
-    Py_ssize_t fixed_table[MAX_PRODUCE_VERSIONS];
-    PyObject *seq = PySequence_Fast(fixed, "produce_partition_fixed must be a sequence");
-    if (seq == NULL) return NULL;
-    if (PySequence_Fast_GET_SIZE(seq) != pmax + 1) {
-        Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "produce_partition_fixed needs %d entries", pmax + 1);
-        return NULL;
-    }
-    for (int v = 0; v <= pmax; v++) {
-        Py_ssize_t width = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, v));
-        if (width == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        if (width < 6 || width > 1024) {
-            Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "partition head of Produce v%d is %zd bytes", v, width);
-            return NULL;
-        }
-        fixed_table[v] = width;
-    }
-    Py_DECREF(seq);
     memcpy(first_flexible, table, sizeof table);
     last_api_key = last;
     controlled_shutdown_key = cs;
     produce_max_version = pmax;
     produce_flexible_since = pflex;
-    produce_transactional_id_since = ptxn;
-    produce_request_topic_id_since = preq_id;
-    produce_response_topic_id_since = presp_id;
-    produce_record_errors_since = prec;
-    memcpy(produce_partition_fixed, fixed_table, sizeof fixed_table);
     configured = 1;
     Py_RETURN_NONE;
 }
@@ -304,22 +274,10 @@ static PyObject *wire_produce_acks_offset(PyObject *self, PyObject *const *args,
     if (acquire(args[0], &view, &f) < 0) return NULL;
     Py_ssize_t offset = -1;
     if (configured && pos >= 0 && f.n >= 4) {
-        int version = be16(f.p + 2);
-        if (version >= 0 && version <= produce_max_version) {
-            if (version >= produce_flexible_since) {
-                int64_t length;
-                if (uvarint(&f, &pos, &length) < 0) goto done;
-                if (length) pos += (Py_ssize_t)(length - 1);
-            } else if (version >= produce_transactional_id_since) {
-                if (pos + 2 > f.n) goto done;
-                int length = be16(f.p + pos);
-                if (length < -1) goto done;
-                pos += length > 0 ? 2 + length : 2;
-            }
-            if (pos + 2 <= f.n) offset = pos;
-        }
+        /* past transactional_id (v3+): generated, protocol/_wire_walkers.h; -1 for a version outside the caps */
+        Py_ssize_t at = produce_request_acks_at(be16(f.p + 2), &f, pos);
+        if (at >= 0 && at + 2 <= f.n) offset = at;
     }
-done:
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(offset);
 }
@@ -344,6 +302,82 @@ static int64_t count_records(const Frame *f, Py_ssize_t start, Py_ssize_t size) 
     return count;
 }
 
+/* The hooks of the generated Produce request walk (protocol/_wire_walkers.h): each partition appended to `out` as
+ * (topic, partition, record bytes, records), the topic decoded once per topic (`topic` is that of the key at
+ * `key_at`), the acks and where the walk ended kept for the caller. */
+struct ProduceRequestWalk {
+    const Frame *f;
+    PyObject *topic_id; /* topic_id(raw16) -> the topic of a v13+ request */
+    PyObject *out;
+    PyObject *topic;
+    const unsigned char *key_at;
+    int64_t acks;
+    Py_ssize_t end;
+};
+
+/* The topic of a key: its name (UTF-8; -1 where it is not: the Python walk refuses it) or topic_id(raw). */
+static int request_topic(ProduceRequestWalk *w, Key key) {
+    if (w->topic != NULL && w->key_at == key.at) return 0;
+    PyObject *topic;
+    if (key.uuid) {
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)key.at, 16);
+        if (raw == NULL) return -2;
+        topic = PyObject_CallOneArg(w->topic_id, raw);
+        Py_DECREF(raw);
+        if (topic == NULL) return -2;
+    } else {
+        topic = PyUnicode_DecodeUTF8((const char *)key.at, key.length, NULL);
+        if (topic == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -2;
+            PyErr_Clear();
+            return -1;
+        }
+    }
+    Py_XSETREF(w->topic, topic);
+    w->key_at = key.at;
+    return 0;
+}
+
+static int produce_request_partition_data(ProduceRequestWalk *w, Key key, Py_ssize_t key_end, int64_t index,
+                                          Py_ssize_t records_start, int64_t records_size, Py_ssize_t start,
+                                          Py_ssize_t tags_start, Py_ssize_t end) {
+    const Frame *f = w->f;
+    int64_t records = 0;
+    if (records_size > 0) {
+        records = -1;
+        if (records_size >= 61) { /* one batch (what producers send) is counted from its header in one read */
+            int32_t batch_length = be32(f->p + records_start + 8);
+            signed char magic = (signed char)f->p[records_start + 16];
+            records = be32(f->p + records_start + 57);
+            if (magic < 2 || (int64_t)batch_length + 12 != records_size) records = -1;
+        }
+        if (records < 0) records = count_records(f, records_start, (Py_ssize_t)records_size);
+        if (records < 0) return -1;
+    }
+    int rc = request_topic(w, key);
+    if (rc < 0) return rc;
+    Py_INCREF(w->topic);
+    PyObject *items[4] = {w->topic, PyLong_FromLongLong(index), PyLong_FromLongLong(records_size > 0 ? records_size : 0),
+                          PyLong_FromLongLong(records)};
+    PyObject *row = tuple_of(4, items);
+    if (row == NULL) return -2;
+    int failed = PyList_Append(w->out, row);
+    Py_DECREF(row);
+    return failed ? -2 : 0;
+}
+
+static int produce_request_topic_data(ProduceRequestWalk *w, Key key, Py_ssize_t key_end, Py_ssize_t start,
+                                      Py_ssize_t tags_start, Py_ssize_t end) {
+    return request_topic(w, key); /* a topic without partitions: its name is read all the same */
+}
+
+static int produce_request(ProduceRequestWalk *w, int64_t acks, int64_t timeout_ms, Py_ssize_t start,
+                           Py_ssize_t tags_start, Py_ssize_t end) {
+    w->acks = acks;
+    w->end = end;
+    return 0;
+}
+
 PyDoc_STRVAR(walk_produce_request_doc,
 "walk_produce_request(frame, acks_offset, topic_id) -> (acks, [(topic, partition, record bytes, records), ...])\n"
 "| None\n"
@@ -360,103 +394,52 @@ static PyObject *wire_walk_produce_request(PyObject *self, PyObject *const *args
     if (!configured) Py_RETURN_NONE;
     Py_ssize_t acks_offset = PyLong_AsSsize_t(args[1]);
     if (acks_offset == -1 && PyErr_Occurred()) return NULL;
-    PyObject *topic_id = args[2];
     Py_buffer view;
     Frame f;
     if (acquire(args[0], &view, &f) < 0) return NULL;
-    PyObject *out = NULL, *topic = NULL, *result = NULL;
-    if (acks_offset < 0 || f.n < 4 || acks_offset + 6 > f.n) goto fallback;
-    int version = f.p[3]; /* the caller read the header: a version it accepted fits the low byte */
-    if (version > produce_max_version) goto fallback;
-    int flexible = version >= produce_flexible_since;
-    int by_id = version >= produce_request_topic_id_since;
-    int acks = be16(f.p + acks_offset);
-    Py_ssize_t pos = acks_offset + 6;
-    int64_t topics;
-    if (array_length(&f, &pos, flexible, &topics) < 0 || topics < 0) goto fallback;
-    out = PyList_New(0);
-    if (out == NULL) goto done;
-    for (int64_t t = 0; t < topics; t++) {
-        if (by_id) {
-            if (pos + 16 > f.n) goto fallback;
-            PyObject *raw = PyBytes_FromStringAndSize((const char *)f.p + pos, 16);
-            if (raw == NULL) goto done;
-            topic = PyObject_CallOneArg(topic_id, raw);
-            Py_DECREF(raw);
-            if (topic == NULL) goto done;
-            pos += 16;
-        } else {
-            int64_t length;
-            if (string_length(&f, &pos, flexible, &length) < 0 || length < 0 || pos + length > f.n) goto fallback;
-            topic = PyUnicode_DecodeUTF8((const char *)f.p + pos, (Py_ssize_t)length, NULL);
-            if (topic == NULL) {
-                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
-                PyErr_Clear();
-                goto fallback;
-            }
-            pos += (Py_ssize_t)length;
-        }
-        int64_t partitions;
-        if (array_length(&f, &pos, flexible, &partitions) < 0 || partitions < 0) goto fallback;
-        for (int64_t i = 0; i < partitions; i++) {
-            if (pos + 4 > f.n) goto fallback;
-            int32_t partition = be32(f.p + pos);
-            int64_t size;
-            if (flexible) {
-                pos += 4;
-                if (uvarint(&f, &pos, &size) < 0) goto fallback;
-                size -= 1;
-            } else {
-                if (pos + 8 > f.n) goto fallback;
-                size = be32(f.p + pos + 4);
-                pos += 8;
-                if (size < -1) goto fallback;
-            }
-            Py_ssize_t records_start = pos;
-            int64_t records = 0;
-            if (size > 0) {
-                if (size > f.n - pos) goto fallback;
-                pos += (Py_ssize_t)size;
-                records = -1;
-                if (size >= 61) {
-                    int32_t batch_length = be32(f.p + records_start + 8);
-                    signed char magic = (signed char)f.p[records_start + 16];
-                    records = be32(f.p + records_start + 57);
-                    if (magic < 2 || (int64_t)batch_length + 12 != size) records = -1;
-                }
-                if (records < 0) records = count_records(&f, records_start, (Py_ssize_t)size);
-            }
-            if (flexible && empty_tags(&f, &pos) < 0) goto fallback;
-            if (records < 0) goto fallback;
-            Py_INCREF(topic);
-            PyObject *items[4] = {topic, PyLong_FromLong(partition), PyLong_FromLongLong(size > 0 ? size : 0),
-                                  PyLong_FromLongLong(records)};
-            PyObject *row = tuple_of(4, items);
-            if (row == NULL) goto done;
-            int failed = PyList_Append(out, row);
-            Py_DECREF(row);
-            if (failed) goto done;
-        }
-        Py_CLEAR(topic);
-        if (flexible && empty_tags(&f, &pos) < 0) goto fallback;
-    }
-    if (flexible && empty_tags(&f, &pos) < 0) goto fallback;
-    if (pos != f.n) goto fallback;
-    Py_INCREF(out);
-    PyObject *items[2] = {PyLong_FromLong(acks), out};
+    PyObject *result = NULL;
+    ProduceRequestWalk w = {&f, args[2], NULL, NULL, NULL, 0, -1};
+    if (acks_offset < 0 || f.n < 4) goto fallback;
+    w.out = PyList_New(0);
+    if (w.out == NULL) goto done;
+    /* the caller read the header: a version it accepted fits the low byte */
+    int rc = walk_produce_request(f.p[3], &f, acks_offset, &w);
+    if (rc == -2) goto done;
+    if (rc < 0 || w.end != f.n) goto fallback;
+    Py_INCREF(w.out);
+    PyObject *items[2] = {PyLong_FromLongLong(w.acks), w.out};
     result = tuple_of(2, items);
     goto done;
 fallback:
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    Py_XDECREF(topic);
-    Py_XDECREF(out);
+    Py_XDECREF(w.topic);
+    Py_XDECREF(w.out);
     PyBuffer_Release(&view);
     return result;
 }
 
 /* ------------------------------------------------------------------ Produce responses */
+/* The hooks of the generated Produce response scan: the partitions answered and where the responses end. */
+struct ProduceResponseWalk {
+    int64_t answered;
+    Py_ssize_t end;
+};
+
+static int produce_response_partition_responses(ProduceResponseWalk *w, Key key, Py_ssize_t key_end, int64_t index,
+                                                int64_t error_code, Py_ssize_t start, Py_ssize_t tags_start,
+                                                Py_ssize_t end) {
+    return -1; /* a failed partition: the Python walk names it */
+}
+
+static int produce_response(ProduceResponseWalk *w, int64_t partition_responses_count, Py_ssize_t start,
+                            Py_ssize_t tags_start, Py_ssize_t end) {
+    w->answered = partition_responses_count;
+    w->end = end;
+    return 0;
+}
+
 PyDoc_STRVAR(scan_produce_response_doc,
 "scan_produce_response(frame, api_version) -> (partitions answered, where the responses end) | None\n"
 "\n"
@@ -477,45 +460,12 @@ static PyObject *wire_scan_produce_response(PyObject *self, PyObject *const *arg
     Frame f;
     if (acquire(args[0], &view, &f) < 0) return NULL;
     PyObject *result = NULL;
-    int flexible = version >= produce_flexible_since;
-    int by_id = version >= produce_response_topic_id_since;
-    int record_errors = version >= produce_record_errors_since;
-    Py_ssize_t fixed = produce_partition_fixed[version];
-    Py_ssize_t pos = 4;
-    int64_t answered = 0, topics;
+    ProduceResponseWalk w = {0, -1};
+    Py_ssize_t pos = 4; /* the correlation id, then (flexible) the response header's tags */
     if (f.n < 4) goto fallback;
-    if (flexible && empty_tags(&f, &pos) < 0) goto fallback;
-    if (array_length(&f, &pos, flexible, &topics) < 0) goto fallback;
-    for (int64_t t = 0; t < topics; t++) {
-        if (by_id) {
-            pos += 16;
-        } else {
-            int64_t length;
-            if (string_length(&f, &pos, flexible, &length) < 0 || length < 0) goto fallback;
-            pos += (Py_ssize_t)length;
-        }
-        int64_t partitions;
-        if (array_length(&f, &pos, flexible, &partitions) < 0) goto fallback;
-        for (int64_t i = 0; i < partitions; i++) {
-            answered++;
-            if (pos < 0 || pos + 6 > f.n) goto fallback;
-            if (f.p[pos + 4] || f.p[pos + 5]) goto fallback; /* a failed partition */
-            pos += fixed;
-            if (!record_errors) continue;
-            if (flexible && pos + 3 <= f.n && f.p[pos] == 1 && f.p[pos + 1] == 0 && f.p[pos + 2] == 0) {
-                pos += 3; /* no record errors, null error message, no tags */
-                continue;
-            }
-            int64_t errors, length;
-            if (array_length(&f, &pos, flexible, &errors) < 0 || errors > 0) goto fallback;
-            if (string_length(&f, &pos, flexible, &length) < 0) goto fallback;
-            if (length > 0) pos += (Py_ssize_t)length;
-            if (flexible && empty_tags(&f, &pos) < 0) goto fallback;
-        }
-        if (flexible && empty_tags(&f, &pos) < 0) goto fallback;
-    }
-    if (pos > f.n) goto fallback;
-    PyObject *items[2] = {PyLong_FromLongLong(answered), PyLong_FromSsize_t(pos)};
+    if (version >= produce_flexible_since && empty_tags(&f, &pos) < 0) goto fallback;
+    if (walk_produce_response((int)version, &f, pos, &w) < 0 || w.end > f.n) goto fallback;
+    PyObject *items[2] = {PyLong_FromLongLong(w.answered), PyLong_FromSsize_t(w.end)};
     result = tuple_of(2, items);
     goto done;
 fallback:

@@ -1,12 +1,10 @@
 """The compiled core of the data path's walks (protocol/_wire.c): types of what protocol/native.py loads."""
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 def configure(first_flexible: Mapping[int, int | None], controlled_shutdown: int, produce_max_version: int,
-              produce_flexible_since: int, produce_transactional_id_since: int,
-              produce_request_topic_id_since: int, produce_response_topic_id_since: int,
-              produce_record_errors_since: int, produce_partition_fixed: Sequence[int], /) -> None: ...
+              produce_flexible_since: int, /) -> None: ...
 def peek_request_header(frame: Any, cached_client_id: bytes, /) -> tuple[int, int, int, bytes | None, int] | None: ...
 def produce_acks_offset(frame: Any, header_size: int, /) -> int: ...
 def walk_produce_request(frame: Any, acks_offset: int, topic_id: Callable[[bytes], Any], /

@@ -1,4 +1,5 @@
-"""The compiled core of the walks (protocol/_wire.c), when it is built, configured from the generated tables.
+"""The compiled core of the walks (protocol/_wire.c and its generated protocol/_wire_walkers.h), when it is built,
+configured from the generated tables.
 
 `scripts/compile` and the image's compiled wheel build it; a plain install has none and every name here is
 None: the Python walks (protocol/headers.py, protocol/produce.py) then do all the work, as they do whenever
@@ -19,12 +20,7 @@ from .kafka_versions import (
     FIRST_FLEXIBLE_VERSION,
     PRODUCE_FLEXIBLE_SINCE,
     PRODUCE_MAX_VERSION,
-    PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE,
-    PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE,
-    PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE,
-    PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE,
 )
-from .kafka_walkers import PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX
 from .primitives import Buffer
 
 __all__ = ["WIRE", "configure", "peek_request_header", "produce_acks_offset", "scan_produce_response",
@@ -42,17 +38,13 @@ def load() -> ModuleType | None:
 
 
 def configure(core: ModuleType) -> None:
-    """Give a core module the wire facts it reads by version (a test's own build too)."""
+    """Give a core module the wire facts it reads by version (a test's own build too): those of the header peeks; the
+    Produce grammar is compiled in (protocol/_wire_walkers.h, generated)."""
     core.configure(
         FIRST_FLEXIBLE_VERSION,
         int(ApiKey.CONTROLLED_SHUTDOWN),
         PRODUCE_MAX_VERSION,
         PRODUCE_FLEXIBLE_SINCE,
-        PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE,
-        PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE,
-        PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE,
-        PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE,
-        PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX,
     )
 
 

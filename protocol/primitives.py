@@ -139,6 +139,25 @@ def read_array_length_at(buf: Buffer, pos: int, compact: bool) -> tuple[int, int
     return n, pos
 
 
+#: UUIDs seen on the wire (topic ids), by their 16 bytes: uuid.UUID() costs a microsecond, and ids repeat.
+_UUIDS: Final[dict[bytes, uuid.UUID]] = {}
+
+
+def uuid_of(raw: bytes) -> uuid.UUID:
+    """The UUID of 16 bytes, from a bounded cache (the topic ids a proxy sees are few and recur)."""
+    found = _UUIDS.get(raw)
+    if found is None:
+        if len(_UUIDS) >= 100_000:
+            _UUIDS.clear()
+        found = _UUIDS[raw] = uuid.UUID(bytes=raw)
+    return found
+
+
+def read_uuid_at(buf: Buffer, pos: int) -> uuid.UUID:
+    """The UUID at ``pos`` (the caller checked that 16 bytes are there), `uuid_of` its bytes."""
+    return uuid_of(bytes(buf[pos:pos + 16]))
+
+
 def skip_tagged_fields_at(buf: Buffer, pos: int) -> int:
     """The position after the tagged-field section at ``pos`` (an empty one, the common case, in one step)."""
     try:

@@ -4,9 +4,10 @@ The proxy calls these on every Produce request, so nothing here decodes or copie
 the index keeps byte spans into the original frame, the forward request is a list of slices of it,
 and only the (small) responses are built with the generic codec.
 
-All frames here are frame payloads: request/response header + body, without the size prefix. Which
-version has which field, and from which version the encoding is flexible, the walks read from
-protocol/kafka_versions.py (generated from Kafka's specs, like the message classes they are tested against).
+All frames here are frame payloads: request/response header + body, without the size prefix. The walks of a
+request and of a response are generated from Kafka's specs (protocol/kafka_walkers.py: `PRODUCE_REQUEST_WALK`,
+`PRODUCE_RESPONSE_WALK`, and the same in C for the compiled core); what they hand over is built here, in their hooks
+(`_RequestRows`, `_RequestIndex`, `_ResponseScan`). Every version fact the rest reads is generated too (protocol/kafka_versions.py).
 """
 
 from __future__ import annotations
@@ -25,19 +26,20 @@ from .kafka_messages import PartitionProduceResponse, ProduceResponse, TopicProd
 from .kafka_versions import (
     PRODUCE_FLEXIBLE_SINCE,
     PRODUCE_MAX_VERSION,
-    PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE,
     PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE,
     PRODUCE_RESPONSE_NODE_ENDPOINTS_SINCE,
     PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_ERROR_MESSAGE_SINCE,
     PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_APPEND_TIME_MS_SINCE,
     PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_SINCE,
-    PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE,
     PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE,
     PRODUCE_RESPONSE_THROTTLE_TIME_MS_SINCE,
 )
 from .kafka_walkers import (
-    PRODUCE_RESPONSE_BATCH_INDEX_AND_ERROR_MESSAGE_SKIP,
-    PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX,
+    PRODUCE_REQUEST_ACKS_AT,
+    PRODUCE_REQUEST_WALK,
+    PRODUCE_RESPONSE_WALK,
+    ProduceRequestHooks,
+    ProduceResponseHooks,
 )
 from .messages import decode_response, encode_response
 from .native import produce_acks_offset as _core_acks_offset
@@ -48,9 +50,8 @@ from .primitives import (
     Reader,
     SlottedRecord,
     encode_uvarint,
-    read_array_length_at,
-    read_uvarint_at,
     skip_tagged_fields_at,
+    uuid_of,
 )
 
 __all__ = [
@@ -105,17 +106,13 @@ def _request_head(frame: Buffer) -> tuple[int, int, int]:
 
 
 def _acks_at(frame: Buffer, version: int, pos: int) -> int:
-    """Where ``acks`` starts, from the body's start ``pos``: past ``transactional_id`` (v3+), checked to be
-    in the frame (struct.error / IndexError on a cut frame: the caller's to turn into TruncatedData)."""
-    if version >= PRODUCE_FLEXIBLE_SINCE:
-        length, pos = read_uvarint_at(frame, pos)
-        if length:
-            pos += length - 1
-    elif version >= PRODUCE_REQUEST_TRANSACTIONAL_ID_SINCE:
-        tl: int = _I16.unpack_from(frame, pos)[0]
-        if tl < -1:
-            raise MalformedFrame(f"negative transactional_id length {tl}")
-        pos += 2 + tl if tl > 0 else 2
+    """Where ``acks`` starts, from the body's start ``pos`` (the generated `PRODUCE_REQUEST_ACKS_AT`: past
+    ``transactional_id`` from v3), checked to be in the frame (struct.error / IndexError on a cut frame: the caller's
+    to turn into TruncatedData). ``version``: one the caller accepted."""
+    acks_at = PRODUCE_REQUEST_ACKS_AT[version]
+    if acks_at is None:
+        raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{PRODUCE_MAX_VERSION})")
+    pos = acks_at(frame, pos)
     if pos + 2 > len(frame):
         raise TruncatedData("Produce request ends before acks")
     return pos
@@ -286,97 +283,114 @@ def index_produce_request(frame: Buffer, acks_offset: int = -1) -> ProduceReques
     return index
 
 
+def _batch_records(frame: memoryview, start: int, size: int) -> int:
+    """How many records a non-empty record set holds when it is one record batch (what producers send), from that
+    header in one read; -1 for anything else (several batches, an old message set)."""
+    batch_length: int
+    magic: int
+    records: int
+    if size < _BATCH_HEADER:
+        return -1
+    batch_length, magic, records = _BATCH_HEAD.unpack_from(frame, start)
+    return records if magic >= 2 and batch_length + _LOG_OVERHEAD == size else -1
+
+
+class _RequestRows(ProduceRequestHooks):
+    """The hooks of the accounting's walk of a Produce request (the generated `PRODUCE_REQUEST_WALK`): each partition
+    as a row (topic, partition, record bytes, records), every batch header counted, no span objects."""
+
+    __slots__ = ("frame", "rows", "acks")
+
+    def __init__(self, frame: memoryview, rows: list[tuple[str | uuid.UUID, int, int, int]]) -> None:
+        self.frame = frame
+        self.rows = rows
+        self.acks = 0
+
+    def partition_data(self, key: str | uuid.UUID, key_end: int, index: int, records_start: int, records_size: int,
+                       start: int, tags_start: int, end: int) -> None:
+        if records_size <= 0:
+            self.rows.append((key, index, 0, 0))
+            return
+        records = _batch_records(self.frame, records_start, records_size)
+        if records < 0:  # several batches or an old message set: every header
+            records = _record_count(self.frame, records_start, records_size)
+            if records < 0:
+                raise MalformedFrame(f"unreadable record batch headers in partition {index}")
+        self.rows.append((key, index, records_size, records))
+
+    def topic_data(self, key: str | uuid.UUID, key_end: int, start: int, tags_start: int, end: int) -> None:
+        pass
+
+    def produce_request(self, acks: int, timeout_ms: int, start: int, tags_start: int, end: int) -> None:
+        self.acks = acks
+
+
+class _RequestIndex(ProduceRequestHooks):
+    """The hooks of the index's walk of a Produce request: the spans of every topic and partition, a one-batch record
+    set's record count (any other counted on demand: `ProduceRequestIndex.record_count`)."""
+
+    __slots__ = ("frame", "parts", "topics", "acks", "timeout_ms", "tagged_start", "tagged_end")
+
+    def __init__(self, frame: memoryview) -> None:
+        self.frame = frame
+        self.parts: list[PartitionSpan] = []
+        self.topics: list[TopicSpan] = []
+        self.acks = 0
+        self.timeout_ms = 0
+        self.tagged_start = 0
+        self.tagged_end = 0
+
+    def partition_data(self, key: str | uuid.UUID, key_end: int, index: int, records_start: int, records_size: int,
+                       start: int, tags_start: int, end: int) -> None:
+        records = 0 if records_size <= 0 else _batch_records(self.frame, records_start, records_size)
+        self.parts.append(PartitionSpan(key, index, start, end, records_start, records_size, records))
+
+    def topic_data(self, key: str | uuid.UUID, key_end: int, start: int, tags_start: int, end: int) -> None:
+        self.topics.append(TopicSpan(key, start, key_end, tuple(self.parts), tags_start, end))
+        self.parts = []
+
+    def produce_request(self, acks: int, timeout_ms: int, start: int, tags_start: int, end: int) -> None:
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.tagged_start = tags_start
+        self.tagged_end = end
+
+
 def _walk_request(frame: Buffer, acks_offset: int, lean: list[tuple[str | uuid.UUID, int, int, int]] | None
                   ) -> tuple[int, ProduceRequestIndex | None]:
-    """The one walk of the Produce request grammar (every version): (acks, the index). With ``lean``, each
-    partition is appended there as (topic, partition, record bytes, records) and no index is built (the
-    accounting's hot path: no span objects)."""
+    """The one walk of a Produce request (every version; the grammar is the generated `PRODUCE_REQUEST_WALK`'s): (acks,
+    the index). With ``lean``, each partition is appended there as (topic, partition, record bytes, records) and no
+    index is built (the accounting's hot path: no span objects)."""
     mv = frame if isinstance(frame, memoryview) else memoryview(frame)  # a memoryview of bytes, as Buffer says
     version: int
     if acks_offset < 0:
         version, _, acks_offset = _request_head(mv)
     else:
         version = mv[3]  # the caller read the header: a version it accepted (0-13) fits the low byte
-    flexible = version >= PRODUCE_FLEXIBLE_SINCE
-    n = len(mv)
-    batch_length: int
-    magic: int
+    walk = PRODUCE_REQUEST_WALK[version] if version <= PRODUCE_MAX_VERSION else None
+    if walk is None:
+        raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{PRODUCE_MAX_VERSION})")
+    hooks: _RequestRows | _RequestIndex = _RequestIndex(mv) if lean is None else _RequestRows(mv, lean)
     try:
-        acks: int
-        timeout_ms: int
-        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(mv, acks_offset)
-        count, pos = read_array_length_at(mv, acks_offset + 6, flexible)
-        if count < 0:
-            raise MalformedFrame("null topic_data in Produce request")
-        topics: list[TopicSpan] = []
-        for _ in range(count):
-            key_start = pos
-            topic, pos = _topic_at(mv, pos, version)
-            key_end = pos
-            partitions, pos = read_array_length_at(mv, pos, flexible)
-            if partitions < 0:
-                raise MalformedFrame("null partition_data in Produce request")
-            parts: list[PartitionSpan] = []
-            for _ in range(partitions):
-                start = pos
-                partition: int = _I32.unpack_from(mv, pos)[0]
-                size: int
-                if flexible:
-                    size, pos = read_uvarint_at(mv, pos + 4)
-                    size -= 1
-                else:
-                    size = _I32.unpack_from(mv, pos + 4)[0]
-                    pos += 8
-                    if size < -1:
-                        raise MalformedFrame(f"negative records length {size}")
-                records_start = pos
-                records = 0
-                if size > 0:
-                    pos += size
-                    if pos > n:
-                        raise TruncatedData("Produce request records run past the frame end")
-                    records = -1
-                    if size >= _BATCH_HEADER:
-                        # One batch (what producers send) is counted from its header in one read.
-                        batch_length, magic, records = _BATCH_HEAD.unpack_from(mv, records_start)
-                        if magic < 2 or batch_length + _LOG_OVERHEAD != size:
-                            records = -1
-                    if records < 0 and lean is not None:
-                        # Several batches or an old message set: every header (the index counts on demand).
-                        records = _record_count(mv, records_start, size)
-                if flexible:
-                    pos = skip_tagged_fields_at(mv, pos)
-                if lean is None:
-                    parts.append(PartitionSpan(topic, partition, start, pos, records_start, size, records))
-                elif records < 0:
-                    raise MalformedFrame(f"unreadable record batch headers in partition {partition}")
-                else:
-                    lean.append((topic, partition, size if size > 0 else 0, records))
-            tagged_start = pos
-            if flexible:
-                pos = skip_tagged_fields_at(mv, pos)
-            if lean is None:
-                topics.append(TopicSpan(topic, key_start, key_end, tuple(parts), tagged_start, pos))
-        tagged_start = pos
-        if flexible:
-            pos = skip_tagged_fields_at(mv, pos)
+        pos = walk(mv, acks_offset, hooks)
     except ProtocolError:
         raise
     except (struct.error, ValueError, IndexError, UnicodeError) as e:
         raise TruncatedData(f"cannot index Produce request: {e!r}") from None
+    n = len(mv)
     if pos != n:
         raise MalformedFrame(f"{n - pos} unexpected trailing bytes at offset {pos}")
-    if lean is not None:
-        return acks, None
-    return acks, ProduceRequestIndex(
+    if isinstance(hooks, _RequestRows):
+        return hooks.acks, None
+    return hooks.acks, ProduceRequestIndex(
         frame=mv,
         api_version=version,
         acks_offset=acks_offset,
-        acks=acks,
-        timeout_ms=timeout_ms,
-        topics=tuple(topics),
-        tagged_start=tagged_start,
-        tagged_end=pos,
+        acks=hooks.acks,
+        timeout_ms=hooks.timeout_ms,
+        topics=tuple(hooks.topics),
+        tagged_start=hooks.tagged_start,
+        tagged_end=hooks.tagged_end,
     )
 
 
@@ -399,7 +413,6 @@ def produce_partition_records(
     return acks, out
 
 
-_ACKS_TIMEOUT: Final = struct.Struct(">hi")
 #: Offsets inside a record batch (magic 2): batchLength, magic, recordsCount.
 _BATCH_LENGTH_AT: Final = 8
 _MAGIC_AT: Final = 16
@@ -446,44 +459,8 @@ def _record_count(frame: memoryview, start: int, size: int) -> int:
         return -1
 
 
-#: Topic ids seen on the wire, by their 16 bytes (uuid.UUID() costs a microsecond; ids repeat).
-_TOPIC_IDS: Final[dict[bytes, uuid.UUID]] = {}
-
-
-def _topic_id(raw: bytes) -> uuid.UUID:
-    topic_id = _TOPIC_IDS.get(raw)
-    if topic_id is None:
-        if len(_TOPIC_IDS) >= 100_000:
-            _TOPIC_IDS.clear()
-        topic_id = _TOPIC_IDS[raw] = uuid.UUID(bytes=raw)
-    return topic_id
-
-
-def _topic_at(buf: Buffer, pos: int, version: int) -> tuple[str | uuid.UUID, int]:
-    """A topic of a Produce request or response: its topic_id (v13+) or name (compact in v9+)."""
-    if version >= PRODUCE_REQUEST_TOPIC_DATA_TOPIC_ID_SINCE:
-        if pos + 16 > len(buf):
-            raise TruncatedData("Produce topic_id runs past the frame end")
-        return _topic_id(bytes(buf[pos:pos + 16])), pos + 16
-    if version >= PRODUCE_FLEXIBLE_SINCE:
-        length, pos = read_uvarint_at(buf, pos)
-        length -= 1
-    else:
-        length, pos = _string_length_at(buf, pos, False)
-    if length < 0 or pos + length > len(buf):
-        raise MalformedFrame("bad topic name length in Produce")
-    return str(buf[pos:pos + length], "utf-8"), pos + length
-
-
-def _string_length_at(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
-    """(length, position after it) of a (compact) nullable string at ``pos``; -1 for null."""
-    if flexible:
-        length, pos = read_uvarint_at(buf, pos)
-        return length - 1, pos
-    length = _I16.unpack_from(buf, pos)[0]
-    if length < -1:
-        raise MalformedFrame(f"negative string length {length} at offset {pos}")
-    return length, pos + 2
+#: A topic id from its 16 bytes (cached: ids repeat), what the compiled core's walk calls for a v13+ topic.
+_topic_id: Final = uuid_of
 
 
 def _count(n: int, flexible: bool) -> bytes:
@@ -724,69 +701,45 @@ def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseSca
                                api_version >= PRODUCE_FLEXIBLE_SINCE and not (end + 5 == len(frame) and frame[end + 4] == 0))
 
 
-#: A partition's fixed-width head by version (index, error_code, base_offset, then log_append_time_ms from v2 and
-#: log_start_offset from v5), and the skip of one record error: generated from the specs (protocol/kafka_walkers.py).
-_PARTITION_FIXED: Final = PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX
-_RECORD_ERROR_SKIP: Final = PRODUCE_RESPONSE_BATCH_INDEX_AND_ERROR_MESSAGE_SKIP
+class _ResponseScan(ProduceResponseHooks):
+    """The hooks of the one walk of a Produce response (the generated `PRODUCE_RESPONSE_WALK`): partitions answered,
+    the failed ones, where the responses end."""
+
+    __slots__ = ("answered", "failed", "end")
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.failed: list[tuple[str | uuid.UUID, int, int]] = []
+        self.end = 0
+
+    def partition_responses(self, key: str | uuid.UUID, key_end: int, index: int, error_code: int, start: int,
+                            tags_start: int, end: int) -> None:
+        self.failed.append((key, index, error_code))
+
+    def produce_response(self, partition_responses_count: int, start: int, tags_start: int, end: int) -> None:
+        self.answered = partition_responses_count
+        self.end = end
 
 
 def _walk_response(frame: Buffer, version: int) -> tuple[int, list[tuple[str | uuid.UUID, int, int]], int]:
-    """The one walk of the Produce response grammar (every version): (partitions answered, (topic,
-    partition, error_code) of the failed ones, where the responses end). A topic's name is decoded only
-    for a failure.
-
-    A v9+ partition answered without record errors, message or tags (every acknowledged one) ends in
-    three bytes 1, 0, 0: skipped in one step; anything else takes the general path.
-    """
-    if not 0 <= version <= PRODUCE_MAX_VERSION:
+    """The one walk of a Produce response (every version; the grammar is the generated `PRODUCE_RESPONSE_WALK`'s):
+    (partitions answered, (topic, partition, error_code) of the failed ones, where the responses end). A topic's
+    name is decoded only for a failure; an acknowledged v9+ partition is skipped by its three bytes 1, 0, 0."""
+    walk_version = PRODUCE_RESPONSE_WALK[version] if 0 <= version <= PRODUCE_MAX_VERSION else None
+    if walk_version is None:
         raise UnsupportedVersion(f"Produce v{version} is not supported (known: v0-v{PRODUCE_MAX_VERSION})")
-    flexible = version >= PRODUCE_FLEXIBLE_SINCE
-    fixed = _PARTITION_FIXED[version]
-    out: list[tuple[str | uuid.UUID, int, int]] = []
-    n = len(frame)
-    answered = 0
-    partition: int
-    code: int
+    scan = _ResponseScan()
     try:
-        pos = skip_tagged_fields_at(frame, 4) if flexible else 4  # correlation id, response header v1 tags
-        topics, pos = read_array_length_at(frame, pos, flexible)
-        for _ in range(topics):
-            topic_at = pos
-            topic: str | uuid.UUID | None = None
-            pos = _skip_topic_at(frame, pos, version)
-            partitions, pos = read_array_length_at(frame, pos, flexible)
-            for _ in range(partitions):
-                answered += 1
-                # error_code 0 (nearly every answer) is told by its two bytes, without a struct read
-                if frame[pos + 4] or frame[pos + 5]:
-                    if topic is None:
-                        topic = _topic_at(frame, topic_at, version)[0]
-                    partition, code = _PARTITION_ERROR.unpack_from(frame, pos)
-                    out.append((topic, partition, code))
-                pos += fixed
-                if version < PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_SINCE:
-                    continue
-                if flexible and frame[pos] == 1 and frame[pos + 1] == 0 and frame[pos + 2] == 0:
-                    pos += 3  # no record errors, null error message, no tags
-                    continue
-                record_errors, pos = read_array_length_at(frame, pos, flexible)
-                if record_errors > 0:
-                    skip_record_error = _RECORD_ERROR_SKIP[version]
-                    assert skip_record_error is not None  # a version with record errors has their skip
-                    for _ in range(record_errors):
-                        pos = skip_record_error(frame, pos)
-                pos = _skip_nullable_string_at(frame, pos, flexible)  # error_message
-                if flexible:
-                    pos = skip_tagged_fields_at(frame, pos)
-            if flexible:
-                pos = skip_tagged_fields_at(frame, pos)
-        if pos > n:
+        # correlation id, then (v9+, response header v1) the header's tagged fields
+        pos = skip_tagged_fields_at(frame, 4) if version >= PRODUCE_FLEXIBLE_SINCE else 4
+        pos = walk_version(frame, pos, scan)
+        if pos > len(frame):
             raise TruncatedData("Produce response runs past its end")
     except ProtocolError:
         raise
     except (struct.error, ValueError, IndexError, UnicodeError) as e:
         raise TruncatedData(f"Produce v{version} response is truncated or corrupt: {e!r}") from None
-    return answered, out, pos
+    return scan.answered, scan.failed, pos
 
 
 def _has_response_tags(frame: Buffer, version: int) -> bool:
@@ -796,25 +749,6 @@ def _has_response_tags(frame: Buffer, version: int) -> bool:
         return scan_produce_response(frame, version).has_tags
     except ProtocolError:
         return True
-
-
-def _skip_topic_at(buf: Buffer, pos: int, version: int) -> int:
-    """Past a topic name or id without decoding it."""
-    if version >= PRODUCE_RESPONSE_RESPONSES_TOPIC_ID_SINCE:
-        return pos + 16
-    if version >= PRODUCE_FLEXIBLE_SINCE:
-        length, pos = read_uvarint_at(buf, pos)
-        length -= 1
-    else:
-        length, pos = _string_length_at(buf, pos, False)
-    if length < 0:
-        raise MalformedFrame("null topic name in Produce response")
-    return pos + length
-
-
-def _skip_nullable_string_at(buf: Buffer, pos: int, flexible: bool) -> int:
-    length, pos = _string_length_at(buf, pos, flexible)
-    return pos + length if length > 0 else pos
 
 
 _ERROR_PARTITION_TAILS: Final = {v: _error_partition_tail(v) for v in range(PRODUCE_MAX_VERSION + 1)}

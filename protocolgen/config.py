@@ -47,6 +47,34 @@ WALKED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "ShareAcknowledgeResponse": ("NodeEndpoints",),
 }
 
+#: The walks every Produce exchange runs, generated as Python (protocol/kafka_walkers.py) and as C
+#: (protocol/_wire_walkers.h) from the same specs (protocolgen/captures.py). Per message: the top-level field the walk
+#: starts at and the one it stops before (None: the body's start, its end); the fields whose values it captures, per
+#: struct by its path of array fields ("" the message itself; "mapKey" the field the spec marks as naming the
+#: element: a topic's name, or its topic id from the version that has one); the structs whose hook it calls at the
+#: end of each element, with their own and their enclosing structs' captures; the captured int field a hook waits
+#: for to be non-zero (others are called for every element); the arrays whose elements it counts for the message's
+#: hook; and the top-level fields whose start a walk from the body's start finds (``<message>_<field>_at``).
+CAPTURED_WALKS: Final[dict[str, dict[str, object]]] = {
+    "ProduceRequest": {
+        "start": "Acks", "stop": None,
+        "captures": {"": ("Acks", "TimeoutMs"), "TopicData": ("mapKey",),
+                     "TopicData.PartitionData": ("Index", "Records")},
+        "hooks": ("", "TopicData", "TopicData.PartitionData"),
+        "when": {},
+        "counts": (),
+        "at": ("Acks",),
+    },
+    "ProduceResponse": {
+        "start": None, "stop": "ThrottleTimeMs",
+        "captures": {"": (), "Responses": ("mapKey",), "Responses.PartitionResponses": ("Index", "ErrorCode")},
+        "hooks": ("", "Responses.PartitionResponses"),
+        "when": {"Responses.PartitionResponses": "ErrorCode"},
+        "counts": ("Responses.PartitionResponses",),
+        "at": (),
+    },
+}
+
 #: Kafka's struct names that collide across specs (or read badly alone), per message: the Python name.
 STRUCT_NAMES: Final[dict[tuple[str, str], str]] = {
     ("DescribeQuorumRequest", "TopicData"): "DescribeQuorumRequestTopic",

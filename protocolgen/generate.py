@@ -1,8 +1,9 @@
-"""Read Kafka's JSON message specs, write protocol/kafka_messages.py and protocol/kafka_versions.py.
+"""Read Kafka's JSON message specs, write protocol/kafka_messages.py, kafka_versions.py, kafka_walkers.py (walkers.py,
+captures.py) and _wire_walkers.h (captures.py: the Produce walks in C).
 
 ``python -m protocolgen [--check] [--specs JAR|DIR] [--kafka-version X] [--out DIR]``:
 
-* no option: regenerate the two modules from the committed specs (protocolgen/specs/);
+* no option: regenerate the four files from the committed specs (protocolgen/specs/);
 * ``--check``: write nothing, print the difference and exit 1 when the committed modules (or, with
   ``--specs``, the committed specs) are not what generation gives;
 * ``--specs``: take the spec files from a kafka-clients jar (``common/message/*.json``) or a folder and
@@ -23,6 +24,7 @@ from typing import Any
 from insync_proxy.protocol.schema import MAX_VERSION
 
 from . import config
+from .captures import generate_c
 from .model import (
     INTEGERS,
     PRIMITIVES,
@@ -35,13 +37,14 @@ from .model import (
     snake,
     walk_structs,
 )
-from .walkers import generate_walkers
+from .walkers import Layouts, generate_walkers
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "protocolgen" / "specs"
 MESSAGES_OUT = Path("protocol") / "kafka_messages.py"
 VERSIONS_OUT = Path("protocol") / "kafka_versions.py"
 WALKERS_OUT = Path("protocol") / "kafka_walkers.py"
+C_WALKERS_OUT = Path("protocol") / "_wire_walkers.h"
 #: Summary of every API key's request spec (name, versions, flexible versions): the header tables.
 API_SUMMARY = "api_keys.json"
 KAFKA_VERSION_FILE = "KAFKA_VERSION"
@@ -416,9 +419,11 @@ def generate(texts: dict[str, str]) -> dict[Path, str]:
         if hi < m.spec_versions.high:
             print(f"note: Kafka {kafka} defines {m.api}{m.kind} up to v{m.spec_versions.high}, "
                   f"the cap is v{hi} (protocolgen/config.py)", file=sys.stderr)
+    layouts: dict[str, Layouts] = {}
     return {MESSAGES_OUT: generate_messages(messages, kafka),
             VERSIONS_OUT: generate_versions(messages + walked, texts, kafka),
-            WALKERS_OUT: generate_walkers(messages + walked, kafka)}
+            WALKERS_OUT: generate_walkers(messages + walked, kafka, layouts),
+            C_WALKERS_OUT: generate_c(messages + walked, layouts, kafka)}
 
 
 def committed_specs() -> dict[str, str]:

@@ -49,6 +49,7 @@ class Field:
     default: str | None
     about: str
     struct: Struct | None = None  # the struct type of a struct or []struct field
+    map_key: bool = False  # Kafka's mapKey: the field that names an element of its array (a topic's name or id)
 
     @property
     def element(self) -> str:
@@ -98,7 +99,8 @@ def _field(raw: dict[str, Any]) -> Field:
                  tag=None if tag is None else int(tag),
                  tagged=Versions.parse(raw.get("taggedVersions", raw["versions"])) if tag is not None
                  else Versions(1, 0),
-                 default=None if default is None else str(default), about=raw.get("about", ""))
+                 default=None if default is None else str(default), about=raw.get("about", ""),
+                 map_key=bool(raw.get("mapKey", False)))
 
 
 def load_message(api: str, kind: str, caps: tuple[int, int], texts: dict[str, str]) -> Message:

@@ -30,7 +30,12 @@ class CompiledModule:
         """Its source changed after it was compiled in place (or is gone)."""
         if self.source is None:
             return False
-        return not self.source.exists() or self.source.stat().st_mtime > self.extension.stat().st_mtime
+        if not self.source.exists():
+            return True
+        built = self.extension.stat().st_mtime
+        # hand-written C: its generated headers beside it count too (protocol/_wire_walkers.h)
+        headers = self.source.parent.glob(f"{self.source.stem}_*.h") if self.source.suffix == ".c" else ()
+        return any(path.stat().st_mtime > built for path in (self.source, *headers))
 
 
 def compiled_modules(package: Path | None = None) -> list[CompiledModule]:

@@ -1,7 +1,8 @@
 """The generated protocol modules are what the generator makes from the committed Kafka specs.
 
-protocol/kafka_messages.py (message classes and their registry by API key) and protocol/kafka_versions.py
-(the walkers' version facts) are written by protocolgen (scripts/generate-protocol) from
+protocol/kafka_messages.py (message classes and their registry by API key), protocol/kafka_versions.py
+(the walkers' version facts), protocol/kafka_walkers.py (skip functions and the Produce walks) and
+protocol/_wire_walkers.h (the same Produce walks in C, for the compiled core) are written by protocolgen (scripts/generate-protocol) from
 protocolgen/specs/ (Kafka's JSON message specs) and protocolgen/config.py (the caps and the few facts the
 specs do not say). Nobody edits them by hand: regenerating changes nothing.
 """
@@ -20,6 +21,7 @@ import pytest
 
 from protocolgen import config
 from protocolgen.generate import (
+    C_WALKERS_OUT,
     KAFKA_VERSION_FILE,
     MESSAGES_OUT,
     SPECS,
@@ -37,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_regenerating_from_the_committed_specs_changes_nothing() -> None:
     # Given the committed specs; When the modules are generated again; Then they are the committed ones
     generated = generate(committed_specs())
-    assert set(generated) == {MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT}
+    assert set(generated) == {MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT, C_WALKERS_OUT}
     for path, text in generated.items():
         assert (ROOT / path).read_text() == text, f"{path} is not what scripts/generate-protocol writes"
 
@@ -49,7 +51,7 @@ def test_the_check_script_passes_on_the_repository() -> None:
 
 
 def _copy_outputs(tmp_path: Path) -> None:
-    for path in (MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT):
+    for path in (MESSAGES_OUT, VERSIONS_OUT, WALKERS_OUT, C_WALKERS_OUT):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, tmp_path / path)
     shutil.copytree(SPECS, tmp_path / "protocolgen" / "specs")
@@ -97,6 +99,35 @@ def test_a_spec_change_reaches_the_generated_skip_functions() -> None:
     assert "pos += 34  # index, error_code, base_offset, log_append_time_ms, new_field, log_start_offset" in walkers
     assert "PRODUCE_RESPONSE_PARTITION_PRODUCE_RESPONSE_FIXED_PREFIX: Final[tuple[int, ...]] = " \
            "(14, 14, 22, 22, 22, 30, 30, 30, 30, 30, 30, 30, 30, 34,)" in walkers
+
+
+def test_a_spec_change_reaches_the_produce_walks_in_python_and_in_c() -> None:
+    # Given Kafka's specs where a Produce answer's partition gains an int32 in v13 (as a new Kafka release may)
+    specs = committed_specs()
+    produce = specs["ProduceResponse.json"]
+    anchor = '{ "name": "LogStartOffset", "type": "int64", "versions": "5+", "default": "-1", "ignorable": true,'
+    specs["ProduceResponse.json"] = produce.replace(
+        anchor, '{ "name": "NewField", "type": "int32", "versions": "13+", "about": "new" },\n' + anchor)
+    # When the modules are generated
+    generated = generate(specs)
+    walkers, header = generated[WALKERS_OUT], generated[C_WALKERS_OUT]
+    # Then both walks of v13 skip the new field with the partition's fixed head, and v9-v12 stay as they were
+    v13 = walkers[walkers.index("def walk_produce_response_v13("):]
+    assert "pos += 34  # index, error_code, base_offset, log_append_time_ms, new_field, log_start_offset" in v13
+    c13 = header[header.index("static int walk_produce_response_v13("):]
+    assert "if (pos + 34 > f->n) return -1; /* index, error_code, base_offset, log_append_time_ms, new_field, " \
+           "log_start_offset */" in c13
+    assert "case 9: case 10: case 11: case 12:\n        return walk_produce_response_v9(f, pos, w);" in header
+
+
+def test_check_fails_when_the_generated_c_walks_were_edited(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a copy of the repository's outputs in which someone edited the C walks by hand
+    _copy_outputs(tmp_path)
+    header = tmp_path / C_WALKERS_OUT
+    header.write_text(header.read_text().replace("pos += 30;", "pos += 31;", 1))
+    # Then --check fails and shows the line
+    assert main(["--check", "--out", str(tmp_path)]) == 1
+    assert re.search(r"^-\s+pos \+= 31;$", capsys.readouterr().out, re.M)
 
 
 def test_a_new_kafka_version_is_served_only_once_its_cap_is_raised(monkeypatch: pytest.MonkeyPatch,

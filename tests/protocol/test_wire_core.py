@@ -38,9 +38,11 @@ from insync_proxy.protocol.headers import (
 )
 from insync_proxy.protocol.kafka_messages import (
     REQUEST_TYPES,
+    PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
+    TopicProduceData,
     TopicProduceResponse,
 )
 from insync_proxy.protocol.messages import encode_request, encode_response
@@ -211,6 +213,25 @@ def test_acknowledged_answers_are_scanned_by_the_core(
     assert check_response(core, frame, version)
     scan = scan_produce_response(frame, version)
     assert (scan.answered, scan.failed) == (topics * len(partitions), [])
+
+
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+@settings(max_examples=10, deadline=None)
+@given(layout=st.lists(st.tuples(st.sampled_from(["orders", "t", "ünïcode"]),
+                                 st.lists(st.tuples(st.integers(0, 50), st.sampled_from([None, b""])), max_size=3)),
+                       max_size=3))
+def test_every_versions_generated_c_walk_answers_a_clean_request(
+    core: ModuleType, version: int, layout: list[tuple[str, list[tuple[int, bytes | None]]]]
+) -> None:
+    # Given a request of any version (v0-v2 included) without tags, whose record sets are null or empty (no batch
+    # header to read)
+    request = ProduceRequest(acks=1, timeout_ms=30, topic_data=tuple(
+        TopicProduceData(name=name, topic_id=uuid.UUID(int=len(name)), partition_data=tuple(
+            PartitionProduceData(index=index, records=records) for index, records in partitions))
+        for name, partitions in layout))
+    frame = request_frame(request, version)
+    # Then the core's generated walk of that version answers, as the Python walk does
+    assert check_request(core, frame, produce_acks_offset(frame))
 
 
 # -- any message of the generated classes, then cut and corrupted ---------------------------------------

@@ -56,6 +56,21 @@ def test_a_c_module_is_judged_by_its_c_source(tmp_path: Path) -> None:
     assert wire.stale
 
 
+def test_a_c_module_is_stale_when_its_generated_header_is_newer(tmp_path: Path) -> None:
+    # Given the core built after its C source (protocol/_wire.c) and its generated walks (_wire_walkers.h)
+    package = _package(tmp_path, in_place=True)
+    for name in ("_wire.c", "_wire_walkers.h"):
+        (package / "proxy" / name).write_text("")
+        _age(package / "proxy" / name, 60)
+    (package / "proxy" / f"_wire{SUFFIX}").write_bytes(b"")
+    wire = next(m for m in compiled_modules(package) if m.name == "insync_proxy.proxy._wire")
+    assert not wire.stale
+    # When the walks are generated again after the build (scripts/generate-protocol); Then the build is stale
+    os.utime(package / "proxy" / "_wire_walkers.h")
+    _age(package / "proxy" / f"_wire{SUFFIX}", 30)
+    assert wire.stale
+
+
 def test_a_source_edited_after_an_in_place_build_is_stale(tmp_path: Path) -> None:
     package = _package(tmp_path, in_place=True)
     _age(package / "proxy" / f"core{SUFFIX}", 60)
