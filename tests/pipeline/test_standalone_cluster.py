@@ -107,7 +107,7 @@ class StandaloneCluster:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as resp:
                 state: dict[str, Any] = json.load(resp)
                 return state
-        except OSError:
+        except (OSError, ValueError):  # not listening yet, or a UI still starting answers an empty or cut page
             return None
 
     def stop(self) -> None:
