@@ -219,12 +219,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(units[item]))
 
 
-#: Groups that run for minutes mostly waiting: the scenario runner's 5-minute schedule (one test, 320 s), and the
-#: OAuth cluster's (151 s, 120 of them the 2-minute reauthentication test). Started first, on a worker of their own,
-#: so the rest of the suite runs beside them instead of after them. Last in the queue, the year's group ran alone for
-#: its last few minutes while the other workers idled (one core of two); the OAuth group, from 425 s of a bare run,
-#: left a core idle for its last minute.
-LONG_UNITS = ("own:year", "own:tests/integration/test_oauthbearer.py")
+#: Groups of one test that runs for minutes (the scenario runner's 5-minute schedule, 320 s): started first,
+#: on a worker of their own, so the rest of the suite runs beside them instead of after them. Last in the
+#: queue, the year's group ran alone for its last few minutes while the other workers idled (one core of two).
+LONG_UNITS = ("own:year",)
 
 
 def _unit_order(units: set[str]) -> dict[str, int]:

@@ -65,20 +65,6 @@ def test_the_five_minute_scenario_starts_first_and_a_group_without_jvms_waits_be
     assert order[3] == "tests/deploy/test_compose.py", order
 
 
-def test_the_oauth_group_which_mostly_waits_starts_first(tmp_path: Path) -> None:
-    # Given the OAuth cluster's tests (151 s, most of it the 2-minute reauthentication test waiting), tests on the
-    # shared cluster, the image's and one without JVMs
-    groups = _groups(tmp_path, "tests/deploy/test_dockerfile.py", "tests/deploy/test_image.py",
-                     "tests/integration/test_acks.py", "tests/integration/test_oauthbearer.py", workers=3)
-    # When three workers take the groups in order
-    order = list(dict.fromkeys(groups.values()))
-    # Then the OAuth group goes first (its wait beside the image's build, not at the run's end), the shared cluster
-    # and the image next, and a group without JVMs is queued behind the OAuth group
-    assert order[0] == "own:tests/integration/test_oauthbearer.py", order
-    assert order[1:3] == [f"kafka:{selected_version()}", "image"], order
-    assert order[3] == "tests/deploy/test_dockerfile.py", order
-
-
 def test_the_suite_leaves_the_scenario_out_unless_asked(tmp_path: Path) -> None:
     # Given the scenario test and a test without JVMs; When collected as ./scripts/test collects (no --scenario)
     plain = _groups(tmp_path, "tests/integration/test_year_in_an_hour.py", "tests/deploy/test_dockerfile.py")
