@@ -35,7 +35,7 @@ from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher  # n
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher  # noqa: E402
 from insync_proxy.proxy.behaviours.order import in_order  # noqa: E402
 from insync_proxy.proxy.datapath.core import CloseReason, ConnectionCore  # noqa: E402
-from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry, Exchange  # noqa: E402
+from insync_proxy.proxy.datapath.exchange import BehaviourBase, BehaviourRegistry, Exchange  # noqa: E402
 from insync_proxy.proxy.datapath.observer import ExchangeObserver  # noqa: E402
 
 RECORDS, RECORD_SIZE = 16, 1000
@@ -77,7 +77,7 @@ def measure(version: int, variant: str, exchanges: int) -> float:
     side.isr(orders=[BELOW_MIN if answered else HEALTHY])
     side.min_insync_replicas(2)
     context = side.context
-    behaviours: list[Behaviour]
+    behaviours: list[BehaviourBase]
     if variant == "core only":
         behaviours = []
     elif variant == "+ address rewrite":

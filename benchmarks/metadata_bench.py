@@ -72,9 +72,8 @@ class _IO:
 def run(topics: int, answers: int, changed: bool) -> tuple[float, list[float]]:
     """(CPU seconds per answer, the longest hold of the loop of each answer)."""
     pauses = _HoldsTimed()
-    core, _, _, _ = core_for(topics, pauses)
     io = _IO()
-    core.io = io  # type: ignore[assignment]
+    core, _, _, _ = core_for(topics, pauses, io=io)
     frames = [answer(topics), answer(topics, isr=(1, 2))]
     holds: list[float] = []
 

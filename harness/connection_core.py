@@ -8,9 +8,10 @@ from collections.abc import Awaitable
 
 from insync_proxy.protocol import RequestHeader, encode_request_header
 from insync_proxy.proxy.config.broker_ports import BrokerPorts
-from insync_proxy.proxy.datapath.core import CloseReason, ConnectionCore, CoreObserver
+from insync_proxy.proxy.datapath.core import CloseReason, ConnectionCore
 from insync_proxy.proxy.datapath.exchange import (
     BehaviourRegistry,
+    CoreObserver,
     Exchange,
     Frame,
     ListenerAddresses,

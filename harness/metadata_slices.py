@@ -24,7 +24,7 @@ from insync_proxy.proxy.config.broker_ports import BrokerPorts
 from insync_proxy.proxy.controlplane.context import BehaviourContext, next_turn
 from insync_proxy.proxy.controlplane.min_insync import CachedValue, MinInsyncCache
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
-from insync_proxy.proxy.datapath.core import ConnectionCore
+from insync_proxy.proxy.datapath.core import ConnectionCore, ConnectionIO
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry, ListenerAddresses, ListenerSettings
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
@@ -68,7 +68,9 @@ class Pauses:
 
 
 def core_for(topics: int, pauses: Pauses, hide: bool = False, min_insync: int | None = 2, schema: str = "tagged",
-             control: object | None = None) -> tuple[ConnectionCore, RecordingIO, MinInsyncCache, ProxyMetrics]:
+             control: object | None = None, io: ConnectionIO | None = None
+             ) -> tuple[ConnectionCore, RecordingIO, MinInsyncCache, ProxyMetrics]:
+    """A core with the metadata enricher alone; its writes go to `io`, else to the RecordingIO returned."""
     metrics = ProxyMetrics()
     cache = MinInsyncCache(control or ControlNeverUsed(), metrics, miss_wait_seconds=0)  # type: ignore[arg-type]
     if min_insync is not None:
@@ -80,10 +82,10 @@ def core_for(topics: int, pauses: Pauses, hide: bool = False, min_insync: int | 
         control=None,  # type: ignore[arg-type]
         pause=pauses,
     )
-    io = RecordingIO()
-    core = ConnectionCore(BehaviourRegistry([MetadataEnricher(context)]), listener(hide, schema), io,
+    recording = RecordingIO()
+    core = ConnectionCore(BehaviourRegistry([MetadataEnricher(context)]), listener(hide, schema), io or recording,
                           max_frame_bytes=64 << 20)
-    return core, io, cache, metrics
+    return core, recording, cache, metrics
 
 
 def all_topics_request(correlation_id: int = 7) -> bytes:

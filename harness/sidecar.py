@@ -35,7 +35,7 @@ from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.controlplane.min_insync import CachedValue, MinInsyncCache
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.core import ConnectionCore
-from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry
+from insync_proxy.proxy.datapath.exchange import BehaviourBase, BehaviourRegistry
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 ORDERS = "orders"
@@ -113,7 +113,7 @@ class Sidecar:
         self.policy = AcksPolicy(context, list(policies), rereads)
         self.accounting = ProduceAccounting(context, self.summaries)
         #: The Produce behaviours, in the proxy's one order (proxy/behaviours/order.py).
-        self.behaviours: list[Behaviour] = in_order([
+        self.behaviours: list[BehaviourBase] = in_order([
             self.accounting, IsrLearning(context, rereads), self.policy, TopicIdResolution(context)])
         self.io = RecordingIO()
         self.core = ConnectionCore(BehaviourRegistry(self.behaviours), LISTENER, self.io, max_frame_bytes=1 << 20)

@@ -34,7 +34,7 @@ from insync_proxy.proxy.datapath.budget import MemoryBudget
 from insync_proxy.proxy.datapath.capture import FrameCapture
 from insync_proxy.proxy.datapath.cluster_view import ClusterView
 from insync_proxy.proxy.datapath.connection import ClientConnection, ConnectionSettings
-from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourRegistry
+from insync_proxy.proxy.datapath.exchange import BehaviourBase, BehaviourRegistry
 from insync_proxy.proxy.datapath.listeners import Listeners
 from insync_proxy.proxy.datapath.observer import ExchangeObserver
 from insync_proxy.proxy.observability.admin import AdminServer
@@ -102,7 +102,7 @@ class InsyncProxy:
         #: What /readyz said when last looked at: the "ready" / "not ready" log lines follow its turns.
         self._was_ready = False
 
-    def _behaviours(self) -> list[Behaviour]:
+    def _behaviours(self) -> list[BehaviourBase]:
         """Every behaviour, in the order they see an exchange."""
         context = BehaviourContext(
             cluster_view=self.cluster_view, min_insync=self.min_insync, metrics=self.metrics, audit=self.audit,

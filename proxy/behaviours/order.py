@@ -20,7 +20,7 @@ from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
-from insync_proxy.proxy.datapath.exchange import Behaviour
+from insync_proxy.proxy.datapath.exchange import BehaviourBase
 
 __all__ = ["ORDER", "in_order"]
 
@@ -37,9 +37,9 @@ ORDER: Final[tuple[type, ...]] = (
 )
 
 
-def in_order(behaviours: Iterable[Behaviour]) -> list[Behaviour]:
+def in_order(behaviours: Iterable[BehaviourBase]) -> list[BehaviourBase]:
     """`behaviours` sorted into `ORDER`; at most one of each class, and only classes `ORDER` names."""
-    ranked: dict[int, Behaviour] = {}
+    ranked: dict[int, BehaviourBase] = {}
     for behaviour in behaviours:
         kind = type(behaviour)
         rank = next((i for i, cls in enumerate(ORDER) if kind is cls), None)

@@ -18,12 +18,19 @@ import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from insync_proxy.proxy.datapath.budget import BudgetAccount, MemoryBudget
 from insync_proxy.proxy.datapath.connect_failures import ConnectFailures
-from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore, CoreObserver
-from insync_proxy.proxy.datapath.exchange import BehaviourRegistry, Exchange, Frame, ListenerSettings
+from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM, CloseReason, ConnectionCore
+from insync_proxy.proxy.datapath.exchange import (
+    BehaviourRegistry,
+    CoreObserver,
+    Exchange,
+    Frame,
+    ListenerSettings,
+)
+from insync_proxy.proxy.datapath.reads import ReadBuffer
 from insync_proxy.proxy.observability.logs import (
     BAD_FRAME,
     BROKER_CLOSED,
@@ -98,94 +105,6 @@ class ConnectionSettings:
             self.refresh_budget_soon()
 
 
-class ReadBuffer:
-    """How the process reads its sockets. While the memory budget has room for a whole read (the event loops'
-    own: 256 KiB), every side is read as a plain protocol: the loop reads into its own buffer and hands over a
-    copy (data_received), one call per read and nothing else. Once the room is gone, every side is read through
-    its `SizedReads`, a buffered protocol: each read lands in the process's one read buffer, as large as the
-    budget allows (`MemoryBudget.read_size`), and is copied out before the next read (the copy uvloop makes of
-    its own buffer for a plain protocol: exactly the bytes read, so a write buffer holding part of it keeps no
-    more alive than the read). The budget says when to switch (`MemoryBudget.watch_room`), before the next read.
-    The event loop reads one socket at a time and hands each read over at once, so one buffer serves every
-    connection."""
-
-    __slots__ = ("budget", "sides", "sized", "view", "whole")
-
-    def __init__(self, budget: MemoryBudget) -> None:
-        self.budget = budget
-        self.whole = budget.read_bytes
-        self.view = memoryview(bytearray(self.whole))
-        #: The sides open now (each one's protocol is switched when the budget's room comes or goes).
-        self.sides: set[ReadingSide] = set()
-        self.sized = not budget.watch_room(self._room)
-
-    def opened(self, side: ReadingSide) -> None:
-        """A side's transport is there (connection_made): read it as the budget's room says, from the first read."""
-        self.sides.add(side)
-        if self.sized:
-            side.transport.set_protocol(SizedReads(side, self))
-
-    def closed(self, side: ReadingSide) -> None:
-        self.sides.discard(side)
-
-    def _room(self, whole: bool) -> None:
-        """The budget's room for a whole read went (every side's next read is sized) or came back (read whole)."""
-        self.sized = not whole
-        for side in list(self.sides):
-            transport = side.transport
-            if transport is not None and not side.closed:
-                transport.set_protocol(side if whole else SizedReads(side, self))
-
-    def get(self) -> memoryview:
-        """Where the next read goes (the protocol's get_buffer): all of it, or its start when the budget is tight."""
-        size = self.budget.read_size()
-        return self.view if size >= self.whole else self.view[:size]
-
-    def take(self, nbytes: int) -> bytes:
-        """The bytes just read (the protocol's buffer_updated), before the buffer is read into again."""
-        return self.view[:nbytes].tobytes()
-
-
-class ReadingSide(Protocol):
-    """What `ReadBuffer` switches: a connection side (a plain protocol) and its transport."""
-
-    transport: Any
-    closed: bool
-
-    def data_received(self, data: bytes) -> None: ...
-    def pause_writing(self) -> None: ...
-    def resume_writing(self) -> None: ...
-    def eof_received(self) -> bool | None: ...
-    def connection_lost(self, exc: Exception | None) -> None: ...
-
-
-class SizedReads(asyncio.BufferedProtocol):
-    """A side's protocol while the memory budget is tight: reads sized by the budget into the process's read
-    buffer, each copied out and handed to the side; every other call of the transport goes to the side."""
-
-    def __init__(self, side: ReadingSide, reads: ReadBuffer) -> None:
-        self.side = side
-        self.reads = reads
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.reads.get()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.side.data_received(self.reads.take(nbytes))
-
-    def pause_writing(self) -> None:
-        self.side.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.side.resume_writing()
-
-    def eof_received(self) -> bool | None:
-        return self.side.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.side.connection_lost(exc)
-
-
 class OpenConnections:
     """Client connections open now on one listener group (its max_connections counts them)."""
 
@@ -196,19 +115,23 @@ class OpenConnections:
 
 
 class WriteBuffer:
-    """One transport's write buffer as an account of the memory budget (proxy/datapath/budget.py's `BufferIO`)."""
+    """One transport's write buffer as an account of the memory budget (proxy/datapath/budget.py's `BufferIO`), and
+    the transport's write calls, bound once (a call by name on the untyped transport looks the method up each time)."""
 
-    __slots__ = ("account", "ceiling", "settings", "transport")
+    __slots__ = ("account", "ceiling", "settings", "size", "transport", "write", "writelines")
 
     def __init__(self, settings: ConnectionSettings, transport: Any) -> None:
         self.settings = settings
         self.transport = transport
+        self.write: Callable[[Frame], None] = transport.write
+        self.writelines: Callable[[tuple[Frame, ...]], None] = transport.writelines
+        self.size: Callable[[], int] = transport.get_write_buffer_size
         self.ceiling = settings.budget.per_connection_bytes
         transport.set_write_buffer_limits(self.ceiling, self.ceiling // 4)
         self.account: BudgetAccount = settings.budget.account(self)
 
     def buffered(self) -> int:
-        return int(self.transport.get_write_buffer_size())
+        return int(self.size())
 
     def hold(self) -> None:
         # A high-water mark of 0: the transport pauses its protocol now (it holds bytes), which stops the
@@ -220,7 +143,7 @@ class WriteBuffer:
 
     def written(self) -> None:
         """After a write: report what the buffer holds (nothing, when the socket took it all: no work)."""
-        held = self.transport.get_write_buffer_size()
+        held = self.size()
         if held or self.account.held:
             self.account.update(held)
             if held:
@@ -231,17 +154,15 @@ class WriteBuffer:
         self.account.update(self.buffered())
 
 
-def _write(transport: Any, data: tuple[Frame, ...], counter: LockFreeCounterChild, buffer: WriteBuffer | None
-           ) -> None:
+def _write(buffer: WriteBuffer, data: tuple[Frame, ...], counter: LockFreeCounterChild) -> None:
     """One write of one or more buffers: uvloop sends a list in one writev, without joining it."""
     if len(data) == 1:
-        transport.write(data[0])
+        buffer.write(data[0])
         counter.inc(len(data[0]))
     else:
-        transport.writelines(data)
+        buffer.writelines(data)
         counter.inc(sum(len(d) for d in data))
-    if buffer is not None:
-        buffer.written()
+    buffer.written()
 
 
 class ClientConnection(asyncio.Protocol):
@@ -282,13 +203,13 @@ class ClientConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ ConnectionIO
     def write_client(self, *data: Frame) -> None:
-        if self.transport is not None and not self.closed:
-            _write(self.transport, data, self._bytes_out, self.write_buffer)
+        if self.write_buffer is not None and not self.closed:
+            _write(self.write_buffer, data, self._bytes_out)
 
     def write_upstream(self, *data: Frame) -> None:
         upstream = self.upstream
-        if upstream is not None and upstream.transport is not None and not upstream.closed:
-            _write(upstream.transport, data, upstream._bytes_out, upstream.write_buffer)  # its write(), one call less
+        if upstream is not None and upstream.write_buffer is not None and not upstream.closed:
+            _write(upstream.write_buffer, data, upstream._bytes_out)  # its write(), one call less
 
     def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
         task = asyncio.ensure_future(result)
@@ -521,8 +442,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.client.upstream_made(self)
 
     def write(self, *data: Frame) -> None:
-        if self.transport is not None and not self.closed:
-            _write(self.transport, data, self._bytes_out, self.write_buffer)
+        if self.write_buffer is not None and not self.closed:
+            _write(self.write_buffer, data, self._bytes_out)
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the broker (one read: the event loop's, or a `SizedReads`' copy)."""

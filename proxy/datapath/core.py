@@ -14,7 +14,7 @@ as it came, instead of a syscall per frame. A frame forwarded unchanged goes out
 included (a view of the bytes read: no copy).
 
 Cut-through: a large response whose end has not arrived yet goes to the client as it arrives, when it
-is next in the client's order and no behaviour needs it whole (`Behaviour.response_stream`): no
+is next in the client's order and no behaviour needs it whole (`BehaviourBase.response_stream`): no
 reassembly, no copy. Everything behind it waits its turn as for any other response. Likewise a large
 request for whose API no behaviour is registered goes upstream as it arrives.
 """
@@ -37,8 +37,9 @@ from insync_proxy.proxy.datapath.exchange import (
     FORWARD_WITHOUT_RESPONSE_KIND,
     RESPOND_KIND,
     WAIT_KIND,
-    Behaviour,
+    BehaviourBase,
     BehaviourRegistry,
+    CoreObserver,
     Exchange,
     Frame,
     ListenerSettings,
@@ -89,30 +90,8 @@ class ConnectionIO(Protocol):
         """Close both sides; called once."""
 
 
-class CoreObserver(Protocol):
-    """Per-exchange observations (metrics, debug capture); the core works without knowing which."""
-
-    def request_received(self, exchange: Exchange) -> None: ...
-
-    def upstream_answered(self, exchange: Exchange, frame: memoryview, seconds: float) -> None:
-        """The broker's response started (`frame`: the whole response, or the first bytes of one cut
-        through, unless the core was built with `observe_whole_frames`)."""
-
-    def response_written(self, exchange: Exchange, payload: Frame, seconds: float) -> None:
-        """The whole response went to the client (`payload`: as `upstream_answered`'s frame)."""
-
-
-class NoObserver:
+class NoObserver(CoreObserver):
     """Observes nothing (tests, tools)."""
-
-    def request_received(self, exchange: Exchange) -> None:
-        return None
-
-    def upstream_answered(self, exchange: Exchange, frame: memoryview, seconds: float) -> None:
-        return None
-
-    def response_written(self, exchange: Exchange, payload: Frame, seconds: float) -> None:
-        return None
 
 
 def frame_error_kind(exc: ProtocolError) -> str:
@@ -143,6 +122,10 @@ class ConnectionCore:
         self.registry = registry
         self.listener = listener
         self.io = io
+        # The two writes every exchange makes, bound once: a call through the `ConnectionIO` protocol looks the
+        # method up by name each time (compiled, hundreds of instructions a call).
+        self._write_client: Callable[..., None] = io.write_client
+        self._write_upstream: Callable[..., None] = io.write_upstream
         self.observer: CoreObserver = observer or NoObserver()
         self.clock = clock
         self.observe_whole_frames = observe_whole_frames
@@ -216,9 +199,9 @@ class ConnectionCore:
         to_client, to_upstream = self._to_client, self._to_upstream
         self._to_client = self._to_upstream = None
         if to_upstream:
-            self.io.write_upstream(*to_upstream)
+            self._write_upstream(*to_upstream)
         if to_client:
-            self.io.write_client(*to_client)
+            self._write_client(*to_client)
 
     def _send(self, upstream: bool, *data: Frame) -> None:
         """To the broker (`upstream`) or the client: gathered while a chunk is handled, else written at once."""
@@ -226,9 +209,9 @@ class ConnectionCore:
         if gathered is not None:
             gathered.extend(data)
         elif upstream:
-            self.io.write_upstream(*data)
+            self._write_upstream(*data)
         else:
-            self.io.write_client(*data)
+            self._write_client(*data)
 
     def _on_request(self, frame: memoryview, framed: memoryview | None = None) -> None:
         """A whole request; `framed`: the same bytes with their size prefix, as they came."""
@@ -340,7 +323,7 @@ class ConnectionCore:
         if through is not None and through.plain and len(data) < stream.passing:
             # The middle of a response passing untouched: straight on (the hot path of a large Fetch).
             stream.passing -= len(data)
-            self.io.write_client(data)
+            self._write_client(data)
             return
         self._handle_chunk(data, stream, False)
 
@@ -519,7 +502,7 @@ class ConnectionCore:
             self._close(CloseReason("drained"))
 
     def _completed(self, exchange: Exchange, latency: float | None) -> None:
-        behaviours: list[Behaviour] | None = self.registry.completions.get(exchange.api_key)
+        behaviours: list[BehaviourBase] | None = self.registry.completions.get(exchange.api_key)
         if behaviours:
             for behaviour in behaviours:
                 behaviour.on_complete(exchange, latency)

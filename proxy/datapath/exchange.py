@@ -258,61 +258,65 @@ class ResponseTap(Protocol):
 StreamVerdict = bool | ResponseTap
 
 
-class Behaviour(Protocol):
-    """What the connection core calls; each implementation registers for the keys it touches."""
-
-    request_keys: ClassVar[frozenset[int]]
-    response_keys: ClassVar[frozenset[int]]
-    complete_keys: ClassVar[frozenset[int]]
-
-    def on_request(self, exchange: Exchange) -> RequestResult:
-        """What happens to a request before it goes upstream (`RequestResult`: `FORWARD` as it stands, `forward`
-        something else, `respond` now, `wait` for a lookup first: the connection's later requests wait behind it,
-        so the broker sees them in the client's order)."""
-
-    def on_response(self, exchange: Exchange, frame: Frame) -> ResponseResult:
-        """Turn the broker's response frame (header + body) into the client's."""
-
-    def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
-        """The response was written to the client (latency known), or an acks=0 request was forwarded
-        (no response will come: latency None)."""
-
-    def response_stream(self, exchange: Exchange) -> StreamVerdict:
-        """May this exchange's response pass through to the client as it arrives (cut-through), before
-        it is whole? Asked only for responses of this behaviour's `response_keys`, once their size and
-        correlation id are known and they are next in the client's order. False: give me the whole
-        frame (`on_response`); True: I leave it as it is; a `ResponseTap`: I watch its bytes."""
-
-
 @mypyc_attr(allow_interpreted_subclasses=True)  # behaviours outside the compiled set (scripts/compile)
 class BehaviourBase:
-    """Defaults: touch nothing."""
+    """What the connection core calls; each behaviour subclasses it and registers for the keys it touches. The
+    defaults touch nothing. A native class when compiled: the core calls its methods through the class's vtable,
+    not by name (a Protocol-typed call is a lookup by name per call, hundreds of instructions each)."""
 
     request_keys: ClassVar[frozenset[int]] = frozenset()
     response_keys: ClassVar[frozenset[int]] = frozenset()
     complete_keys: ClassVar[frozenset[int]] = frozenset()
 
     def on_request(self, exchange: Exchange) -> RequestResult:
+        """What happens to a request before it goes upstream (`RequestResult`: `FORWARD` as it stands, `forward`
+        something else, `respond` now, `wait` for a lookup first: the connection's later requests wait behind it,
+        so the broker sees them in the client's order)."""
         return FORWARD
 
     def on_response(self, exchange: Exchange, frame: Frame) -> ResponseResult:
+        """Turn the broker's response frame (header + body) into the client's."""
         return frame
 
     def on_complete(self, exchange: Exchange, latency_seconds: float | None) -> None:
+        """The response was written to the client (latency known), or an acks=0 request was forwarded
+        (no response will come: latency None)."""
         return None
 
     def response_stream(self, exchange: Exchange) -> StreamVerdict:
+        """May this exchange's response pass through to the client as it arrives (cut-through), before
+        it is whole? Asked only for responses of this behaviour's `response_keys`, once their size and
+        correlation id are known and they are next in the client's order. False: give me the whole
+        frame (`on_response`); True: I leave it as it is; a `ResponseTap`: I watch its bytes."""
         return False
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # observers outside the compiled set (tests)
+class CoreObserver:
+    """Per-exchange observations (metrics, debug capture); the core works without knowing which. The defaults
+    observe nothing; a native class when compiled, as `BehaviourBase` is."""
+
+    def request_received(self, exchange: Exchange) -> None:
+        return None
+
+    def upstream_answered(self, exchange: Exchange, frame: memoryview, seconds: float) -> None:
+        """The broker's response started (`frame`: the whole response, or the first bytes of one cut
+        through, unless the core was built with `observe_whole_frames`)."""
+        return None
+
+    def response_written(self, exchange: Exchange, payload: Frame, seconds: float) -> None:
+        """The whole response went to the client (`payload`: as `upstream_answered`'s frame)."""
+        return None
 
 
 class BehaviourRegistry:
     """API key -> the behaviours registered for its requests / responses / completions, in order."""
 
-    def __init__(self, behaviours: list[Behaviour]) -> None:
+    def __init__(self, behaviours: list[BehaviourBase]) -> None:
         self.behaviours = behaviours
-        self.requests: dict[int, list[Behaviour]] = {}
-        self.responses: dict[int, list[Behaviour]] = {}
-        self.completions: dict[int, list[Behaviour]] = {}
+        self.requests: dict[int, list[BehaviourBase]] = {}
+        self.responses: dict[int, list[BehaviourBase]] = {}
+        self.completions: dict[int, list[BehaviourBase]] = {}
         # Keyed by plain ints: behaviours name their keys as ApiKey members, whose hash is the int's but whose
         # identity is not, so every lookup by a request's int key would end in a rich comparison.
         for b in behaviours:

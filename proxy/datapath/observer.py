@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from insync_proxy.proxy.datapath.capture import FrameCapture
-from insync_proxy.proxy.datapath.exchange import Exchange, Frame, api_name
+from insync_proxy.proxy.datapath.exchange import CoreObserver, Exchange, Frame, api_name
 from insync_proxy.proxy.observability.metrics import (
     LockFreeCounterChild,
     LockFreeHistogram,
@@ -18,7 +18,7 @@ from insync_proxy.proxy.observability.metrics import (
 log: Final = logging.getLogger("insync_proxy")
 
 
-class ExchangeObserver:
+class ExchangeObserver(CoreObserver):
     """The connection core's observer: Prometheus series per API (children cached), and debug aids."""
 
     def __init__(

@@ -22,6 +22,7 @@ from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM
 from insync_proxy.proxy.datapath.exchange import (
     FORWARD_WITHOUT_RESPONSE,
     BehaviourBase,
+    CoreObserver,
     Exchange,
     Frame,
     RequestResult,
@@ -249,7 +250,7 @@ def big_body(seed: int, size: int = BIG) -> bytes:
     return bytes((seed + i) % 251 for i in range(size))
 
 
-class RecordingObserver:
+class RecordingObserver(CoreObserver):
     def __init__(self) -> None:
         self.events: list[tuple[str, int, bytes, float]] = []
 

@@ -22,7 +22,7 @@ from insync_proxy.protocol import (
 )
 from insync_proxy.proxy.config.settings import AuditConfig, ListenerConfig, ProxyConfig
 from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES, MemoryBudget
-from insync_proxy.proxy.datapath.connection import ReadBuffer
+from insync_proxy.proxy.datapath.reads import ReadBuffer
 from insync_proxy.proxy.server import InsyncProxy
 from tests.unit.pipeline_broker import FakeBroker, RawResponse
 

@@ -6,9 +6,10 @@ import random
 from typing import Any
 
 from insync_proxy.proxy.datapath.budget import MIN_READ_BYTES, READ_BYTES, MemoryBudget
-from insync_proxy.proxy.datapath.connection import ConnectionSettings, ReadBuffer, SizedReads, WriteBuffer
+from insync_proxy.proxy.datapath.connection import ConnectionSettings, WriteBuffer
 from insync_proxy.proxy.datapath.core import NoObserver
 from insync_proxy.proxy.datapath.exchange import BehaviourRegistry
+from insync_proxy.proxy.datapath.reads import ReadBuffer, SizedReads
 from insync_proxy.proxy.observability.metrics import ProxyMetrics
 
 KIB = 1024
@@ -214,6 +215,9 @@ class FakeTransport:
     def write(self, data: bytes) -> None:
         self.size += len(data)  # the peer reads nothing
         self._maybe_pause()
+
+    def writelines(self, data: tuple[bytes, ...]) -> None:
+        self.write(b"".join(data))
 
     def drain(self, n: int) -> None:
         """The peer read n bytes."""

@@ -30,10 +30,10 @@ from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
 from insync_proxy.proxy.behaviours.produce_exchange import ProduceExchange, produce_exchange
 from insync_proxy.proxy.behaviours.topic_ids import TopicIdResolution
 from insync_proxy.proxy.datapath.core import ConnectionCore
-from insync_proxy.proxy.datapath.exchange import Behaviour, BehaviourBase, BehaviourRegistry, Exchange
+from insync_proxy.proxy.datapath.exchange import BehaviourBase, BehaviourRegistry, Exchange
 
 
-def alone(side: Sidecar, *behaviours: Behaviour) -> tuple[ConnectionCore, RecordingIO]:
+def alone(side: Sidecar, *behaviours: BehaviourBase) -> tuple[ConnectionCore, RecordingIO]:
     """A connection whose Produce requests go through these behaviours only (the Sidecar's view and metrics)."""
     io = RecordingIO()
     return ConnectionCore(BehaviourRegistry(list(behaviours)), LISTENER, io, max_frame_bytes=1 << 20), io
