@@ -1,5 +1,5 @@
 """The walks the hot path runs, from the specs: a capture IR beside walkers.py's skip `Op`s, emitted as Python (into
-protocol/kafka_walkers.py) and as C (protocol/_wire_walkers.h, included by protocol/_wire.c).
+protocol/kafka_walkers.py) and, the Produce walks, as C (protocol/_wire_walkers.h, included by protocol/_wire.c).
 
 config.CAPTURED_WALKS says, per message, where a walk starts and stops, which fields it captures and where its hooks
 are; the specs say the rest: which field exists at which version, its type, compact or not, tagged fields. For every
@@ -8,8 +8,8 @@ skip functions), and each distinct tree becomes one straight-line function, name
 it, in both languages:
 
 * Python ``walk_<message>_v<N>(buf, pos, hooks) -> end`` and ``<MESSAGE>_WALK`` per version; the hooks are the methods
-  of the generated ``<Message>Hooks`` class, which the hand-written walks (protocol/produce.py) implement: the
-  Python objects they build, their error messages, the record-batch header peek.
+  of the generated ``<Message>Hooks`` class, which the hand-written walks (protocol/produce.py, metadata_scan.py)
+  implement: the Python objects they build, their error messages, the record-batch header peek.
 * C ``walk_<message>_v<N>(f, pos, w)`` and ``walk_<message>(version, f, pos, w)``; the hooks are static functions of
   protocol/_wire.c, declared here so that a signature that drifts fails the build. A C walk returns 0 (walked), -1
   (left to the Python walk: anything cut, a non-empty tagged-field section, elements of an array of structs it skips)
@@ -22,6 +22,19 @@ run started; a hook that waits for a non-zero field tests its bytes first, and a
 when one of them is called. An element whose flexible tail is fields with one-byte empty forms (an empty array, a null
 string, no tagged fields) is tested for those bytes in one comparison before the general path: every acknowledged
 Produce partition ends in ``1, 0, 0``.
+
+The Metadata scan's walk (Python only: config.CAPTURED_WALKS' ``c``) adds what a scan needs, each resolved per version
+like the rest: captured strings (None where null, a version allowing it), uuids, bools (checked 0 or 1), int arrays (a
+precompiled struct per length up to 15) and tagged ints (tag 637, ``min_insync_replicas``, read from the tagged
+fields); a field a version lacks is handed its default, so the hooks are the same for every version; ``spans``: where a
+run of fields starts and ends (a broker's host and port, the controller id); a captured array of structs (a topic's
+partitions) is skipped by an elements walk of its own, ``walk_<message>_<field>_v<N>(buf, pos, count, starts)``,
+which appends each element's start to ``starts`` when given (the splice's offsets), its count and span handed to the
+hook; ``rows``: the same elements read on demand, ``read_<message>_<field>_v<N>(buf, pos, count, starts)``, as a
+NamedTuple of their captures; ``steps``: the top-level array a caller walks a few elements at a time, which cuts the
+walk in three: ``walk_<message>_v<N>`` from the body's start to that array's elements (its count read;
+``<message>_head`` hook), ``walk_<message>_<field>_v<N>(buf, pos, count, hooks, offsets)`` over ``count`` of them,
+``walk_<message>_after_<field>_v<N>`` after them (the ``<message>`` hook).
 """
 
 from __future__ import annotations

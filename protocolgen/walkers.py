@@ -19,7 +19,8 @@ For every struct of a walked message (config.WALKED_MESSAGES) and every version 
   the field is not on the wire).
 
 Then, at the module's end, the walks of config.CAPTURED_WALKS (protocolgen/captures.py: the Produce request and
-response walks with their hooks classes, and the walk to a request's acks), which name these skip functions.
+response walks with their hooks classes, and the walk to a request's acks; the Metadata scan's walks in steps, its
+partitions' walk and read), which name these skip functions.
 """
 
 from __future__ import annotations
