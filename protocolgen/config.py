@@ -47,14 +47,20 @@ WALKED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "ShareAcknowledgeResponse": ("NodeEndpoints",),
 }
 
-#: The walks every Produce exchange runs, generated as Python (protocol/kafka_walkers.py) and as C
+#: The walks the hot path runs, generated as Python (protocol/kafka_walkers.py) and, the Produce ones, as C
 #: (protocol/_wire_walkers.h) from the same specs (protocolgen/captures.py). Per message: the top-level field the walk
 #: starts at and the one it stops before (None: the body's start, its end); the fields whose values it captures, per
 #: struct by its path of array fields ("" the message itself; "mapKey" the field the spec marks as naming the
-#: element: a topic's name, or its topic id from the version that has one); the structs whose hook it calls at the
-#: end of each element, with their own and their enclosing structs' captures; the captured int field a hook waits
-#: for to be non-zero (others are called for every element); the arrays whose elements it counts for the message's
-#: hook; and the top-level fields whose start a walk from the body's start finds (``<message>_<field>_at``).
+#: element: a topic's name, or its topic id from the version that has one; a field a version lacks is handed its
+#: default; a tagged field is read from the tagged fields; an array of structs captured is skipped by an elements walk
+#: of its own, its count and its elements' span handed over, their starts recorded on request); the structs whose
+#: hook it calls at the end of each element, with their own and their enclosing structs' captures; the captured int
+#: field a hook waits for to be non-zero (others are called for every element); the arrays whose elements it counts
+#: for the message's hook; the top-level fields whose start a walk from the body's start finds
+#: (``<message>_<field>_at``); ``spans``: per struct, (first field, last field) pairs whose bytes' start and end the
+#: hook gets; ``steps``: the top-level array a caller walks a few elements at a time (the walk is cut before its
+#: elements and after them); ``rows``: captured arrays read on demand (``read_<message>_<field>_v<N>``), with the
+#: NamedTuple their rows are; ``hooked_by``: the module implementing the hooks; ``c``: emitted in C too.
 CAPTURED_WALKS: Final[dict[str, dict[str, object]]] = {
     "ProduceRequest": {
         "start": "Acks", "stop": None,
@@ -64,6 +70,7 @@ CAPTURED_WALKS: Final[dict[str, dict[str, object]]] = {
         "when": {},
         "counts": (),
         "at": ("Acks",),
+        "hooked_by": "protocol/produce.py",
     },
     "ProduceResponse": {
         "start": None, "stop": "ThrottleTimeMs",
@@ -72,6 +79,27 @@ CAPTURED_WALKS: Final[dict[str, dict[str, object]]] = {
         "when": {"Responses.PartitionResponses": "ErrorCode"},
         "counts": ("Responses.PartitionResponses",),
         "at": (),
+        "hooked_by": "protocol/produce.py",
+    },
+    # The scan of protocol/metadata_scan.py: brokers, cluster fields, each topic's head (tag 637 from its tagged
+    # fields), its partitions skipped (their starts recorded for the splice when asked) or read on demand as rows.
+    "MetadataResponse": {
+        "start": None, "stop": None,
+        "captures": {"": ("ThrottleTimeMs", "ClusterId", "ControllerId", "ClusterAuthorizedOperations", "ErrorCode"),
+                     "Brokers": ("NodeId", "Host", "Port", "Rack"),
+                     "Topics": ("ErrorCode", "Name", "TopicId", "IsInternal", "Partitions", "TopicAuthorizedOperations",
+                                "MinInsyncReplicas"),
+                     "Topics.Partitions": ("PartitionIndex", "ErrorCode", "LeaderId", "LeaderEpoch", "ReplicaNodes",
+                                           "IsrNodes", "OfflineReplicas")},
+        "spans": {"": (("ControllerId", "ControllerId"),), "Brokers": (("Host", "Port"),)},
+        "hooks": ("", "Brokers", "Topics"),
+        "when": {},
+        "counts": (),
+        "at": (),
+        "steps": "Topics",
+        "rows": {"Topics.Partitions": "ScannedPartition"},
+        "hooked_by": "protocol/metadata_scan.py",
+        "c": False,
     },
 }
 

@@ -1,7 +1,7 @@
 """The generated protocol modules are what the generator makes from the committed Kafka specs.
 
 protocol/kafka_messages.py (message classes and their registry by API key), protocol/kafka_versions.py
-(the walkers' version facts), protocol/kafka_walkers.py (skip functions and the Produce walks) and
+(the walkers' version facts), protocol/kafka_walkers.py (skip functions, the Produce walks and the Metadata scan's) and
 protocol/_wire_walkers.h (the same Produce walks in C, for the compiled core) are written by protocolgen (scripts/generate-protocol) from
 protocolgen/specs/ (Kafka's JSON message specs) and protocolgen/config.py (the caps and the few facts the
 specs do not say). Nobody edits them by hand: regenerating changes nothing.
@@ -118,6 +118,38 @@ def test_a_spec_change_reaches_the_produce_walks_in_python_and_in_c() -> None:
     assert "if (pos + 34 > f->n) return -1; /* index, error_code, base_offset, log_append_time_ms, new_field, " \
            "log_start_offset */" in c13
     assert "case 9: case 10: case 11: case 12:\n        return walk_produce_response_v9(f, pos, w);" in header
+
+
+def test_a_spec_change_reaches_the_metadata_walks() -> None:
+    # Given Kafka's specs where a Metadata answer's partition gains an int32 in v13 (as a new Kafka release may)
+    specs = committed_specs()
+    metadata = specs["MetadataResponse.json"]
+    anchor = '{ "name": "ReplicaNodes", "type": "[]int32", "versions": "0+", "entityType": "brokerId",'
+    assert anchor in metadata
+    specs["MetadataResponse.json"] = metadata.replace(
+        anchor, '{ "name": "NewField", "type": "int32", "versions": "13+", "about": "new" },\n' + anchor)
+    # When the modules are generated
+    walkers = generate(specs)[WALKERS_OUT]
+    # Then v13 has partition walks of their own (the skip and the read), the fixed head 4 bytes longer, and the tables
+    # say so; v9-v12 stay as they were
+    for kind in ("walk", "read"):
+        v13 = walkers[walkers.index(f"def {kind}_metadata_response_partitions_v13("):]
+        assert "pos += 18  # error_code, partition_index, leader_id, leader_epoch, new_field" in v13
+        assert f"{kind}_metadata_response_partitions_v9, {kind}_metadata_response_partitions_v13,)" in walkers
+    assert "def walk_metadata_response_topics_v13(" in walkers
+
+
+def test_check_fails_when_the_generated_metadata_walks_were_edited(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a copy of the repository's outputs in which someone edited the Metadata scan's walks by hand
+    _copy_outputs(tmp_path)
+    walkers = tmp_path / WALKERS_OUT
+    text = walkers.read_text()
+    assert "        pos += 4 * n - 3\n" in text
+    walkers.write_text(text.replace("        pos += 4 * n - 3\n", "        pos += 4 * n - 2\n", 1))
+    # Then --check fails and shows the line
+    assert main(["--check", "--out", str(tmp_path)]) == 1
+    assert re.search(r"^-\s+pos \+= 4 \* n - 2$", capsys.readouterr().out, re.M)
 
 
 def test_check_fails_when_the_generated_c_walks_were_edited(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

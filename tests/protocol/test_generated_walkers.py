@@ -2,12 +2,14 @@
 to the caps: random messages of the generated classes, encoded by the codec, are skipped whole by the message's skip
 function, and its top-level tagged fields start where the codec wrote them; the Produce walks (config.CAPTURED_WALKS)
 hand their hooks every captured value where the codec wrote it, every version (their C twins, protocol/_wire_walkers.h:
-tests/protocol/test_wire_core.py). Regenerating changes nothing (tests/protocol/test_generated.py: scripts/generate-protocol
+tests/protocol/test_wire_core.py), and so do the Metadata scan's walks (the head, the topics in steps, the rest; every
+partition's start recorded, walked and read as a row). Regenerating changes nothing (tests/protocol/test_generated.py: scripts/generate-protocol
 --check covers kafka_walkers.py and _wire_walkers.h too)."""
 
 from __future__ import annotations
 
 import struct
+import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +20,7 @@ from insync_proxy.protocol.errors import MalformedFrame, TruncatedData
 from insync_proxy.protocol.headers import peek_request_header
 from insync_proxy.protocol.kafka_messages import (
     MetadataResponse,
+    MetadataResponseTopic,
     NodeEndpoint,
     ProduceRequest,
     ProduceResponse,
@@ -26,11 +29,12 @@ from insync_proxy.protocol.kafka_messages import (
     TopicProduceData,
 )
 from insync_proxy.protocol.messages import encode_request, encode_response
-from insync_proxy.protocol.primitives import Reader, skip_tagged_fields_at
+from insync_proxy.protocol.primitives import Reader, Writer, skip_tagged_fields_at
 from insync_proxy.protocol.produce import _RequestIndex, _ResponseScan, produce_acks_offset
 from insync_proxy.protocol.schema import Message, decode_struct
 
 from .frames import fetch_response_frame, request_frame
+from .metadata_helpers import as_scanned
 from .schema_gen import message_strategy
 
 #: The walked messages with classes of their own (Fetch has none: its frames come from tests/protocol/frames.py).
@@ -207,3 +211,156 @@ def test_a_null_topics_array_is_refused_by_both_walks() -> None:
         walk(memoryview(null_topics), acks_offset, _RequestIndex(memoryview(null_topics)))
     with pytest.raises(MalformedFrame, match="null responses in ProduceResponse"):
         response_walk(struct.pack(">ii", -1, 0), 0, _ResponseScan())
+
+
+# -- the Metadata scan's walks (config.CAPTURED_WALKS, in steps): every version, against the codec -------------------
+
+METADATA_WALK_VERSIONS = range(MetadataResponse.VALID_VERSIONS[0], MetadataResponse.VALID_VERSIONS[1] + 1)
+
+
+_Broker = tuple[int, str, int, str | None, int, int, int, int, int]
+_Head = tuple[int, str | None, int, int, int, int, int, int]
+_Topic = tuple[int, str | None, uuid.UUID | None, bool, int, int, int, int, int, int, int, int]
+_End = tuple[int, int, int, int, int]
+
+
+class _MetadataCalls(kafka_walkers.MetadataResponseHooks):
+    """Every hook call of the generated Metadata walks, with all it is handed, and their order."""
+
+    __slots__ = ("order", "brokers_", "head", "topics_", "end")
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.brokers_: list[_Broker] = []
+        self.head: list[_Head] = []
+        self.topics_: list[_Topic] = []
+        self.end: list[_End] = []
+
+    def brokers(self, node_id: int, host: str, port: int, rack: str | None, host_start: int, port_end: int,
+                start: int, tags_start: int, end: int) -> None:
+        self.order.append("brokers")
+        self.brokers_.append((node_id, host, port, rack, host_start, port_end, start, tags_start, end))
+
+    def metadata_response_head(self, throttle_time_ms: int, cluster_id: str | None, controller_id: int,
+                               controller_id_start: int, controller_id_end: int, topics_count: int, start: int,
+                               end: int) -> None:
+        self.order.append("head")
+        self.head.append((throttle_time_ms, cluster_id, controller_id, controller_id_start, controller_id_end,
+                          topics_count, start, end))
+
+    def topics(self, error_code: int, name: str | None, topic_id: uuid.UUID | None, is_internal: bool,
+               partitions_count: int, partitions_start: int, partitions_end: int, topic_authorized_operations: int,
+               min_insync_replicas: int, start: int, tags_start: int, end: int) -> None:
+        self.order.append("topics")
+        self.topics_.append((error_code, name, topic_id, is_internal, partitions_count, partitions_start,
+                             partitions_end, topic_authorized_operations, min_insync_replicas, start, tags_start, end))
+
+    def metadata_response(self, cluster_authorized_operations: int, error_code: int, start: int, tags_start: int,
+                          end: int) -> None:
+        self.order.append("end")
+        self.end.append((cluster_authorized_operations, error_code, start, tags_start, end))
+
+
+def _tags_end(frame: bytes, tags_start: int, end: int, flexible: bool) -> None:
+    """A hook's tags_start: the element's tagged fields, which run to its end (its end where it has none)."""
+    assert skip_tagged_fields_at(frame, tags_start) == end if flexible else tags_start == end
+
+
+def test_every_version_of_the_caps_has_its_metadata_walks() -> None:
+    for table in (kafka_walkers.METADATA_RESPONSE_WALK, kafka_walkers.METADATA_RESPONSE_TOPICS_WALK,
+                  kafka_walkers.METADATA_RESPONSE_AFTER_TOPICS_WALK, kafka_walkers.METADATA_RESPONSE_PARTITIONS_WALK,
+                  kafka_walkers.METADATA_RESPONSE_PARTITIONS_READ):
+        assert [v for v, walk in enumerate(table) if walk is not None] == list(METADATA_WALK_VERSIONS)
+
+
+@pytest.mark.parametrize("version", METADATA_WALK_VERSIONS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_the_generated_metadata_walks_capture_what_the_codec_writes(version: int, data: st.DataObject) -> None:
+    # Given any Metadata response of the generated class, encoded by the generic codec (7 bytes before it), and a
+    # number of topics walked per step
+    response = data.draw(message_strategy(MetadataResponse, version))
+    frame = b"\xee" * 7 + encode_response(response, version)
+    flexible = version >= 9
+    step = data.draw(st.integers(1, 3))
+    # When the generated walks of that version run: to the topics, over them a few at a time (offsets recorded), to
+    # the end
+    hooks = _MetadataCalls()
+    walk, topics_walk, after = (kafka_walkers.METADATA_RESPONSE_WALK[version],
+                                kafka_walkers.METADATA_RESPONSE_TOPICS_WALK[version],
+                                kafka_walkers.METADATA_RESPONSE_AFTER_TOPICS_WALK[version])
+    assert walk is not None and topics_walk is not None and after is not None
+    pos = walk(frame, 7, hooks)
+    first_topic = pos
+    offsets: dict[int, list[int]] = {}
+    for done in range(0, len(response.topics), step):
+        pos = topics_walk(frame, pos, min(step, len(response.topics) - done), hooks, offsets)
+    end = after(frame, pos, hooks)
+    # Then the walk reads the whole body, and the hooks saw every captured value where the codec wrote it
+    assert end == len(frame)
+    assert hooks.order == (["brokers"] * len(response.brokers) + ["head"]
+                                                 + ["topics"] * len(response.topics) + ["end"])
+    (throttle, cluster_id, controller_id, controller_start, controller_end, count, start, head_end), = hooks.head
+    assert (throttle, cluster_id, controller_id, count, start, head_end) == (
+        response.throttle_time_ms, response.cluster_id, response.controller_id, len(response.topics), 7, first_topic)
+    if version >= 1:
+        assert (controller_end - controller_start, struct.unpack_from(">i", frame, controller_start)[0]) == (
+            4, response.controller_id)
+    else:
+        assert (controller_start, controller_end) == (-1, -1)
+    position = 7 + (4 if version >= 3 else 0) + (1 if flexible else 4)  # the brokers' count after the throttle time
+    for args, broker in zip(hooks.brokers_, response.brokers, strict=True):
+        node_id, host, port, rack, host_start, port_end, b_start, b_tags, b_end = args
+        assert (node_id, host, port, rack) == (broker.node_id, broker.host, broker.port, broker.rack)
+        assert b_start == position and struct.unpack_from(">i", frame, b_start)[0] == broker.node_id
+        w = Writer()
+        w.string(broker.host, nullable=False, compact=flexible)
+        w.int32(broker.port)
+        assert (host_start, frame[host_start:port_end]) == (b_start + 4, bytes(w.out))
+        _tags_end(frame, b_tags, b_end, flexible)
+        position = b_end
+    position = first_topic
+    for found, topic in zip(hooks.topics_, response.topics, strict=True):
+        (error_code, name, topic_id, is_internal, partitions_count, partitions_start, partitions_end, authorized,
+         min_insync, t_start, t_tags, t_end) = found
+        assert (error_code, name, topic_id, is_internal, partitions_count, authorized, min_insync) == (
+            topic.error_code, topic.name, topic.topic_id if version >= 10 else None, topic.is_internal,
+            len(topic.partitions), topic.topic_authorized_operations, topic.min_insync_replicas)
+        assert t_start == position and struct.unpack_from(">h", frame, t_start)[0] == topic.error_code
+        _tags_end(frame, t_tags, t_end, flexible)
+        position = t_end
+        # the partitions: their starts recorded by the topics' walk, walked and read again from the first
+        partitions_walk = kafka_walkers.METADATA_RESPONSE_PARTITIONS_WALK[version]
+        read = kafka_walkers.METADATA_RESPONSE_PARTITIONS_READ[version]
+        assert partitions_walk is not None and read is not None
+        starts: list[int] = []
+        assert partitions_walk(frame, partitions_start, partitions_count, starts) == partitions_end
+        assert offsets[partitions_start] == starts and len(starts) == len(topic.partitions)
+        read_starts: list[int] = []
+        rows = read(frame, partitions_start, partitions_count, read_starts)
+        assert rows == [as_scanned(p, version) for p in topic.partitions] and read_starts == starts
+        for at, row, partition in zip(starts, rows, topic.partitions, strict=True):
+            # each start is its partition's: its error_code and index there, a read from it gives its row
+            assert struct.unpack_from(">hi", frame, at) == (partition.error_code, partition.partition_index)
+            assert read(frame, at, 1, None) == [row]
+    (cluster_authorized, top_error, after_start, tags, after_end), = hooks.end
+    assert (cluster_authorized, top_error, after_start, after_end) == (
+        response.cluster_authorized_operations, response.error_code, position, len(frame))
+    _tags_end(frame, tags, after_end, flexible)
+
+
+@pytest.mark.parametrize("version", METADATA_WALK_VERSIONS)
+def test_a_null_partitions_array_is_refused_by_the_metadata_walks(version: int) -> None:
+    # Given a Metadata answer whose one topic's partitions array is null (-1, or 0 compact)
+    response = MetadataResponse(topics=(MetadataResponseTopic(name="t"),))
+    frame = encode_response(response, version)
+    hooks = _MetadataCalls()
+    walk, topics_walk = kafka_walkers.METADATA_RESPONSE_WALK[version], kafka_walkers.METADATA_RESPONSE_TOPICS_WALK[version]
+    assert walk is not None and topics_walk is not None
+    first = walk(frame, 0, hooks)
+    topics_walk(frame, first, 1, hooks, None)
+    partitions_start = hooks.topics_[0][5]
+    null = frame[:partitions_start - (1 if version >= 9 else 4)] + (b"\x00" if version >= 9 else b"\xff\xff\xff\xff")
+    # Then the topics' walk refuses it
+    with pytest.raises(MalformedFrame, match="null partitions in MetadataResponse"):
+        topics_walk(null + frame[partitions_start:], first, 1, _MetadataCalls(), None)
