@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
+from mypy_extensions import mypyc_attr
+
 from .errors import MalformedFrame, TruncatedData
 from .primitives import (
     Buffer,
@@ -1700,6 +1702,7 @@ class ScannedPartition(NamedTuple):
     offline_replicas: tuple[int, ...]  # () before v5
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the tests' recording hooks
 class MetadataResponseHooks:
     """What the generated MetadataResponse walks hand over (protocol/metadata_scan.py implements it): each element's method is called
     at its end, after the elements inside it, with its captures and where it starts, its tagged fields start (its

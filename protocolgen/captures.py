@@ -1182,7 +1182,8 @@ def _stepped_hooks(walk: Walk, root: Node) -> list[str]:
     """The hooks class of a walk in steps: each walked element's hook, the head's and the rest's."""
     k, stepped = _stepped(root)
     before = _before(walk, root, stepped)
-    out = [f"class {_hooks_class(walk)}:",
+    out = ["@mypyc_attr(allow_interpreted_subclasses=True)  # the tests' recording hooks",
+           f"class {_hooks_class(walk)}:",
            f'    """What the generated {walk.spec} walks hand over ({walk.hooked_by} implements it): each element\'s method is called',
            "    at its end, after the elements inside it, with its captures and where it starts, its tagged fields start (its",
            f"    end where it has none) and it ends; ``{walk.function}_head`` once its {stepped.what} are counted, ``{walk.function}`` at",

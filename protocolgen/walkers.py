@@ -54,6 +54,8 @@ import uuid
 from collections.abc import Callable
 from typing import {typing}
 
+from mypy_extensions import mypyc_attr
+
 from .errors import MalformedFrame, TruncatedData
 from .primitives import {primitives}
 
