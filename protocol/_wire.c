@@ -1,5 +1,5 @@
 /* The compiled core of the data path's walks: the request header peek, the Produce request walk and the
- * Produce response scan, in C over the frame's bytes (one buffer acquisition per call, no Python object per
+ * Produce response scan, the framing's split of a whole frame, in C over the frame's bytes (one buffer acquisition per call, no Python object per
  * field).
  *
  * Optional: scripts/compile (and the image's compiled wheel) builds it as insync_proxy.protocol._wire; without
@@ -476,6 +476,94 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ framing */
+/* The byte view of a memoryview the framing reads (one dimension of bytes, contiguous), or NULL: any other shape,
+ * or a released view, is left to the Python reader. Read in place: no buffer acquisition. */
+static const Py_buffer *byte_view(PyObject *obj) {
+    if (!PyMemoryView_Check(obj)) return NULL;
+    const PyMemoryViewObject *mv = (const PyMemoryViewObject *)obj;
+    if (mv->flags & _Py_MEMORYVIEW_RELEASED) return NULL;
+    const Py_buffer *b = &mv->view;
+    if (b->ndim != 1 || b->itemsize != 1 || b->suboffsets != NULL || (b->strides != NULL && b->strides[0] != 1))
+        return NULL;
+    return b;
+}
+
+/* view[start:start + length] of a byte view: a new view of the same buffer, as slicing makes it, without the slice
+ * object (the new view's shape is its own: memoryview keeps it in the object). */
+static PyObject *view_slice(PyObject *view, Py_ssize_t start, Py_ssize_t length) {
+    PyObject *sliced = PyMemoryView_FromObject(view);
+    if (sliced == NULL) return NULL;
+    Py_buffer *b = PyMemoryView_GET_BUFFER(sliced);
+    b->buf = (char *)b->buf + start;
+    b->len = length;
+    b->shape[0] = length;
+    return sliced;
+}
+
+PyDoc_STRVAR(split_frame_doc,
+"split_frame(view, pos, max_frame_size) -> (framed, payload, end) | None\n"
+"\n"
+"protocol/framing.py `FrameStream.next` where a whole frame starts at `pos` of a memoryview of bytes: the frame\n"
+"with its size prefix, without it (both views of `view`'s buffer) and where it ends. None: anything else (fewer\n"
+"than 4 bytes, a size out of range or not all there yet, another kind of buffer): the Python reader decides.");
+
+static PyObject *wire_split_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "split_frame(view, pos, max_frame_size)");
+        return NULL;
+    }
+    const Py_buffer *b = byte_view(args[0]);
+    if (b == NULL) Py_RETURN_NONE;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t max_frame_size = PyLong_AsSsize_t(args[2]);
+    if (max_frame_size == -1 && PyErr_Occurred()) return NULL;
+    if (pos < 0 || b->len - pos < 4) Py_RETURN_NONE;
+    int32_t size = be32((const unsigned char *)b->buf + pos);
+    if (size < 0 || size > max_frame_size || size > b->len - pos - 4) Py_RETURN_NONE;
+    PyObject *items[3] = {view_slice(args[0], pos, 4 + (Py_ssize_t)size), view_slice(args[0], pos + 4, size),
+                          PyLong_FromSsize_t(pos + 4 + (Py_ssize_t)size)};
+    return tuple_of(3, items);
+}
+
+PyDoc_STRVAR(int32_at_doc,
+"int32_at(view, pos) -> int | None\n"
+"\n"
+"The big-endian int32 at `pos` of a memoryview of bytes (a frame's size, a correlation id). None: past its end, or\n"
+"another kind of buffer (struct reads it).");
+
+static PyObject *wire_int32_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "int32_at(view, pos)");
+        return NULL;
+    }
+    const Py_buffer *b = byte_view(args[0]);
+    if (b == NULL) Py_RETURN_NONE;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    if (pos < 0 || b->len - pos < 4) Py_RETURN_NONE;
+    return PyLong_FromLong(be32((const unsigned char *)b->buf + pos));
+}
+
+PyDoc_STRVAR(int16_at_doc,
+"int16_at(view, pos) -> int | None\n"
+"\n"
+"The big-endian int16 at `pos` of a memoryview of bytes (a Produce request's acks). None: as `int32_at`.");
+
+static PyObject *wire_int16_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "int16_at(view, pos)");
+        return NULL;
+    }
+    const Py_buffer *b = byte_view(args[0]);
+    if (b == NULL) Py_RETURN_NONE;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    if (pos < 0 || b->len - pos < 2) Py_RETURN_NONE;
+    return PyLong_FromLong(be16((const unsigned char *)b->buf + pos));
+}
+
 /* ------------------------------------------------------------------ the module */
 static PyMethodDef wire_methods[] = {
     {"configure", (PyCFunction)wire_configure, METH_VARARGS, configure_doc},
@@ -487,6 +575,9 @@ static PyMethodDef wire_methods[] = {
      walk_produce_request_doc},
     {"scan_produce_response", (PyCFunction)(void (*)(void))wire_scan_produce_response, METH_FASTCALL,
      scan_produce_response_doc},
+    {"split_frame", (PyCFunction)(void (*)(void))wire_split_frame, METH_FASTCALL, split_frame_doc},
+    {"int32_at", (PyCFunction)(void (*)(void))wire_int32_at, METH_FASTCALL, int32_at_doc},
+    {"int16_at", (PyCFunction)(void (*)(void))wire_int16_at, METH_FASTCALL, int16_at_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from .errors import FrameTooLarge
+from .native import split_frame as _core_split_frame
 from .primitives import Buffer, bytes_view
 
 __all__ = [
@@ -130,7 +131,7 @@ class FrameStream:
     After :class:`~protocol.errors.FrameTooLarge` the stream cannot be resynchronised: close it.
     """
 
-    __slots__ = ("_head", "_missing", "_mv", "_n", "_offer", "_parts", "_pos", "_queued", "_readonly",
+    __slots__ = ("_head", "_missing", "_mv", "_n", "_offer", "_parts", "_pos", "_queued", "_readonly", "_split",
                  "framed", "head_size", "max_frame_size", "pass_from", "passing", "size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, pass_from: int | None = None,
@@ -153,6 +154,8 @@ class FrameStream:
         self._missing = 0
         self._offer: tuple[bytes, int] | None = None  # (bytes from earlier chunks, start in this chunk)
         self._queued: list[memoryview] = []
+        #: The compiled core's split of a whole frame (None: not built), kept here: a module global is a dict lookup.
+        self._split = _core_split_frame
 
     @property
     def buffered(self) -> int:
@@ -226,6 +229,12 @@ class FrameStream:
         head = self._head
         if head:
             return self._continue_head(head, mv, pos, n)
+        if self._split is not None:  # a whole frame, split by the compiled core (protocol/native.py)
+            split = self._split(mv, pos, self.max_frame_size)
+            if split is not None:
+                framed, payload, self._pos = split
+                self.framed = framed
+                return FRAME, payload
         if n - pos < 4:
             head += mv[pos:n]
             self._pos = n

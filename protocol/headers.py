@@ -100,15 +100,17 @@ class RequestHeaderPeeker:
     """``peek_request_header`` for one connection: a client sends the same client id with every request,
     so it is decoded once and reused while its raw bytes stay the same."""
 
-    __slots__ = ("_raw", "_text")
+    __slots__ = ("_core_peek", "_raw", "_text")
 
     def __init__(self) -> None:
         self._raw = b""
         self._text = ""
+        self._core_peek = _core_peek  # kept here: a module global is a dict lookup per use, compiled
 
     def peek(self, frame: Buffer) -> RequestHeaderPeek:
-        if _core_peek is not None:
-            peeked = _core_peek(frame, self._raw)
+        core_peek = self._core_peek
+        if core_peek is not None:
+            peeked = core_peek(frame, self._raw)
             if peeked is not None:  # the compiled core read it (protocol/native.py)
                 api_key, api_version, correlation_id, raw, header_size = peeked
                 client_id: str | None = None

@@ -128,8 +128,9 @@ def produce_acks_offset(frame: Buffer, header_size: int = -1) -> int:
     """
     if header_size < 0:
         return _request_head(frame)[2]
-    if _core_acks_offset is not None:
-        offset = _core_acks_offset(frame, header_size)  # the compiled core (protocol/native.py)
+    core_acks_offset = _core_acks_offset  # one lookup of the module global (a dict lookup each, compiled)
+    if core_acks_offset is not None:
+        offset = core_acks_offset(frame, header_size)  # the compiled core (protocol/native.py)
         if offset >= 0:
             return offset
     version: int
@@ -404,8 +405,9 @@ def produce_partition_records(
     frame's `produce_acks_offset`, when the caller has it already. Raises ProtocolError where a record set's
     batch headers do not read cleanly.
     """
-    if _core_walk_request is not None and acks_offset is not None:
-        walked = _core_walk_request(frame, acks_offset, _topic_id)  # the compiled core (protocol/native.py)
+    core_walk = _core_walk_request  # one lookup of the module global (a dict lookup each, compiled)
+    if core_walk is not None and acks_offset is not None:
+        walked = core_walk(frame, acks_offset, _topic_id)  # the compiled core (protocol/native.py)
         if walked is not None:
             return walked
     out: list[tuple[str | uuid.UUID, int, int, int]] = []
@@ -691,7 +693,8 @@ def scan_produce_response(frame: Buffer, api_version: int) -> ProduceResponseSca
     """One lean walk of a Produce response (header + body): in the common case (no error, no tags) nothing
     is decoded, not even the topic names. Raises ProtocolError when the frame does not read cleanly."""
     failed: list[tuple[str | uuid.UUID, int, int]]
-    scanned = None if _core_scan_response is None else _core_scan_response(frame, api_version)
+    core_scan = _core_scan_response  # one lookup of the module global (a dict lookup each, compiled)
+    scanned = None if core_scan is None else core_scan(frame, api_version)
     if scanned is not None:  # the compiled core walked it: no partition failed (protocol/native.py)
         answered, end = scanned
         failed = []

@@ -35,6 +35,7 @@ from insync_proxy.protocol import (
     produce_acks_offset,
     scan_produce_response,
 )
+from insync_proxy.protocol.native import int16_at as _core_int16_at
 from insync_proxy.protocol.produce import PartitionKey, ProduceRequestIndex, produce_partition_records
 from insync_proxy.proxy.datapath.cluster_view import Readiness
 from insync_proxy.proxy.datapath.exchange import Exchange, Frame
@@ -95,7 +96,9 @@ class ProduceExchange:
         """`header_size`: the request header's size, when read already (the exchange's peek)."""
         self.frame = frame
         self.acks_offset = produce_acks_offset(frame, header_size)
-        self.acks: int = _I16.unpack_from(frame, self.acks_offset)[0]
+        int16_at = _core_int16_at  # the compiled core's (protocol/native.py); one lookup of the module global
+        acks = None if int16_at is None else int16_at(frame, self.acks_offset)
+        self.acks: int = _I16.unpack_from(frame, self.acks_offset)[0] if acks is None else acks
         #: The acks decision's outcome (AcksPolicy's), None when the request went as it came.
         self.decisions: ProduceDecisions | None = None
         self._index: ProduceRequestIndex | None = None

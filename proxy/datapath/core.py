@@ -32,6 +32,7 @@ from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.protocol.errors import FrameTooLarge
 from insync_proxy.protocol.framing import FRAME, PART, FrameStream
 from insync_proxy.protocol.headers import RequestHeaderPeeker
+from insync_proxy.protocol.native import int32_at as _core_int32_at
 from insync_proxy.proxy.datapath.exchange import (
     FORWARD,
     FORWARD_WITHOUT_RESPONSE_KIND,
@@ -126,6 +127,7 @@ class ConnectionCore:
         # method up by name each time (compiled, hundreds of instructions a call).
         self._write_client: Callable[..., None] = io.write_client
         self._write_upstream: Callable[..., None] = io.write_upstream
+        self._int32_at = _core_int32_at  # the compiled core's (None: not built); a module global is a dict lookup
         self.observer: CoreObserver = observer or NoObserver()
         self.clock = clock
         self.observe_whole_frames = observe_whole_frames
@@ -332,7 +334,8 @@ class ConnectionCore:
         if not self.awaiting_upstream:
             raise ProtocolError("broker sent a response nobody asked for")
         exchange = self.awaiting_upstream[0]
-        correlation_id: int = _SIZE.unpack_from(frame, 0)[0]
+        read = None if self._int32_at is None else self._int32_at(frame, 0)  # the compiled core, else struct
+        correlation_id: int = _SIZE.unpack_from(frame, 0)[0] if read is None else read
         if correlation_id != exchange.correlation_id:
             raise ProtocolError(f"broker answered correlation id {correlation_id}, expected {exchange.correlation_id}")
         return exchange

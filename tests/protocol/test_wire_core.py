@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 
 from insync_proxy.protocol import kafka_versions, native
 from insync_proxy.protocol.api_keys import ApiKey
-from insync_proxy.protocol.errors import ProtocolError
+from insync_proxy.protocol.errors import FrameTooLarge, ProtocolError
+from insync_proxy.protocol.framing import FRAME, HEAD, FrameStream
 from insync_proxy.protocol.headers import (
     RequestHeader,
     RequestHeaderPeek,
@@ -314,6 +315,70 @@ def test_the_core_refuses_what_is_not_a_buffer(core: ModuleType) -> None:
     with pytest.raises(TypeError):
         core.peek_request_header(12, b"")
     assert core.scan_produce_response(b"", 99) is None  # a version it does not know: the Python walk says so
+
+
+def _events(stream: FrameStream, chunks: list[bytes], pass_through: bool) -> list[tuple[int, bytes, bytes]]:
+    """Every event of a stream fed these chunks, as bytes (with the frame's `framed` for FRAME events)."""
+    out: list[tuple[int, bytes, bytes]] = []
+    for chunk in chunks:
+        stream.feed(chunk)
+        while (event := stream.next()) is not None:
+            kind, value = event
+            out.append((kind, bytes(value), bytes(stream.framed) if kind == FRAME else b""))
+            if kind == HEAD and pass_through:
+                stream.pass_through()
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=300), max_size=8), cuts=st.lists(st.integers(0, 3000), max_size=6),
+       junk=st.binary(max_size=6), pass_from=st.sampled_from([None, 64]), pass_through=st.booleans())
+def test_the_core_splits_a_stream_as_the_python_reader_does(
+    core: ModuleType, payloads: list[bytes], cuts: list[int], junk: bytes, pass_from: int | None, pass_through: bool,
+) -> None:
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads) + junk
+    bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
+    chunks = [stream[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    results = []
+    for split in (core.split_frame, None):
+        reader = FrameStream(200, pass_from=pass_from)
+        reader._split = split
+        try:
+            results.append((_events(reader, chunks, pass_through), None))
+        except FrameTooLarge as exc:  # a payload over 200 bytes, or junk read as a size
+            results.append(([], str(exc)))
+    assert results[0] == results[1]
+
+
+def test_the_cores_frame_views_are_slices_of_the_chunk(core: ModuleType) -> None:
+    chunk = bytearray(struct.pack(">i", 3) + b"abc" + struct.pack(">i", 0) + b"x")
+    view = memoryview(chunk)
+    framed, payload, end = core.split_frame(view, 0, 100)
+    assert (bytes(framed), bytes(payload), end) == (b"\x00\x00\x00\x03abc", b"abc", 7)
+    assert (payload.nbytes, payload.shape, payload.strides, payload.readonly) == (3, (3,), (1,), False)
+    assert bytes(payload[1:]) == b"bc" and payload.tolist() == list(b"abc") and payload.obj is chunk
+    chunk[4] = ord("A")  # a view, not a copy: what the Python reader's slices are too
+    assert bytes(payload) == b"Abc"
+    empty = core.split_frame(view, 7, 100)
+    assert (bytes(empty[0]), bytes(empty[1]), empty[2]) == (b"\x00" * 4, b"", 11)
+    assert core.split_frame(view, 11, 100) is None  # one byte: not a frame yet
+    assert core.split_frame(view, 0, 2) is None  # over the limit: the Python reader raises its error
+    assert core.split_frame(bytes(chunk), 0, 100) is None  # not a memoryview
+    assert core.split_frame(memoryview(bytes(chunk))[::2], 0, 100) is None  # not contiguous
+    assert core.split_frame(view.cast("B", (3, 4)), 0, 100) is None  # not one dimension
+    view.release()
+    assert bytes(payload) == b"Abc"  # the slices keep the buffer
+    assert core.split_frame(view, 0, 100) is None  # released
+
+
+@given(data=st.binary(max_size=12), pos=st.integers(-2, 14))
+def test_the_cores_int_reads_are_structs(core: ModuleType, data: bytes, pos: int) -> None:
+    view = memoryview(data)
+    for read, fmt in ((core.int32_at, ">i"), (core.int16_at, ">h")):
+        width = struct.calcsize(fmt)
+        expected = struct.unpack_from(fmt, data, pos)[0] if 0 <= pos <= len(data) - width else None
+        assert read(view, pos) == expected
+        assert read(data, pos) is None  # not a memoryview: struct reads it
 
 
 def test_the_build_compiles_the_core() -> None:
