@@ -527,6 +527,13 @@ static PyObject *wire_split_frame(PyObject *self, PyObject *const *args, Py_ssiz
     return tuple_of(3, items);
 }
 
+PyDoc_STRVAR(view_of_doc,
+"view_of(data) -> memoryview\n"
+"\n"
+"memoryview(data), without the type call's argument parsing (protocol/framing.py's view of each read).");
+
+static PyObject *wire_view_of(PyObject *self, PyObject *data) { return PyMemoryView_FromObject(data); }
+
 PyDoc_STRVAR(int32_at_doc,
 "int32_at(view, pos) -> int | None\n"
 "\n"
@@ -576,6 +583,7 @@ static PyMethodDef wire_methods[] = {
     {"scan_produce_response", (PyCFunction)(void (*)(void))wire_scan_produce_response, METH_FASTCALL,
      scan_produce_response_doc},
     {"split_frame", (PyCFunction)(void (*)(void))wire_split_frame, METH_FASTCALL, split_frame_doc},
+    {"view_of", (PyCFunction)wire_view_of, METH_O, view_of_doc},
     {"int32_at", (PyCFunction)(void (*)(void))wire_int32_at, METH_FASTCALL, int32_at_doc},
     {"int16_at", (PyCFunction)(void (*)(void))wire_int16_at, METH_FASTCALL, int16_at_doc},
     {NULL, NULL, 0, NULL},

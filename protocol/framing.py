@@ -10,6 +10,7 @@ from typing import Final
 
 from .errors import FrameTooLarge
 from .native import split_frame as _core_split_frame
+from .native import view_of as _core_view_of
 from .primitives import Buffer, bytes_view
 
 __all__ = [
@@ -132,7 +133,7 @@ class FrameStream:
     """
 
     __slots__ = ("_head", "_missing", "_mv", "_n", "_offer", "_parts", "_pos", "_queued", "_readonly", "_split",
-                 "framed", "head_size", "max_frame_size", "pass_from", "passing", "size")
+                 "_view_of", "framed", "head_size", "max_frame_size", "pass_from", "passing", "size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, pass_from: int | None = None,
                  head_size: int = 4) -> None:
@@ -156,6 +157,7 @@ class FrameStream:
         self._queued: list[memoryview] = []
         #: The compiled core's split of a whole frame (None: not built), kept here: a module global is a dict lookup.
         self._split = _core_split_frame
+        self._view_of = _core_view_of
 
     @property
     def buffered(self) -> int:
@@ -167,7 +169,8 @@ class FrameStream:
     def feed(self, data: Buffer) -> None:
         """The next chunk of the stream; the previous one must have been consumed (`next()` gave None)."""
         if isinstance(data, bytes):  # what a socket read gives: a view of it is the walkers' shape, read-only
-            mv = memoryview(data)
+            view_of = self._view_of
+            mv = memoryview(data) if view_of is None else view_of(data)
             self._readonly = True
         else:
             mv = bytes_view(data)

@@ -24,7 +24,7 @@ from .kafka_versions import (
 from .primitives import Buffer
 
 __all__ = ["WIRE", "configure", "int16_at", "int32_at", "peek_request_header", "produce_acks_offset",
-           "scan_produce_response", "split_frame", "walk_produce_request"]
+           "scan_produce_response", "split_frame", "view_of", "walk_produce_request"]
 
 
 def load() -> ModuleType | None:
@@ -65,6 +65,8 @@ scan_produce_response: Final[Callable[[Buffer, int], tuple[int, int] | None] | N
 #: (framed, payload, end) of the whole frame at a position of a memoryview (protocol/framing.py's fast path).
 split_frame: Final[Callable[[memoryview, int, int], tuple[memoryview, memoryview, int] | None] | None] = (
     None if WIRE is None else WIRE.split_frame)
+#: memoryview(data) without the type call (None: not built).
+view_of: Final[Callable[[bytes], memoryview] | None] = None if WIRE is None else WIRE.view_of
 #: The big-endian int32 / int16 at a position of a memoryview; None where struct must read it.
 int32_at: Final[Callable[[Buffer, int], int | None] | None] = None if WIRE is None else WIRE.int32_at
 int16_at: Final[Callable[[Buffer, int], int | None] | None] = None if WIRE is None else WIRE.int16_at

@@ -371,6 +371,13 @@ def test_the_cores_frame_views_are_slices_of_the_chunk(core: ModuleType) -> None
     assert core.split_frame(view, 0, 100) is None  # released
 
 
+def test_the_cores_view_of_a_read_is_memoryviews(core: ModuleType) -> None:
+    view = core.view_of(b"abc")
+    assert isinstance(view, memoryview) and view.readonly and bytes(view) == b"abc" and view.obj == b"abc"
+    with pytest.raises(TypeError):
+        core.view_of("not bytes")
+
+
 @given(data=st.binary(max_size=12), pos=st.integers(-2, 14))
 def test_the_cores_int_reads_are_structs(core: ModuleType, data: bytes, pos: int) -> None:
     view = memoryview(data)
