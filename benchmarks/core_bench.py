@@ -35,7 +35,7 @@ from insync_proxy.proxy.behaviours.config_changes import TopicConfigWatcher  # n
 from insync_proxy.proxy.behaviours.metadata import MetadataEnricher  # noqa: E402
 from insync_proxy.proxy.behaviours.order import in_order  # noqa: E402
 from insync_proxy.proxy.datapath.core import CloseReason, ConnectionCore  # noqa: E402
-from insync_proxy.proxy.datapath.exchange import BehaviourBase, BehaviourRegistry, Exchange  # noqa: E402
+from insync_proxy.proxy.datapath.exchange import BehaviourBase, BehaviourRegistry, Exchange, Frame  # noqa: E402
 from insync_proxy.proxy.datapath.observer import ExchangeObserver  # noqa: E402
 
 RECORDS, RECORD_SIZE = 16, 1000
@@ -44,10 +44,10 @@ RECORDS, RECORD_SIZE = 16, 1000
 class _NullIO:
     """Writes go nowhere; anything else would be a bug in the benchmark."""
 
-    def write_client(self, *data: object) -> None:
+    def write_client(self, data: list[Frame]) -> None:
         return None
 
-    def write_upstream(self, *data: object) -> None:
+    def write_upstream(self, data: list[Frame]) -> None:
         return None
 
     def run_async(self, exchange: Exchange, result: object) -> None:

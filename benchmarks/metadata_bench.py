@@ -56,10 +56,10 @@ class _IO:
     def __init__(self) -> None:
         self.pending: list[tuple[Exchange, object]] = []
 
-    def write_client(self, *data: Frame) -> None:
+    def write_client(self, data: list[Frame]) -> None:
         pass
 
-    def write_upstream(self, *data: Frame) -> None:
+    def write_upstream(self, data: list[Frame]) -> None:
         pass
 
     def run_async(self, exchange: Exchange, result: object) -> None:

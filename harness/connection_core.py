@@ -43,14 +43,14 @@ class RecordingIO:
         self.pending_async: list[tuple[Exchange, Awaitable[Frame | None]]] = []
         self.closed: list[CloseReason] = []
 
-    def write_client(self, *data: Frame) -> None:
+    def write_client(self, data: list[Frame]) -> None:
         self.client_writes += 1
-        self.client_buffers.append(data)
+        self.client_buffers.append(tuple(data))
         self.to_client.extend(_frames_or_piece(b"".join(bytes(d) for d in data)))
 
-    def write_upstream(self, *data: Frame) -> None:
+    def write_upstream(self, data: list[Frame]) -> None:
         self.upstream_writes += 1
-        self.upstream_buffers.append(data)
+        self.upstream_buffers.append(tuple(data))
         self.to_upstream.extend(_frames_or_piece(b"".join(bytes(d) for d in data)))
 
     def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:

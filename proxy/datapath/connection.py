@@ -124,7 +124,7 @@ class WriteBuffer:
         self.settings = settings
         self.transport = transport
         self.write: Callable[[Frame], None] = transport.write
-        self.writelines: Callable[[tuple[Frame, ...]], None] = transport.writelines
+        self.writelines: Callable[[list[Frame]], None] = transport.writelines
         self.size: Callable[[], int] = transport.get_write_buffer_size
         self.ceiling = settings.budget.per_connection_bytes
         transport.set_write_buffer_limits(self.ceiling, self.ceiling // 4)
@@ -154,7 +154,7 @@ class WriteBuffer:
         self.account.update(self.buffered())
 
 
-def _write(buffer: WriteBuffer, data: tuple[Frame, ...], counter: LockFreeCounterChild) -> None:
+def _write(buffer: WriteBuffer, data: list[Frame], counter: LockFreeCounterChild) -> None:
     """One write of one or more buffers: uvloop sends a list in one writev, without joining it."""
     if len(data) == 1:
         buffer.write(data[0])
@@ -202,11 +202,11 @@ class ClientConnection(asyncio.Protocol):
         return len(self.core.pending)
 
     # ------------------------------------------------------------------ ConnectionIO
-    def write_client(self, *data: Frame) -> None:
+    def write_client(self, data: list[Frame]) -> None:
         if self.write_buffer is not None and not self.closed:
             _write(self.write_buffer, data, self._bytes_out)
 
-    def write_upstream(self, *data: Frame) -> None:
+    def write_upstream(self, data: list[Frame]) -> None:
         upstream = self.upstream
         if upstream is not None and upstream.write_buffer is not None and not upstream.closed:
             _write(upstream.write_buffer, data, upstream._bytes_out)  # its write(), one call less
@@ -443,7 +443,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def write(self, *data: Frame) -> None:
         if self.write_buffer is not None and not self.closed:
-            _write(self.write_buffer, data, self._bytes_out)
+            _write(self.write_buffer, list(data), self._bytes_out)
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the broker (one read: the event loop's, or a `SizedReads`' copy)."""

@@ -76,11 +76,11 @@ class CloseReason:
 class ConnectionIO(Protocol):
     """The actions the core asks of its adapter."""
 
-    def write_client(self, *data: Frame) -> None:
+    def write_client(self, data: list[Frame]) -> None:
         """Send these bytes, in order, to the client (one write: whole frames with their size prefix, or
-        the next bytes of a frame being cut through)."""
+        the next bytes of a frame being cut through). The list is the adapter's from then on."""
 
-    def write_upstream(self, *data: Frame) -> None:
+    def write_upstream(self, data: list[Frame]) -> None:
         """Send these bytes, in order, to the broker (as `write_client`)."""
 
     def run_async(self, exchange: Exchange, result: Awaitable[Frame | None]) -> None:
@@ -125,8 +125,8 @@ class ConnectionCore:
         self.io = io
         # The two writes every exchange makes, bound once: a call through the `ConnectionIO` protocol looks the
         # method up by name each time (compiled, hundreds of instructions a call).
-        self._write_client: Callable[..., None] = io.write_client
-        self._write_upstream: Callable[..., None] = io.write_upstream
+        self._write_client: Callable[[list[Frame]], None] = io.write_client
+        self._write_upstream: Callable[[list[Frame]], None] = io.write_upstream
         self._int32_at = _core_int32_at  # the compiled core's (None: not built); a module global is a dict lookup
         self.observer: CoreObserver = observer or NoObserver()
         self.clock = clock
@@ -201,9 +201,9 @@ class ConnectionCore:
         to_client, to_upstream = self._to_client, self._to_upstream
         self._to_client = self._to_upstream = None
         if to_upstream:
-            self._write_upstream(*to_upstream)
+            self._write_upstream(to_upstream)
         if to_client:
-            self._write_client(*to_client)
+            self._write_client(to_client)
 
     def _send(self, upstream: bool, *data: Frame) -> None:
         """To the broker (`upstream`) or the client: gathered while a chunk is handled, else written at once."""
@@ -211,9 +211,9 @@ class ConnectionCore:
         if gathered is not None:
             gathered.extend(data)
         elif upstream:
-            self._write_upstream(*data)
+            self._write_upstream(list(data))
         else:
-            self._write_client(*data)
+            self._write_client(list(data))
 
     def _on_request(self, frame: memoryview, framed: memoryview | None = None) -> None:
         """A whole request; `framed`: the same bytes with their size prefix, as they came."""
@@ -325,7 +325,7 @@ class ConnectionCore:
         if through is not None and through.plain and len(data) < stream.passing:
             # The middle of a response passing untouched: straight on (the hot path of a large Fetch).
             stream.passing -= len(data)
-            self._write_client(data)
+            self._write_client([data])
             return
         self._handle_chunk(data, stream, False)
 
