@@ -34,6 +34,19 @@ class _Accumulator:
         #: Requests per latency bucket, by bucket index (a list: one indexed add per request, no hashing).
         self.buckets = [0] * (OVERFLOW + 1)
 
+    def add(self, records: int, record_bytes: int, latency_ms: float | None, bucket: int | None) -> None:
+        self.requests += 1
+        self.records += records
+        self.record_bytes += record_bytes
+        if latency_ms is not None and bucket is not None:
+            self.latency_count += 1
+            self.latency_sum += latency_ms
+            if latency_ms < self.latency_min:
+                self.latency_min = latency_ms
+            if latency_ms > self.latency_max:
+                self.latency_max = latency_ms
+            self.buckets[bucket] += 1
+
 
 class ProduceSummaries:
     """The accumulators of the current interval."""
@@ -42,24 +55,39 @@ class ProduceSummaries:
         self.interval_seconds = interval_seconds
         self._current: dict[SummaryKey, _Accumulator] = {}
         self._started = time.time()
+        #: The key `accumulator` gave last, field by field, and its accumulator: a producer's requests come in runs of
+        #: one key, and a run costs its first request the key's tuple, hash and lookup, the others eight compares.
+        self._last_accumulator: _Accumulator | None = None
+        self._last_listener = self._last_topic = self._last_decision = ""
+        self._last_client_id: str | None = None
+        self._last_partition = self._last_acks_requested = 0
+        self._last_acks_sent: int | None = None
+        self._last_error_code: int | None = None
 
     def add(self, key: SummaryKey, records: int, record_bytes: int, latency_ms: float | None,
             bucket: int | None) -> None:
         """One partition of one request; `bucket` is `bucket_index(latency_ms)`, computed once per request."""
-        acc = self._current.get(key)
-        if acc is None:
-            acc = self._current[key] = _Accumulator()
-        acc.requests += 1
-        acc.records += records
-        acc.record_bytes += record_bytes
-        if latency_ms is not None and bucket is not None:
-            acc.latency_count += 1
-            acc.latency_sum += latency_ms
-            if latency_ms < acc.latency_min:
-                acc.latency_min = latency_ms
-            if latency_ms > acc.latency_max:
-                acc.latency_max = latency_ms
-            acc.buckets[bucket] += 1
+        self.accumulator(*key).add(records, record_bytes, latency_ms, bucket)
+
+    def accumulator(self, listener: str, client_id: str | None, topic: str, partition: int, acks_requested: int,
+                    acks_sent: int | None, decision: str, error_code: int | None) -> _Accumulator:
+        """The accumulator of a key (its fields one by one: the same key as the last call's builds no tuple)."""
+        acc = self._last_accumulator
+        # Compared by identity, but the topic: the same values come as the same objects (a connection's client id,
+        # small ints, the decisions' names); equal ones that are not only take the lookup.
+        if (acc is None or partition != self._last_partition or topic != self._last_topic
+                or acks_requested != self._last_acks_requested or acks_sent is not self._last_acks_sent
+                or error_code is not self._last_error_code or decision is not self._last_decision
+                or client_id is not self._last_client_id or listener is not self._last_listener):
+            key = (listener, client_id, topic, partition, acks_requested, acks_sent, decision, error_code)
+            acc = self._current.get(key)
+            if acc is None:
+                acc = self._current[key] = _Accumulator()
+            self._last_accumulator = acc
+            self._last_listener, self._last_client_id, self._last_topic = listener, client_id, topic
+            self._last_partition, self._last_acks_requested, self._last_acks_sent = partition, acks_requested, acks_sent
+            self._last_decision, self._last_error_code = decision, error_code
+        return acc
 
     def __len__(self) -> int:
         return len(self._current)
@@ -68,6 +96,7 @@ class ProduceSummaries:
         """End the interval: (its end time, one `produce_summary` event per key that saw traffic)."""
         end = time.time() if now is None else now
         current, self._current = self._current, {}
+        self._last_accumulator = None  # the next interval's accumulators are new
         start, self._started = self._started, end
         start_text = format_ts(start)
         events = []

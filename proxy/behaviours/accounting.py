@@ -112,8 +112,8 @@ class ProduceAccounting(BehaviourBase):
             counters.records.inc(records)
             counters.record_bytes.inc(record_bytes)
             if summaries is not None:
-                summaries.add((listener, client_id, name, partition, acks, acks_sent, decision, error_code),
-                              records, record_bytes, latency_ms, bucket)
+                summaries.accumulator(listener, client_id, name, partition, acks, acks_sent, decision, error_code
+                                      ).add(records, record_bytes, latency_ms, bucket)
             if rows is not None:
                 rows.append((name, partition, acks_sent, decision, error_code, records, record_bytes))
         if rows is not None:

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.connection_core import LISTENER, RecordingIO
 from harness.produce_frames import broker_response, produce_request, read_produce_request
@@ -113,6 +117,33 @@ def test_summaries_take_plain_values_and_drain_them_per_interval() -> None:
     assert (event["latency_count"], event["latency_min_ms"], event["latency_max_ms"]) == (2, 2.0, 3.0)
     assert event["latency_buckets"] == [[12, 2]]
     assert summaries.drain()[1] == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(adds=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([None, "c"]), st.sampled_from([ORDERS, "t"]),
+                               st.integers(0, 1), st.sampled_from([-1, 1]), st.sampled_from([None, -1]),
+                               st.sampled_from(["forwarded", "answered_not_enough_replicas"]),
+                               st.sampled_from([None, 0, 19]), st.integers(0, 5)), max_size=40),
+       drain_after=st.integers(0, 40))
+def test_summaries_count_every_key_as_a_dict_of_keys_does(
+    adds: list[tuple[str, str | None, str, int, int, int | None, str, int | None, int]], drain_after: int,
+) -> None:
+    # runs of one key reuse its accumulator; any field that differs, or a drain, must start another
+    summaries = ProduceSummaries(10.0)
+    expected: list[dict[tuple[object, ...], int]] = [{}, {}]
+    for i, (*key, records) in enumerate(adds):
+        if i == drain_after:
+            first = {_key_of(e): e["records"] for e in summaries.drain()[1]}
+            assert first == expected[0]
+        expected[i >= drain_after][tuple(key)] = expected[i >= drain_after].get(tuple(key), 0) + records
+        summaries.accumulator(*key).add(records, records, None, None)  # type: ignore[arg-type]
+    events = summaries.drain()[1]
+    assert {_key_of(e): e["records"] for e in events} == expected[drain_after < len(adds)]
+
+
+def _key_of(event: dict[str, Any]) -> tuple[object, ...]:
+    return tuple(event[k] for k in ("listener", "client_id", "topic", "partition", "acks_requested", "acks_sent",
+                                    "decision", "error_code"))
 
 
 # ====================================================================== ISR learning
