@@ -315,6 +315,11 @@ struct ProduceRequestWalk {
     Py_ssize_t end;
 };
 
+/* The last topic name decoded and its bytes: a producer's requests name the same topics again and again. */
+static PyObject *last_topic = NULL;
+static unsigned char last_topic_bytes[249]; /* Kafka's longest topic name */
+static Py_ssize_t last_topic_length = -1;
+
 /* The topic of a key: its name (UTF-8; -1 where it is not: the Python walk refuses it) or topic_id(raw). */
 static int request_topic(ProduceRequestWalk *w, Key key) {
     if (w->topic != NULL && w->key_at == key.at) return 0;
@@ -325,12 +330,19 @@ static int request_topic(ProduceRequestWalk *w, Key key) {
         topic = PyObject_CallOneArg(w->topic_id, raw);
         Py_DECREF(raw);
         if (topic == NULL) return -2;
+    } else if (last_topic != NULL && key.length == last_topic_length && memcmp(key.at, last_topic_bytes, key.length) == 0) {
+        topic = Py_NewRef(last_topic); /* the topic of the last request: no decode, its hash kept */
     } else {
         topic = PyUnicode_DecodeUTF8((const char *)key.at, key.length, NULL);
         if (topic == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -2;
             PyErr_Clear();
             return -1;
+        }
+        if (key.length <= (Py_ssize_t)sizeof(last_topic_bytes)) {
+            Py_XSETREF(last_topic, Py_NewRef(topic));
+            memcpy(last_topic_bytes, key.at, key.length);
+            last_topic_length = key.length;
         }
     }
     Py_XSETREF(w->topic, topic);

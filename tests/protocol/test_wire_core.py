@@ -388,6 +388,19 @@ def test_the_cores_int_reads_are_structs(core: ModuleType, data: bytes, pos: int
         assert read(data, pos) is None  # not a memoryview: struct reads it
 
 
+def test_the_core_decodes_a_topic_named_again_once(core: ModuleType) -> None:
+    def topics(name: str) -> list[object]:
+        frame = produce_frame_with_batches(12, -1, [(name, [(0, [1]), (1, [1])])])
+        return [row[0] for row in core.walk_produce_request(frame, produce_acks_offset(frame), _topic_id)[1]]
+
+    first, again = topics("orders"), topics("orders")
+    assert first == again == ["orders", "orders"] and again[0] is first[0]  # decoded once, then the same object
+    assert topics("paymänts") == ["paymänts"] * 2  # another name (UTF-8): decoded, and kept in its turn
+    assert topics("orders")[0] is not first[0]  # not a cache of every name: only the last
+    long_name = "t" * 249
+    assert topics(long_name) == [long_name] * 2  # Kafka's longest name fits the kept bytes
+
+
 def test_the_build_compiles_the_core() -> None:
     # setup.py builds protocol/_wire.c with the mypyc modules, and the stale check knows its source
     setup = (ROOT / "setup.py").read_text()
