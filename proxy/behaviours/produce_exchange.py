@@ -159,8 +159,8 @@ def _records(index: ProduceRequestIndex) -> list[PartitionRecords]:
 def produce_exchange(exchange: Exchange) -> ProduceExchange:
     """The exchange's shared Produce state, attached by the first behaviour that asks (raises ProtocolError
     when the request has no readable acks)."""
-    shared = exchange.get(ProduceExchange)
-    if shared is None:
-        shared = ProduceExchange(exchange.request_frame, exchange.header_size)
-        exchange.put(shared)
-    return shared
+    shared = exchange.shared
+    if isinstance(shared, ProduceExchange):
+        return shared
+    made = exchange.shared = ProduceExchange(exchange.request_frame, exchange.header_size)
+    return made

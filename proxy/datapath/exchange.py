@@ -93,7 +93,8 @@ class ListenerSettings:
 class Exchange:
     """A request from a client and, once known, the response it gets back.
 
-    Behaviours read it and keep their own typed per-exchange state with `put(state)` / `get(StateClass)`; what
+    Behaviours read it and keep their own typed per-exchange state with `put(state)` / `get(StateClass)`, the state
+    all the behaviours of its API share in `shared`; what
     goes upstream (`upstream_frame`: bytes, or a list of chunks; None: nothing does), a local answer
     (`local_response`), whether a response comes (`expects_response`) and the response hooks are the core's to
     set, from the `RequestResult`s the behaviours return.
@@ -115,6 +116,7 @@ class Exchange:
         "response",
         "response_framed",
         "response_hooks",
+        "shared",
         "states",
         "upstream_frame",
     )
@@ -150,6 +152,9 @@ class Exchange:
         self.received_at = time.perf_counter() if received_at is None else received_at
         self.forwarded_at = 0.0
         self.states: dict[type, object] | None = None
+        #: The state every behaviour of this request's API shares (a Produce's `ProduceExchange`), made by the first
+        #: that asks: one slot, where `put`/`get` would take a dict and a lookup by class per call.
+        self.shared: object = None
 
     def put(self, state: object) -> None:
         """Attach a behaviour's own per-exchange state, found again by its class."""
