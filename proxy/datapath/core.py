@@ -130,6 +130,8 @@ class ConnectionCore:
         self._int32_at = _core_int32_at  # the compiled core's (None: not built); a module global is a dict lookup
         self.observer: CoreObserver = observer or NoObserver()
         self.clock = clock
+        #: When the chunk being handled was read (-1: none is): every exchange it holds takes that time.
+        self._now = -1.0
         self.observe_whole_frames = observe_whole_frames
         self.client_frames = FrameStream(
             max_frame_bytes, pass_from=None if observe_whole_frames else cut_through_from, head_size=10)
@@ -162,6 +164,7 @@ class ConnectionCore:
         """One read's bytes, the client's (`requests`) or the broker's: each frame event handled in order, a
         failure closing the connection; what was gathered meanwhile goes out at the end, before a close too."""
         self._to_client, self._to_upstream = [], []
+        self._now = self.clock()  # one reading of the clock for every frame of the chunk
         try:
             if not requests and self._through is not None and len(data) < stream.passing:
                 # The middle of a response a tap watches: no frame events either.
@@ -194,7 +197,13 @@ class ConnectionCore:
             what = "request" if requests else "response"
             self._close(CloseReason("internal", f"{what} handling failed: {exc!r}", error=exc))
         finally:
+            self._now = -1.0
             self._send_gathered()
+
+    def _time(self) -> float:
+        """Now: when the chunk being handled was read, else (an asynchronous answer, a timer) the clock's."""
+        now = self._now
+        return self.clock() if now < 0.0 else now
 
     def _send_gathered(self) -> None:
         """What was gathered while a chunk was handled: one write per side (before a close, too)."""
@@ -233,7 +242,7 @@ class ConnectionCore:
         if peek.client_id is not None:
             self.client_id = peek.client_id
         return Exchange(self.listener, api_key, peek.api_version, peek.correlation_id, peek.client_id, frame,
-                        self.clock(), peek.header_size)
+                        self._time(), peek.header_size)
 
     def _offer_request(self, head: memoryview) -> None:
         """A large request has started: forward it as it arrives when no behaviour reads its API's requests
@@ -251,7 +260,7 @@ class ConnectionCore:
         exchange.upstream_frame = None  # its bytes go upstream as they come
         self.observer.request_received(exchange)
         self.pending.append(exchange)
-        exchange.forwarded_at = self.clock()
+        exchange.forwarded_at = self._time()
         self.awaiting_upstream.append(exchange)
         self.client_frames.pass_through()
 
@@ -293,7 +302,7 @@ class ConnectionCore:
     def _forward(self, exchange: Exchange) -> None:
         frame = exchange.upstream_frame
         assert frame is not None
-        exchange.forwarded_at = self.clock()
+        exchange.forwarded_at = self._time()
         if exchange.expects_response:
             self.awaiting_upstream.append(exchange)
         if isinstance(frame, list):
@@ -360,7 +369,7 @@ class ConnectionCore:
                     return  # one tap at a time
                 tap = verdict
         self.awaiting_upstream.popleft()
-        seconds = self.clock() - exchange.forwarded_at
+        seconds = self._time() - exchange.forwarded_at
         self.upstream_frames.pass_through()
         self._through = _CutThrough(exchange, tap, seconds, bytes(head[:64]), self.observe_whole_frames)
         if not self.observe_whole_frames:
@@ -404,7 +413,7 @@ class ConnectionCore:
         popped = self.pending.popleft()
         assert popped is exchange
         exchange.response = through.head
-        latency = self.clock() - exchange.received_at
+        latency = self._time() - exchange.received_at
         observed: Frame = through.head
         if through.kept is not None:
             original = memoryview(b"".join([*through.kept, held]))[4:]
@@ -418,7 +427,7 @@ class ConnectionCore:
         """A whole response; `framed`: the same bytes with their size prefix, as they came."""
         exchange = self._next_awaited(frame)
         self.awaiting_upstream.popleft()
-        self.observer.upstream_answered(exchange, frame, self.clock() - exchange.forwarded_at)
+        self.observer.upstream_answered(exchange, frame, self._time() - exchange.forwarded_at)
         behaviours = self.registry.responses.get(exchange.api_key)
         if not exchange.response_hooks:
             if not behaviours:
@@ -488,7 +497,7 @@ class ConnectionCore:
     def _flush(self) -> None:
         """Write every answer that is next in order and ready (a cut-through one is ready only once whole)."""
         pending = self.pending
-        now = self.clock()
+        now = self._time()
         while pending and pending[0].response is not None and not self.closed:
             done = pending.popleft()
             payload = done.response

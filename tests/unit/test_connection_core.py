@@ -8,6 +8,8 @@ from collections.abc import Awaitable
 from typing import ClassVar
 
 from harness.connection_core import (
+    LISTENER,
+    RecordingIO,
     core_with,
     request,
     request_ids,
@@ -18,10 +20,11 @@ from insync_proxy.protocol import ApiKey
 from insync_proxy.protocol.fetch import find_fetch_node_endpoints
 from insync_proxy.protocol.messages import NodeEndpoint
 from insync_proxy.proxy.behaviours.addresses import AddressRewrite
-from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM
+from insync_proxy.proxy.datapath.core import CUT_THROUGH_FROM, ConnectionCore
 from insync_proxy.proxy.datapath.exchange import (
     FORWARD_WITHOUT_RESPONSE,
     BehaviourBase,
+    BehaviourRegistry,
     CoreObserver,
     Exchange,
     Frame,
@@ -380,6 +383,28 @@ def test_the_observer_sees_a_cut_through_response_start_and_end() -> None:
     # The request latency once its last byte went out, for the right exchange (per-API metrics)
     kind, cid, _, latency = observer.events[2]
     assert (kind, cid) == ("written", 4) and latency >= observer.events[1][3] >= 0
+
+
+def test_the_exchanges_of_one_read_take_its_time_and_latencies_run_from_read_to_read() -> None:
+    # Given a clock that moves 1 s at each reading
+    readings: list[float] = []
+
+    def clock() -> float:
+        readings.append(float(len(readings)))
+        return readings[-1]
+
+    observer = RecordingObserver()
+    io = RecordingIO()
+    core = ConnectionCore(BehaviourRegistry([]), LISTENER, io, max_frame_bytes=1 << 20, observer=observer, clock=clock)
+    # When three requests come in one read and their answers in another
+    core.receive_client_data(b"".join(request(ApiKey.LIST_OFFSETS, i) for i in (1, 2, 3)))
+    assert len(readings) == 1  # one reading for the whole read
+    core.receive_upstream_data(b"".join(response(i, b"") for i in (1, 2, 3)))
+    assert len(readings) == 2
+    # Then each exchange was received, forwarded and answered at its read's time
+    assert [(kind, cid, seconds) for kind, cid, _, seconds in observer.events if kind != "request"] == [
+        ("upstream", 1, 1.0), ("written", 1, 1.0), ("upstream", 2, 1.0), ("written", 2, 1.0),
+        ("upstream", 3, 1.0), ("written", 3, 1.0)]
 
 
 def test_an_observer_of_whole_frames_still_gets_them_whole() -> None:
