@@ -552,17 +552,23 @@ PyDoc_STRVAR(int32_at_doc,
 "The big-endian int32 at `pos` of a memoryview of bytes (a frame's size, a correlation id). None: past its end, or\n"
 "another kind of buffer (struct reads it).");
 
-static PyObject *wire_int32_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The big-endian int of `width` bytes (2 or 4) at args[1] of the byte view args[0]; None where it cannot be read. */
+static PyObject *int_at(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t width, const char *usage) {
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "int32_at(view, pos)");
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     const Py_buffer *b = byte_view(args[0]);
     if (b == NULL) Py_RETURN_NONE;
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     if (pos == -1 && PyErr_Occurred()) return NULL;
-    if (pos < 0 || b->len - pos < 4) Py_RETURN_NONE;
-    return PyLong_FromLong(be32((const unsigned char *)b->buf + pos));
+    if (pos < 0 || b->len - pos < width) Py_RETURN_NONE;
+    const unsigned char *at = (const unsigned char *)b->buf + pos;
+    return PyLong_FromLong(width == 4 ? be32(at) : be16(at));
+}
+
+static PyObject *wire_int32_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return int_at(args, nargs, 4, "int32_at(view, pos)");
 }
 
 PyDoc_STRVAR(int16_at_doc,
@@ -571,16 +577,7 @@ PyDoc_STRVAR(int16_at_doc,
 "The big-endian int16 at `pos` of a memoryview of bytes (a Produce request's acks). None: as `int32_at`.");
 
 static PyObject *wire_int16_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "int16_at(view, pos)");
-        return NULL;
-    }
-    const Py_buffer *b = byte_view(args[0]);
-    if (b == NULL) Py_RETURN_NONE;
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred()) return NULL;
-    if (pos < 0 || b->len - pos < 2) Py_RETURN_NONE;
-    return PyLong_FromLong(be16((const unsigned char *)b->buf + pos));
+    return int_at(args, nargs, 2, "int16_at(view, pos)");
 }
 
 /* ------------------------------------------------------------------ the module */
