@@ -13,9 +13,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Final, NamedTuple
-
-from mypy_extensions import mypyc_attr
+from typing import Any, Final, NamedTuple
 
 from .errors import MalformedFrame, TruncatedData
 from .primitives import (
@@ -26,6 +24,16 @@ from .primitives import (
     read_uvarint_at,
     skip_tagged_fields_at,
 )
+
+
+def _no_mypyc_attr(*args: Any, **kwargs: Any) -> Any:
+    return lambda cls: cls
+
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # the checkout runs before its dependencies are there (scripts/test's jar fetch): a no-op mark
+    mypyc_attr = _no_mypyc_attr
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")

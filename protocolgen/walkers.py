@@ -54,10 +54,18 @@ import uuid
 from collections.abc import Callable
 from typing import {typing}
 
-from mypy_extensions import mypyc_attr
-
 from .errors import MalformedFrame, TruncatedData
 from .primitives import {primitives}
+
+
+def _no_mypyc_attr(*args: Any, **kwargs: Any) -> Any:
+    return lambda cls: cls
+
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # the checkout runs before its dependencies are there (scripts/test's jar fetch): a no-op mark
+    mypyc_attr = _no_mypyc_attr
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
@@ -291,7 +299,7 @@ def generate_walkers(messages: list[Message], kafka: str, all_layouts: dict[str,
     text = "\n".join(out).rstrip("\n") + "\n"
     primitives = ["Buffer", "Reader", "read_array_length_at", "read_uuid_at", "read_uvarint_at", "skip_tagged_fields_at"]
     used = [name for name in primitives if name == "Buffer" or re.search(rf"\b{name}\(", text)]
-    typing = ", ".join(name for name in ("Final", "NamedTuple") if name == "Final" or f"({name})" in text)
+    typing = ", ".join(name for name in ("Any", "Final", "NamedTuple") if name in ("Any", "Final") or f"({name})" in text)
     imported = ", ".join(used)
     if len(f"from .primitives import {imported}") > 110:  # as ruff's isort wraps it
         imported = "(\n" + "".join(f"    {name},\n" for name in used) + ")"

@@ -584,3 +584,20 @@ def test_the_root_conftest_loads_no_dev_cluster() -> None:
     assert out.returncode == 0, out.stderr
     # Then neither the dev cluster nor the cluster fixtures are loaded: the codec's tests run without them
     assert __import__("json").loads(out.stdout) == []
+
+
+def test_the_jar_fetch_runs_from_the_checkout_before_any_dependency_is_installed() -> None:
+    # scripts/test fetches Kafka's jars with the checkout's own `python -m insync_proxy dev-cluster fetch` beside pip,
+    # on a bare machine before pip has installed anything: what that command imports may need only the stdlib
+    blocker = (
+        "import importlib.abc, sys\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in {'mypy_extensions', 'uvloop', 'prometheus_client', 'tomli_w'}:\n"
+        "            raise ImportError(f'{name} is not installed yet')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import insync_proxy.devcluster.detached, insync_proxy.cli.dev\n"
+        "print('imported')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0 and "imported" in result.stdout, result.stderr[-2000:]
