@@ -14,11 +14,14 @@ from insync_proxy.proxy.config.settings import ProxyConfig
 
 
 async def serve(config: ProxyConfig, ready_message: str | None = None,
-                load: typing.Callable[[], ProxyConfig] | None = None, config_file: str | None = None) -> None:
+                load: typing.Callable[[], ProxyConfig] | None = None, config_file: str | None = None,
+                stop_requested: typing.Callable[[], bool] | None = None) -> bool:
     """Run the proxy until SIGTERM or SIGINT, then drain and stop; SIGHUP reloads (`load` re-reads the settings),
-    and so does a change of `config_file`'s content (seen every tls_reload_seconds).
+    and so does a change of `config_file`'s content (seen every tls_reload_seconds). True when the proxy had
+    started (and printed `ready_message`), False when a signal stopped its start.
 
-    The proxy logs "listening" once its ports are bound and "ready" when /readyz turns ready.
+    `stop_requested` tells of a stop asked before serve() took the signals (a Ctrl-C its caller recorded): then
+    nothing starts. The proxy logs "listening" once its ports are bound and "ready" when /readyz turns ready.
     """
     from insync_proxy.proxy.observability.logs import flush_all
     from insync_proxy.proxy.server import InsyncProxy
@@ -31,10 +34,13 @@ async def serve(config: ProxyConfig, ready_message: str | None = None,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if stop_requested is not None and stop_requested():
+        return False
     starting = loop.create_task(proxy.start())
     stopping = loop.create_task(stop.wait())
     await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
-    if not starting.done():
+    started = starting.done()
+    if not started:
         starting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await starting
@@ -57,3 +63,4 @@ async def serve(config: ProxyConfig, ready_message: str | None = None,
         await proxy.stop()
     finally:
         flush_all()  # repeated lines held back since their last summary: counted before the process exits
+    return started

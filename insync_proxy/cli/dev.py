@@ -17,6 +17,7 @@ from typing import Any
 from insync_proxy.proxy.config.settings import ENV_PREFIX, ProxyConfig
 
 from .configuration import add_run_flags, configuration, install_loop, log, setup_logging
+from .interrupts import Interrupts
 
 #: The settings `demo` sets itself (the brokers it starts): not flags of `demo`.
 DEMO_OWN_SETTINGS = ("bootstrap_servers", "upstream_tls.", "control_sasl.")
@@ -37,7 +38,7 @@ KAFKA_TOOL_NAMES = ("console-producer", "console-consumer", "topics", "configs",
                     "get-offsets", "broker-api-versions", "producer-perf-test", "consumer-perf-test",
                     "verifiable-producer", "verifiable-consumer")
 
-def cmd_dev_cluster(args: argparse.Namespace) -> int:
+def cmd_dev_cluster(args: argparse.Namespace, interrupts: Interrupts) -> int:
     from insync_proxy.devcluster import detached
 
     if args.action == "fetch":
@@ -126,7 +127,7 @@ def _demo_audit(args: argparse.Namespace) -> dict[str, Any]:
 
     return {"audit.directory": str(cache_dir() / "demo-audit")}
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace, interrupts: Interrupts) -> int:
     import shutil
     import tempfile
 
@@ -146,18 +147,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
         setup_logging(checked[0].log_level, checked[0].log_format, checked[0].log_summary_interval_seconds)
         for warning in checked[1]:
             log.warning("configuration: %s", warning)
-        return _demo(args, setup, upstream)
+        return _demo(args, setup, upstream, interrupts)
     finally:
         shutil.rmtree(security_dir, ignore_errors=True)
 
-def _demo(args: argparse.Namespace, setup: Any, upstream: typing.Callable[[str], dict[str, Any]]) -> int:
+def _demo(args: argparse.Namespace, setup: Any, upstream: typing.Callable[[str], dict[str, Any]],
+          interrupts: Interrupts) -> int:
     kind = f" with {setup.security.upper()} listeners" if setup else ""
     idp = setup.identity_provider if setup else None
     if idp is not None:
         idp.start()  # the brokers read its JWKS as they start
         print(f"Identity provider (OAuth 2.0, client-credentials grant) at {idp.issuer}", flush=True)
     try:
-        return _demo_cluster(args, setup, upstream, kind)
+        return _demo_cluster(args, setup, upstream, kind, interrupts)
     finally:
         if idp is not None:
             idp.stop()
@@ -165,7 +167,7 @@ def _demo(args: argparse.Namespace, setup: Any, upstream: typing.Callable[[str],
             setup.kdc.stop()
 
 def _demo_cluster(args: argparse.Namespace, setup: Any, upstream: typing.Callable[[str], dict[str, Any]],
-                  kind: str) -> int:
+                  kind: str, interrupts: Interrupts) -> int:
     from insync_proxy.devcluster.cluster import ClusterError, ClusterSettings, LocalKafkaCluster
     from insync_proxy.devcluster.distribution import DistributionError
 
@@ -179,7 +181,9 @@ def _demo_cluster(args: argparse.Namespace, setup: Any, upstream: typing.Callabl
         except (ClusterError, DistributionError) as exc:
             print(f"insync-proxy demo: Kafka did not start: {exc}", file=sys.stderr)
             return 1
+        interrupts.raise_if_requested()  # a Ctrl-C swallowed while Kafka started (an at-fork callback drops it)
         cluster.create_topic("demo", 3, 3, {"min.insync.replicas": "2"})
+        interrupts.raise_if_requested()
         loaded = configuration(args, extra={**upstream(setup.upstream_servers(cluster) if setup
                                                         else cluster.bootstrap_servers), **_demo_audit(args)},
                                 logs=True)
@@ -204,10 +208,11 @@ def _demo_cluster(args: argparse.Namespace, setup: Any, upstream: typing.Callabl
 
         from insync_proxy.proxy.lifecycle import serve
 
-        try:
-            asyncio.run(serve(config, message))
-        except KeyboardInterrupt:
-            pass
+        interrupts.raise_if_requested()
+        # Once serve() runs, Ctrl-C stops the proxy (its loop takes the signal); before the proxy is up that is an
+        # interrupted start, as a Ctrl-C while Kafka starts is
+        if not asyncio.run(serve(config, message, stop_requested=lambda: interrupts.requested)):
+            raise KeyboardInterrupt
     finally:
         print("Stopping Kafka ...", flush=True)
         cluster.stop()
@@ -215,13 +220,15 @@ def _demo_cluster(args: argparse.Namespace, setup: Any, upstream: typing.Callabl
     return 0
 
 
-def interruptible(command: typing.Callable[[argparse.Namespace], int]) -> typing.Callable[[argparse.Namespace], int]:
+def interruptible(command: typing.Callable[[argparse.Namespace, Interrupts], int]
+                  ) -> typing.Callable[[argparse.Namespace], int]:
     """`command` with Ctrl-C while Kafka starts turned into one line and exit 130: what was started is stopped
-    on the way out."""
+    on the way out. The command is given the `Interrupts` that remember a Ctrl-C, for its checkpoints."""
 
     def run(args: argparse.Namespace) -> int:
         try:
-            return command(args)
+            with Interrupts() as interrupts:
+                return command(args, interrupts)
         except KeyboardInterrupt:
             print(f"\ninsync-proxy {args.command}: interrupted; what it had started is stopped", file=sys.stderr,
                   flush=True)
