@@ -120,7 +120,10 @@ def test_summaries_take_plain_values_and_drain_them_per_interval() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(adds=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([None, "c"]), st.sampled_from([ORDERS, "t"]),
+@given(adds=st.lists(st.tuples(st.sampled_from(["a", "b"]),
+                               # "cc" also as a new object each time: each connection decodes its own client id
+                               st.one_of(st.sampled_from([None, "cc"]), st.builds(lambda: b"cc".decode())),
+                               st.sampled_from([ORDERS, "t"]),
                                st.integers(0, 1), st.sampled_from([-1, 1]), st.sampled_from([None, -1]),
                                st.sampled_from(["forwarded", "answered_not_enough_replicas"]),
                                st.sampled_from([None, 0, 19]), st.integers(0, 5)), max_size=40),
@@ -128,7 +131,8 @@ def test_summaries_take_plain_values_and_drain_them_per_interval() -> None:
 def test_summaries_count_every_key_as_a_dict_of_keys_does(
     adds: list[tuple[str, str | None, str, int, int, int | None, str, int | None, int]], drain_after: int,
 ) -> None:
-    # runs of one key reuse its accumulator; any field that differs, or a drain, must start another
+    # runs of one key reuse its accumulator; any field that differs, or a drain, must start another; equal values
+    # that are other objects find the same one
     summaries = ProduceSummaries(10.0)
     expected: list[dict[tuple[object, ...], int]] = [{}, {}]
     for i, (*key, records) in enumerate(adds):
