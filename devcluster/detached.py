@@ -175,9 +175,12 @@ def _taken(port: int) -> bool:
 
 
 def up(directory: Path, version: str | None, security: str | None, broker_heap: str | None, port_base: int,
-       proxy_bootstrap: str, say: Callable[[str], None] = print, complain: Callable[[str], None] = print) -> int:
+       proxy_bootstrap: str, say: Callable[[str], None] = print, complain: Callable[[str], None] = print,
+       interrupted: Callable[[], bool] = lambda: False) -> int:
     """Start a detached cluster in `directory`; for a secured one, write the proxy's TOML and the clients'
-    properties there and print them. 0 started, 1 not (why is said with `complain`)."""
+    properties there and print them. 0 started, 1 not (why is said with `complain`). `interrupted`: whether a
+    Ctrl-C came while the cluster started (the command's record of it): then it is stopped and KeyboardInterrupt
+    raised, as for one raised during the start."""
     state = _read_state(directory)
     if state is not None and _own_jvms(state):
         complain(f"a dev cluster already runs in {directory}: bootstrap.servers={state['bootstrap_servers']} "
@@ -219,6 +222,9 @@ def up(directory: Path, version: str | None, security: str | None, broker_heap: 
     kdc = setup.kdc if setup is not None else None
     try:
         cluster.start()
+        if interrupted():  # a Ctrl-C the start swallowed (an at-fork callback drops what it raises): as if raised
+            cluster.stop()
+            raise KeyboardInterrupt
     except BaseException as exc:  # Ctrl-C too: the cluster stopped its JVMs, the identity services go with them
         if idp_pid is not None:
             kill_pids([idp_pid])

@@ -70,7 +70,8 @@ def cmd_dev_cluster(args: argparse.Namespace, interrupts: Interrupts) -> int:
         return 2
     proxy_bootstrap = f"127.0.0.1:{ProxyConfig().listeners[0].bootstrap_port}"
     return detached.up(directory, args.kafka_version, args.security, args.broker_heap, args.port_base,
-                       proxy_bootstrap, complain=lambda line: print(f"insync-proxy: {line}", file=sys.stderr))
+                       proxy_bootstrap, complain=lambda line: print(f"insync-proxy: {line}", file=sys.stderr),
+                       interrupted=lambda: interrupts.requested)
 
 def cmd_kafka_cli(args: argparse.Namespace) -> int:
     """Kafka's own tool, from the jars the dev cluster fetched; replaces this process (stdin, exit code)."""
