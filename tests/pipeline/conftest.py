@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,6 +106,10 @@ def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+    # py4j's connections say "Closing down clientserver connection" (INFO) from __del__ as the worker exits, after
+    # the streams of the handlers a test installed are closed: a "--- Logging error ---" traceback in every run's
+    # output, about nothing.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture
