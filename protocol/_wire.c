@@ -432,6 +432,61 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(walk_produce_exchange_doc,
+"walk_produce_exchange(frame, header_size, topic_id) -> (acks offset, acks, partitions | None) | None\n"
+"\n"
+"What a Produce exchange reads of its request in one call: `produce_acks_offset`, the acks there, and for acks\n"
+"-1, 0 or 1 `walk_produce_request`'s partitions. None: the acks offset is left to the Python reader; partitions\n"
+"None: other acks, or a request the Python walk reads (or refuses) itself.");
+
+static PyObject *wire_walk_produce_exchange(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "walk_produce_exchange(frame, header_size, topic_id)");
+        return NULL;
+    }
+    if (!configured) Py_RETURN_NONE;
+    Py_ssize_t header_size = PyLong_AsSsize_t(args[1]);
+    if (header_size == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    Frame f;
+    if (acquire(args[0], &view, &f) < 0) return NULL;
+    PyObject *result = NULL, *partitions = NULL;
+    ProduceRequestWalk w = {&f, args[2], NULL, NULL, NULL, 0, -1};
+    Py_ssize_t acks_offset = -1;
+    if (header_size >= 0 && f.n >= 4) {
+        Py_ssize_t at = produce_request_acks_at(be16(f.p + 2), &f, header_size);
+        if (at >= 0 && at + 2 <= f.n) acks_offset = at;
+    }
+    if (acks_offset < 0) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+    int16_t acks = (int16_t)be16(f.p + acks_offset);
+    if (acks >= -1 && acks <= 1) {
+        w.out = PyList_New(0);
+        if (w.out == NULL) goto done;
+        /* the header was read: a version it accepted fits the low byte */
+        int rc = walk_produce_request(f.p[3], &f, acks_offset, &w);
+        if (rc == -2) goto done;
+        if (rc >= 0 && w.end == f.n) {
+            partitions = w.out;
+            Py_INCREF(partitions);
+        }
+    }
+    if (partitions == NULL) {
+        Py_INCREF(Py_None);
+        partitions = Py_None;
+    }
+    PyObject *items[3] = {PyLong_FromSsize_t(acks_offset), PyLong_FromLong(acks), partitions};
+    result = tuple_of(3, items);
+done:
+    Py_XDECREF(w.topic);
+    Py_XDECREF(w.out);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* ------------------------------------------------------------------ Produce responses */
 /* The hooks of the generated Produce response scan: the partitions answered and where the responses end. */
 struct ProduceResponseWalk {
@@ -587,6 +642,8 @@ static PyMethodDef wire_methods[] = {
      peek_request_header_doc},
     {"produce_acks_offset", (PyCFunction)(void (*)(void))wire_produce_acks_offset, METH_FASTCALL,
      produce_acks_offset_doc},
+    {"walk_produce_exchange", (PyCFunction)(void (*)(void))wire_walk_produce_exchange, METH_FASTCALL,
+     walk_produce_exchange_doc},
     {"walk_produce_request", (PyCFunction)(void (*)(void))wire_walk_produce_request, METH_FASTCALL,
      walk_produce_request_doc},
     {"scan_produce_response", (PyCFunction)(void (*)(void))wire_scan_produce_response, METH_FASTCALL,

@@ -24,7 +24,7 @@ from .kafka_versions import (
 from .primitives import Buffer
 
 __all__ = ["WIRE", "configure", "int16_at", "int32_at", "peek_request_header", "produce_acks_offset",
-           "scan_produce_response", "split_frame", "view_of", "walk_produce_request"]
+           "scan_produce_response", "split_frame", "view_of", "walk_produce_exchange", "walk_produce_request"]
 
 
 def load() -> ModuleType | None:
@@ -59,6 +59,11 @@ produce_acks_offset: Final[Callable[[Buffer, int], int] | None] = None if WIRE i
 walk_produce_request: Final[Callable[[Buffer, int, Callable[[bytes], uuid.UUID]],
                                      tuple[int, list[tuple[str | uuid.UUID, int, int, int]]] | None] | None] = (
     None if WIRE is None else WIRE.walk_produce_request)
+#: (acks offset, acks, the partitions as `walk_produce_request` gives them for acks -1, 0 and 1, else None) of a Produce
+#: request whose header is read: one call for what a Produce exchange reads of every request.
+walk_produce_exchange: Final[Callable[[Buffer, int, Callable[[bytes], uuid.UUID]],
+                                      tuple[int, int, list[tuple[str | uuid.UUID, int, int, int]] | None] | None]
+                             | None] = None if WIRE is None else WIRE.walk_produce_exchange
 #: (partitions answered, where the responses end) of a Produce response no partition of which failed.
 scan_produce_response: Final[Callable[[Buffer, int], tuple[int, int] | None] | None] = (
     None if WIRE is None else WIRE.scan_produce_response)

@@ -44,6 +44,7 @@ from .kafka_walkers import (
 from .messages import decode_response, encode_response
 from .native import produce_acks_offset as _core_acks_offset
 from .native import scan_produce_response as _core_scan_response
+from .native import walk_produce_exchange as _core_walk_exchange
 from .native import walk_produce_request as _core_walk_request
 from .primitives import (
     Buffer,
@@ -68,6 +69,7 @@ __all__ = [
     "patch_produce_acks",
     "produce_acks_offset",
     "produce_partition_records",
+    "walk_produce_exchange",
     "read_produce_acks",
     "rewrite_produce_node_endpoints",
 ]
@@ -413,6 +415,19 @@ def produce_partition_records(
     out: list[tuple[str | uuid.UUID, int, int, int]] = []
     acks = _walk_request(frame, -1 if acks_offset is None else acks_offset, out)[0]
     return acks, out
+
+
+def walk_produce_exchange(
+    frame: Buffer, header_size: int
+) -> tuple[int, int, list[tuple[str | uuid.UUID, int, int, int]] | None] | None:
+    """(acks offset, acks, partitions) of a Produce request whose header is `header_size` bytes, in one call of the
+    compiled core: `produce_acks_offset`, the acks there and, for acks -1, 0 and 1, `produce_partition_records`'
+    partitions (None for other acks, or where the Python walk must read or refuse the request). None: no core, or
+    the acks offset is the Python reader's to find (then every one of the three is asked for on its own)."""
+    core_walk = _core_walk_exchange  # one lookup of the module global (a dict lookup each, compiled)
+    if core_walk is None or header_size < 0:
+        return None
+    return core_walk(frame, header_size, _topic_id)
 
 
 #: Offsets inside a record batch (magic 2): batchLength, magic, recordsCount.

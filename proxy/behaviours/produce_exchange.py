@@ -36,7 +36,12 @@ from insync_proxy.protocol import (
     scan_produce_response,
 )
 from insync_proxy.protocol.native import int16_at as _core_int16_at
-from insync_proxy.protocol.produce import PartitionKey, ProduceRequestIndex, produce_partition_records
+from insync_proxy.protocol.produce import (
+    PartitionKey,
+    ProduceRequestIndex,
+    produce_partition_records,
+    walk_produce_exchange,
+)
 from insync_proxy.proxy.datapath.cluster_view import Readiness
 from insync_proxy.proxy.datapath.exchange import Exchange, Frame
 
@@ -95,10 +100,6 @@ class ProduceExchange:
     def __init__(self, frame: memoryview, header_size: int = -1) -> None:
         """`header_size`: the request header's size, when read already (the exchange's peek)."""
         self.frame = frame
-        self.acks_offset = produce_acks_offset(frame, header_size)
-        int16_at = _core_int16_at  # the compiled core's (protocol/native.py); one lookup of the module global
-        acks = None if int16_at is None else int16_at(frame, self.acks_offset)
-        self.acks: int = _I16.unpack_from(frame, self.acks_offset)[0] if acks is None else acks
         #: The acks decision's outcome (AcksPolicy's), None when the request went as it came.
         self.decisions: ProduceDecisions | None = None
         self._index: ProduceRequestIndex | None = None
@@ -106,6 +107,16 @@ class ProduceExchange:
         self._error: ProtocolError | None = None
         self._scan: ProduceResponseScan | None = None
         self._scanned = False
+        walked = walk_produce_exchange(frame, header_size)  # the compiled core reads all three at once
+        if walked is not None:
+            self.acks_offset, self.acks, self._partitions = walked
+            if self._partitions is not None:
+                return
+        else:
+            self.acks_offset = produce_acks_offset(frame, header_size)
+            int16_at = _core_int16_at  # the compiled core's (protocol/native.py); one lookup of the module global
+            acks = None if int16_at is None else int16_at(frame, self.acks_offset)
+            self.acks = _I16.unpack_from(frame, self.acks_offset)[0] if acks is None else acks
         try:
             if -1 <= self.acks <= 1:
                 self._partitions = produce_partition_records(frame, self.acks_offset)[1]

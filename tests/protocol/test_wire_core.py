@@ -136,6 +136,24 @@ def check_acks_offset(core: ModuleType, frame: bytes, header_size: int) -> bool:
     return True
 
 
+def check_exchange(core: ModuleType, frame: bytes, header_size: int) -> bool:
+    """The core's one call for a Produce exchange answers what its three calls answer; True if it found acks."""
+    got = core.walk_produce_exchange(frame, header_size, _topic_id)
+    offset = core.produce_acks_offset(frame, header_size)
+    if got is None:
+        assert offset < 0
+        return False
+    acks_offset, acks, partitions = got
+    assert acks_offset == offset == _python_acks_offset(frame, header_size)
+    assert acks == int.from_bytes(frame[acks_offset:acks_offset + 2], "big", signed=True)
+    walked = core.walk_produce_request(frame, acks_offset, _topic_id)
+    if -1 <= acks <= 1 and walked is not None:
+        assert partitions == walked[1]
+    else:
+        assert partitions is None
+    return True
+
+
 def check_response(core: ModuleType, frame: bytes, version: int) -> bool:
     got = core.scan_produce_response(frame, version)
     if got is None:
@@ -192,6 +210,8 @@ def test_producers_requests_are_walked_by_the_core(
     header_size = _peek(frame, None).header_size
     assert check_acks_offset(core, frame, header_size)
     assert core.produce_acks_offset(frame, header_size) == offset == produce_acks_offset(frame, header_size)
+    assert check_exchange(core, frame, header_size)
+    assert (core.walk_produce_exchange(frame, header_size, _topic_id)[2] is None) == (acks not in (-1, 0, 1))
     # and the functions the proxy calls take the core's answer
     walked = produce_partition_records(frame, offset)
     assert walked == _python_request(frame, offset)
@@ -254,6 +274,7 @@ def test_any_produce_exchange_clean_cut_or_corrupt(core: ModuleType, version: in
         check_request(core, candidate, offset)
         check_peek(core, candidate)
         check_acks_offset(core, candidate, header_size)
+        check_exchange(core, candidate, header_size)
     for candidate in [answer, *(mutate(answer, rng) for _ in range(30)), *(answer[:n] for n in range(len(answer)))]:
         check_response(core, candidate, version)
 
