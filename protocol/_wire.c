@@ -262,6 +262,14 @@ PyDoc_STRVAR(produce_acks_offset_doc,
 "protocol/produce.py `produce_acks_offset` of a Produce request frame whose header is `header_size` bytes:\n"
 "past transactional_id (v3+). -1: anything the Python reader would refuse.");
 
+/* Where acks is in a Produce request whose header is `header_size` bytes: past transactional_id (v3+), generated
+ * (protocol/_wire_walkers.h); -1 for a version outside the caps or a frame too short. */
+static Py_ssize_t acks_offset_of(const Frame *f, Py_ssize_t header_size) {
+    if (header_size < 0 || f->n < 4) return -1;
+    Py_ssize_t at = produce_request_acks_at(be16(f->p + 2), f, header_size);
+    return at >= 0 && at + 2 <= f->n ? at : -1;
+}
+
 static PyObject *wire_produce_acks_offset(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "produce_acks_offset(frame, header_size)");
@@ -272,12 +280,7 @@ static PyObject *wire_produce_acks_offset(PyObject *self, PyObject *const *args,
     Py_buffer view;
     Frame f;
     if (acquire(args[0], &view, &f) < 0) return NULL;
-    Py_ssize_t offset = -1;
-    if (configured && pos >= 0 && f.n >= 4) {
-        /* past transactional_id (v3+): generated, protocol/_wire_walkers.h; -1 for a version outside the caps */
-        Py_ssize_t at = produce_request_acks_at(be16(f.p + 2), &f, pos);
-        if (at >= 0 && at + 2 <= f.n) offset = at;
-    }
+    Py_ssize_t offset = configured ? acks_offset_of(&f, pos) : -1;
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(offset);
 }
@@ -390,6 +393,18 @@ static int produce_request(ProduceRequestWalk *w, int64_t acks, int64_t timeout_
     return 0;
 }
 
+/* The generated walk of a Produce request's partitions into a new list `w->out` (its reference the caller's,
+ * like `w->topic`): 1 walked, 0 left to the Python walk, -1 an exception set. */
+static int walk_partitions(const Frame *f, Py_ssize_t acks_offset, ProduceRequestWalk *w) {
+    if (acks_offset < 0 || f->n < 4) return 0;
+    w->out = PyList_New(0);
+    if (w->out == NULL) return -1;
+    /* the caller read the header: a version it accepted fits the low byte */
+    int rc = walk_produce_request(f->p[3], f, acks_offset, w);
+    if (rc == -2) return -1;
+    return rc >= 0 && w->end == f->n ? 1 : 0;
+}
+
 PyDoc_STRVAR(walk_produce_request_doc,
 "walk_produce_request(frame, acks_offset, topic_id) -> (acks, [(topic, partition, record bytes, records), ...])\n"
 "| None\n"
@@ -411,21 +426,15 @@ static PyObject *wire_walk_produce_request(PyObject *self, PyObject *const *args
     if (acquire(args[0], &view, &f) < 0) return NULL;
     PyObject *result = NULL;
     ProduceRequestWalk w = {&f, args[2], NULL, NULL, NULL, 0, -1};
-    if (acks_offset < 0 || f.n < 4) goto fallback;
-    w.out = PyList_New(0);
-    if (w.out == NULL) goto done;
-    /* the caller read the header: a version it accepted fits the low byte */
-    int rc = walk_produce_request(f.p[3], &f, acks_offset, &w);
-    if (rc == -2) goto done;
-    if (rc < 0 || w.end != f.n) goto fallback;
-    Py_INCREF(w.out);
-    PyObject *items[2] = {PyLong_FromLongLong(w.acks), w.out};
-    result = tuple_of(2, items);
-    goto done;
-fallback:
-    Py_INCREF(Py_None);
-    result = Py_None;
-done:
+    int walked = walk_partitions(&f, acks_offset, &w);
+    if (walked > 0) {
+        PyObject *items[2] = {PyLong_FromLongLong(w.acks), w.out};
+        w.out = NULL;
+        result = tuple_of(2, items);
+    } else if (walked == 0) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
     Py_XDECREF(w.topic);
     Py_XDECREF(w.out);
     PyBuffer_Release(&view);
@@ -450,34 +459,24 @@ static PyObject *wire_walk_produce_exchange(PyObject *self, PyObject *const *arg
     Py_buffer view;
     Frame f;
     if (acquire(args[0], &view, &f) < 0) return NULL;
-    PyObject *result = NULL, *partitions = NULL;
+    PyObject *result = NULL, *partitions = Py_None;
     ProduceRequestWalk w = {&f, args[2], NULL, NULL, NULL, 0, -1};
-    Py_ssize_t acks_offset = -1;
-    if (header_size >= 0 && f.n >= 4) {
-        Py_ssize_t at = produce_request_acks_at(be16(f.p + 2), &f, header_size);
-        if (at >= 0 && at + 2 <= f.n) acks_offset = at;
-    }
+    Py_ssize_t acks_offset = acks_offset_of(&f, header_size);
     if (acks_offset < 0) {
         Py_INCREF(Py_None);
         result = Py_None;
         goto done;
     }
-    int16_t acks = (int16_t)be16(f.p + acks_offset);
+    int16_t acks = be16(f.p + acks_offset);
     if (acks >= -1 && acks <= 1) {
-        w.out = PyList_New(0);
-        if (w.out == NULL) goto done;
-        /* the header was read: a version it accepted fits the low byte */
-        int rc = walk_produce_request(f.p[3], &f, acks_offset, &w);
-        if (rc == -2) goto done;
-        if (rc >= 0 && w.end == f.n) {
+        int walked = walk_partitions(&f, acks_offset, &w);
+        if (walked < 0) goto done;
+        if (walked > 0) {
             partitions = w.out;
-            Py_INCREF(partitions);
+            w.out = NULL;
         }
     }
-    if (partitions == NULL) {
-        Py_INCREF(Py_None);
-        partitions = Py_None;
-    }
+    if (partitions == Py_None) Py_INCREF(Py_None);
     PyObject *items[3] = {PyLong_FromSsize_t(acks_offset), PyLong_FromLong(acks), partitions};
     result = tuple_of(3, items);
 done:
