@@ -11,12 +11,25 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Iterator
 
 import pytest
 
 from insync_proxy.cli.interrupts import Interrupts
 
 
+@pytest.fixture
+def ctrl_c_delivered() -> Iterator[None]:
+    """SIGINT at Python's default, as a terminal's foreground command has it: a run started in the background (a
+    script's `&`, CI) inherits it ignored, and `Interrupts` keeps an ignored Ctrl-C ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_a_ctrl_c_swallowed_where_it_was_raised_is_still_seen_at_the_next_checkpoint() -> None:
     with Interrupts() as interrupts:
         # Given code that drops what it raises (as an at-fork callback's caller does)
@@ -29,6 +42,7 @@ def test_a_ctrl_c_swallowed_where_it_was_raised_is_still_seen_at_the_next_checkp
             interrupts.raise_if_requested()
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_no_checkpoint_raises_without_a_ctrl_c() -> None:
     with Interrupts() as interrupts:
         interrupts.raise_if_requested()
@@ -96,6 +110,7 @@ def _loggings_lock_is_free() -> bool:
     return taken == [True]
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_at_random_points_of_forks_is_never_lost_and_leaves_loggings_lock_free() -> None:
     # Given a main thread that forks children (as Kafka's start does) while SIGINTs come at random moments
     rng = random.Random(637)
