@@ -206,7 +206,7 @@ def test_acks_minus_two_is_answered_not_enough_replicas_by_the_proxy_with_a_paus
                                             lambda client: authenticate_blocking(client.request_raw, oauth.sasl("alice")))
 
 
-def test_two_minutes_of_ten_second_sessions_lose_no_tag_and_log_no_error(oauth: OAuthCluster) -> None:
+def test_a_minute_of_ten_second_sessions_loses_no_tag_and_logs_no_error(oauth: OAuthCluster) -> None:
     cluster, proxy = oauth.cluster, oauth.proxy
     topic = f"oauth-reauth-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
@@ -228,9 +228,10 @@ def test_two_minutes_of_ten_second_sessions_lose_no_tag_and_log_no_error(oauth: 
 
     writer = threading.Thread(target=produce, daemon=True)
     writer.start()
-    # When two minutes pass (12 session lifetimes), each few seconds a new client asks for the topic's Metadata
+    # When a minute passes (6 session lifetimes: each connection renewed 6 times), each few seconds a new client asks
+    # for the topic's Metadata
     tags: list[int] = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
             tags.append(_min_insync(proxy, oauth.sasl("alice"), topic))
@@ -240,8 +241,8 @@ def test_two_minutes_of_ten_second_sessions_lose_no_tag_and_log_no_error(oauth: 
         writer.join(30)
     assert producer.flush(60) == 0
     # Then every answer carried tag 637, the producer saw no error, the audit topic kept being written
-    assert len(tags) >= 20 and set(tags) == {2}, tags
-    assert errors == [] and sent[0] > 100, (errors[:5], sent[0])
+    assert len(tags) >= 10 and set(tags) == {2}, tags
+    assert errors == [] and sent[0] > 50, (errors[:5], sent[0])
     assert proxy.metric("insync_proxy_audit_events_written_total", sink="kafka") > audit_before
     assert proxy.metric("insync_proxy_control_authentication_failures_total", mechanism="OAUTHBEARER") == 0
     # And the proxy renewed its sessions in place: no ERROR line, no connection a broker closed, no login refused
