@@ -102,6 +102,17 @@ class _NotSent(ControlError):
     """The connection broke while the request waited for its turn: nothing was sent, nobody failed it."""
 
 
+class _BrokerClosed(ControlError):
+    """The broker closed the connection (end of stream)."""
+
+
+class _SessionEnded(_NotSent):
+    """The broker closed the connection once its SASL session had ended (KIP-368) while a request waited on it: a
+    request the broker reads after the session's end is not served, the connection is closed instead. A broker that
+    stood still across the end (paused, stalled) does this to a request sent in time; a new connection logs in and
+    the request goes there, quietly (no failover: nothing failed)."""
+
+
 class AuthenticationFailed(ControlError):
     """The broker refused the proxy's own credentials: no other broker will accept them either.
 
@@ -171,9 +182,12 @@ class _Link:
         if self.closed:
             return
         self.closed = True
+        text = f"control connection to {_name(self.address)} lost: {_failure_text(exc)}"
+        ended = isinstance(exc, _BrokerClosed) and self.session_ends_at is not None \
+            and time.monotonic() >= self.session_ends_at - SESSION_END_MARGIN_SECONDS
         for future in self.pending.values():
             if not future.done():
-                future.set_exception(ControlError(f"control connection to {_name(self.address)} lost: {_failure_text(exc)}"))
+                future.set_exception(_SessionEnded(f"{text}, its SASL session had ended") if ended else ControlError(text))
         self.pending.clear()
         self.writer.close()
         if self.read_task is not None and self.read_task is not asyncio.current_task():
@@ -390,7 +404,7 @@ class ControlConnection:
             while True:
                 data = await link.reader.read(1 << 16)
                 if not data:
-                    raise ControlError("the broker closed the control connection")
+                    raise _BrokerClosed("the broker closed the control connection")
                 if first and data.startswith(b"HTTP"):
                     raise ControlError(HTTP_ANSWER)  # not "raise max_frame_bytes": a wrong port, not a big frame
                 first = False
@@ -489,6 +503,8 @@ class ControlConnection:
             except _NotSent as exc:
                 if self._link is link:
                     self._link = None
+                if isinstance(exc, _SessionEnded):
+                    log.debug("control connection: %s: a new connection logs in", exc)
                 not_sent += 1
                 if not_sent > 3:
                     errors.append(str(exc))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from dataclasses import dataclass
 
 from insync_proxy.protocol import (
@@ -35,24 +36,42 @@ class Login:
 
 
 class PlainBroker:
-    """Answers ApiVersions, SaslHandshake, SaslAuthenticate (PLAIN: PASSWORD only) and Metadata."""
+    """Answers ApiVersions, SaslHandshake, SaslAuthenticate (PLAIN: PASSWORD only) and Metadata.
+
+    `session_lifetime_ms`: the sessions it grants (KIP-368); a request it reads after its connection's session ended
+    closes that connection, as Kafka does. `stall_seconds`: it stands still that long before reading its first
+    Metadata request (a paused broker), the request already sent."""
 
     def __init__(self, refusal: str = "Authentication failed: Invalid username or password",
-                 mechanisms: tuple[str, ...] = ("PLAIN",)) -> None:
+                 mechanisms: tuple[str, ...] = ("PLAIN",), session_lifetime_ms: int = 0,
+                 stall_seconds: float = 0.0) -> None:
         self.server: asyncio.Server | None = None
         self.refusal = refusal
         self.mechanisms = mechanisms
+        self.session_lifetime_ms = session_lifetime_ms
+        self.stall_seconds = stall_seconds
+        self.logins = 0
+        self.closed_for_session_end = 0
 
     async def start(self) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         return ("127.0.0.1", self.server.sockets[0].getsockname()[1])
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        session_ends_at: float | None = None
         try:
             while True:
                 frame = await reader.readexactly(struct.unpack(">i", await reader.readexactly(4))[0])
                 header, offset = decode_request_header(frame)
                 key, version = header.request_api_key, header.request_api_version
+                if key == ApiKey.METADATA and self.stall_seconds:
+                    stall, self.stall_seconds = self.stall_seconds, 0.0
+                    await asyncio.sleep(stall)
+                if key not in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE) and session_ends_at is not None \
+                        and time.monotonic() >= session_ends_at:
+                    self.closed_for_session_end += 1
+                    writer.close()  # KIP-368: a request after the session's end closes the connection
+                    return
                 head = struct.pack(">i", header.correlation_id)
                 if key == ApiKey.API_VERSIONS:
                     body = encode_response(ApiVersionsResponse(api_keys=tuple(
@@ -65,8 +84,13 @@ class PlainBroker:
                         mechanisms=self.mechanisms), version)
                 elif key == ApiKey.SASL_AUTHENTICATE:
                     ok = bytes(frame[offset:]).endswith(PASSWORD.encode())
+                    lifetime = self.session_lifetime_ms if ok and version >= 1 else 0
+                    if ok:
+                        self.logins += 1
+                        session_ends_at = time.monotonic() + lifetime / 1000 if lifetime else None
                     body = encode_response(SaslAuthenticateResponse(
-                        error_code=0 if ok else 58, error_message=None if ok else self.refusal), version)
+                        error_code=0 if ok else 58, error_message=None if ok else self.refusal,
+                        session_lifetime_ms=lifetime), version)
                 else:
                     body = encode_response(MetadataResponse(brokers=(MetadataResponseBroker(
                         node_id=1, host="127.0.0.1", port=1),)), version)

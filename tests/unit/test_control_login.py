@@ -110,3 +110,30 @@ async def test_a_principal_without_describe_configs_is_one_warning_for_many_topi
     assert metrics.min_insync_unauthorized_total._value.get() == 9
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "DESCRIBE_CONFIGS" in warnings[0], warnings
+
+
+async def test_a_request_a_stalled_broker_reads_after_the_session_ended_goes_to_a_new_login_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a broker granting 2-second SASL sessions, and a control connection logged in with it
+    caplog.set_level(logging.DEBUG)
+    broker = PlainBroker(session_lifetime_ms=2_000)
+    address = await broker.start()
+    login = Login(password=PASSWORD)
+    control = ControlConnection([address], sasl=login, request_timeout=5)
+    try:
+        await control.metadata(None)
+        assert broker.logins == 1
+        # When the broker stands still (paused) across the session's end with the next request sent in time, and
+        # reads it only then (Kafka closes the connection)
+        broker.stall_seconds = 2.5
+        response = await control.metadata(None)
+        # Then the request was answered over a new login, and nothing was said above DEBUG: no failover, no WARNING
+        assert [b.node_id for b in response.brokers] == [1]
+        assert broker.closed_for_session_end == 1 and broker.logins == 2
+        assert control.failovers == 0
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        assert any("its SASL session had ended: a new connection logs in" in r.getMessage() for r in caplog.records)
+    finally:
+        await control.close()
+        broker.close()
