@@ -16,7 +16,6 @@
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS builder
-ARG COMPILE=1
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # A C compiler for mypyc; only in this stage. Debian's current gcc for the base image (no pin: the
@@ -30,8 +29,8 @@ RUN apt-get update \
          apt-get install -y --no-install-recommends python3-dev; \
        fi \
     && rm -rf /var/lib/apt/lists/*
-# The build tools, pinned: --no-build-isolation below builds with these.
-RUN pip install mypy==2.4.1 setuptools==84.2.1 wheel==0.48.0
+# The build tools, pinned: --no-build-isolation below builds with these (mypy for the compiled build: below).
+RUN pip install setuptools==84.2.1 wheel==0.48.0
 WORKDIR /src
 # The runtime dependencies first, with the kerberos and aws extras (their own layer, rebuilt only when
 # pyproject.toml changes; extras.txt pins the two extras for the runtime stage): wheels for
@@ -43,6 +42,10 @@ RUN python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["p
     && pip install --no-index --find-links=/wheels -r /tmp/requirements.txt \
     && python -c 'from importlib.metadata import version; print(*(f"{n}=={version(n)}" for n in ("gssapi", "botocore")), sep="\n")' \
         > /wheels/extras.txt
+# The compiled build or not: declared here, after the layers both builds share (a RUN after an ARG is
+# cached per value), so the compiled and the interpreted build differ from this layer on only.
+ARG COMPILE=1
+RUN if [ "$COMPILE" = 1 ]; then pip install mypy==2.4.1; fi
 # The source: the whole build context, which .dockerignore filters down to the package and its build files.
 COPY . .
 # One wheel directory: insync-proxy itself and every runtime dependency (uvloop ships manylinux wheels),

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(out.stdout.strip())
 
     def callgrind(out: Path, command: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
-        process = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command],
+        process = subprocess.Popen(["valgrind", "--tool=callgrind", "--compress-strings=no", f"--callgrind-out-file={out}", *command],
                                    stderr=subprocess.DEVNULL, **kwargs)
         processes.append(process)
         return process

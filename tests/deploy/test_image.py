@@ -1,5 +1,12 @@
-"""The container image, built and run for real: `scripts/build-image` builds the Dockerfile with podman
-(the compiled build), then its entrypoint runs from the image's own filesystem against a real Kafka.
+"""The container image, built and run for real: `scripts/build-image` builds the Dockerfile with podman, then its
+entrypoint runs from the image's own filesystem against a real Kafka.
+
+Which build the image holds follows the suite's: `./scripts/test` runs everything interpreted, so its image holds
+the interpreted wheel (`COMPILE=0`, tag `localhost/insync-proxy:test`); `INSYNC_TEST_IMAGE_COMPILE=1` builds the
+image as shipped, with the compiled wheel (`COMPILE=1`, the Dockerfile's default; tag `...:test-compiled`), and the
+tests check that the compiled data path is what runs. CI runs these tests that way in its compiled step, after the
+suite (.ci/run; `./scripts/test-compiled-image`): mypyc's compile, two minutes of CPU, stays out of the suite's time,
+as the compiled unit tests do.
 
 Where no Docker engine or image registry is reachable (this project's machines), the build runs with
 podman on a Python base made from Debian's packages (scripts/build-image). `podman run` cannot run it
@@ -44,7 +51,20 @@ from insync_proxy.devcluster.cluster import LocalKafkaCluster, _die_with_parent,
 from tests.deploy.tools import REPO
 from tests.helpers import consume_values
 
-IMAGE = "localhost/insync-proxy:test"
+
+def _compiled_image() -> bool:
+    """INSYNC_TEST_IMAGE_COMPILE: 1 builds and checks the compiled image, 0 (the default) the interpreted one."""
+    value = os.environ.get("INSYNC_TEST_IMAGE_COMPILE", "0")
+    if value not in ("0", "1"):
+        raise pytest.UsageError(f"INSYNC_TEST_IMAGE_COMPILE={value!r}: expected 0 (the interpreted image) or 1 "
+                                "(the compiled image, as shipped)")
+    return value == "1"
+
+
+#: The build under test: the compiled wheel (as shipped) or the interpreted one (the suite's default).
+COMPILED = _compiled_image()
+#: Its tag; ./scripts/test's background build uses the same (scripts/test).
+IMAGE = "localhost/insync-proxy:test-compiled" if COMPILED else "localhost/insync-proxy:test"
 BUILD_SCRIPT = REPO / "scripts" / "build-image"
 #: A cold build (base image, apt, pip, mypyc on 2 shared cores) takes minutes; a warm one seconds.
 BUILD_TIMEOUT = 2400.0
@@ -96,7 +116,7 @@ class BuiltImage:
 
 @pytest.fixture(scope="session")
 def built_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
-    """The Dockerfile built once per session with scripts/build-image (compiled build, COMPILE=1)."""
+    """The Dockerfile built once per session with scripts/build-image (COMPILE=1 or 0: `COMPILED`)."""
     reason = _cannot_build_reason()
     if reason is not None:
         print(f"SKIP test_image: {reason}")
@@ -105,7 +125,7 @@ def built_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
     started = time.monotonic()
     with log.open("w") as out:
         result = subprocess.run([str(BUILD_SCRIPT), IMAGE], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env={**os.environ, "COMPILE": "1"},
+                                stdin=subprocess.DEVNULL, env={**os.environ, "COMPILE": "1" if COMPILED else "0"},
                                 timeout=BUILD_TIMEOUT)
     elapsed = time.monotonic() - started
     lines = log.read_text(errors="replace").splitlines()
@@ -118,7 +138,7 @@ def built_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
     # podman keeps the HEALTHCHECK (docker format only) beside Config, not in it
     config = {**inspected["Config"], "Healthcheck": inspected.get("Healthcheck") or inspected["Config"].get("Healthcheck")}
     image = BuiltImage(IMAGE, config, int(inspected["Size"]), elapsed)
-    print(f"\nimage {IMAGE}: scripts/build-image took {elapsed:.0f} s, image size {image.size_bytes / 1e6:.0f} MB")
+    print(f"\nimage {IMAGE} ({'compiled' if COMPILED else 'interpreted'}): scripts/build-image took {elapsed:.0f} s, image size {image.size_bytes / 1e6:.0f} MB")
     return image
 
 
@@ -253,12 +273,12 @@ def _samples(metrics: str, name: str) -> list[dict[str, str]]:
     return found
 
 
-def test_image_entrypoint_as_uid_10001_produces_through_the_compiled_build(
+def test_image_entrypoint_as_uid_10001_produces_through_the_build_it_holds(
     image_proxy: ImageProxy, kafka_cluster: LocalKafkaCluster, topic_name: str
 ) -> None:
     """Given the built image's entrypoint running as uid 10001 with its default config, when a real client
     produces with acks=all through it, then the records are read back through it, /metrics counts them,
-    and the compiled build is what runs."""
+    and the build the image holds (compiled or interpreted: `COMPILED`) is what runs."""
     from confluent_kafka import Producer
 
     assert image_proxy.process is not None
@@ -283,8 +303,9 @@ def test_image_entrypoint_as_uid_10001_produces_through_the_compiled_build(
     assert produced and {s["acks_requested"] for s in produced} == {"-1"}, produced
     assert _samples(metrics, "insync_proxy_address_leaks_total") == []  # the debug scan is on: start()
     build = _samples(metrics, "insync_proxy_build_info")
-    assert [b.get("compiled") for b in build] == ["true"], build
-    assert "data path: compiled with mypyc" in image_proxy.log_text(), image_proxy.log_tail()
+    assert [b.get("compiled") for b in build] == ["true" if COMPILED else "false"], build
+    expected = "data path: compiled with mypyc" if COMPILED else "data path: interpreted"
+    assert expected in image_proxy.log_text(), image_proxy.log_tail()
 
 
 def test_image_holds_the_source_under_test(built_image: BuiltImage) -> None:
