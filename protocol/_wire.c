@@ -571,8 +571,9 @@ PyDoc_STRVAR(split_frame_doc,
 "split_frame(view, pos, max_frame_size) -> (framed, payload, end) | None\n"
 "\n"
 "protocol/framing.py `FrameStream.next` where a whole frame starts at `pos` of a memoryview of bytes: the frame\n"
-"with its size prefix, without it (both views of `view`'s buffer) and where it ends. None: anything else (fewer\n"
-"than 4 bytes, a size out of range or not all there yet, another kind of buffer): the Python reader decides.");
+"with its size prefix (`view` itself when it is that frame), without it (both views of `view`'s buffer) and where it\n"
+"ends. None: anything else (fewer than 4 bytes, a size out of range or not all there yet, another kind of buffer):\n"
+"the Python reader decides.");
 
 static PyObject *wire_split_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
@@ -588,9 +589,40 @@ static PyObject *wire_split_frame(PyObject *self, PyObject *const *args, Py_ssiz
     if (pos < 0 || b->len - pos < 4) Py_RETURN_NONE;
     int32_t size = be32((const unsigned char *)b->buf + pos);
     if (size < 0 || size > max_frame_size || size > b->len - pos - 4) Py_RETURN_NONE;
-    PyObject *items[3] = {view_slice(args[0], pos, 4 + (Py_ssize_t)size), view_slice(args[0], pos + 4, size),
-                          PyLong_FromSsize_t(pos + 4 + (Py_ssize_t)size)};
+    /* A view that is one whole frame (a read of one frame: the common case) is its own framed view: no new one. */
+    PyObject *framed;
+    if (pos == 0 && 4 + (Py_ssize_t)size == b->len) {
+        Py_INCREF(args[0]);
+        framed = args[0];
+    } else {
+        framed = view_slice(args[0], pos, 4 + (Py_ssize_t)size);
+    }
+    PyObject *items[3] = {framed, view_slice(args[0], pos + 4, size), PyLong_FromSsize_t(pos + 4 + (Py_ssize_t)size)};
     return tuple_of(3, items);
+}
+
+PyDoc_STRVAR(is_whole_read_doc,
+"is_whole_read(data, pieces) -> bool\n"
+"\n"
+"Whether `pieces` (a list) are byte views of `data` (bytes) whose sizes add up to its size: what a proxy gathered\n"
+"from one read, each piece a view of it in stream order, is then the read itself (proxy/datapath/core.py `_as_read`).");
+
+static PyObject *wire_is_whole_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "is_whole_read(data, pieces: list)");
+        return NULL;
+    }
+    PyObject *data = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(args[1]);
+    if (!PyBytes_CheckExact(data) || n == 0) Py_RETURN_FALSE;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *piece = PyList_GET_ITEM(args[1], i);
+        const Py_buffer *b = byte_view(piece);
+        if (b == NULL || b->obj != data) Py_RETURN_FALSE;
+        total += b->len;
+    }
+    return PyBool_FromLong(total == PyBytes_GET_SIZE(data));
 }
 
 PyDoc_STRVAR(view_of_doc,
@@ -648,6 +680,7 @@ static PyMethodDef wire_methods[] = {
     {"scan_produce_response", (PyCFunction)(void (*)(void))wire_scan_produce_response, METH_FASTCALL,
      scan_produce_response_doc},
     {"split_frame", (PyCFunction)(void (*)(void))wire_split_frame, METH_FASTCALL, split_frame_doc},
+    {"is_whole_read", (PyCFunction)(void (*)(void))wire_is_whole_read, METH_FASTCALL, is_whole_read_doc},
     {"view_of", (PyCFunction)wire_view_of, METH_O, view_of_doc},
     {"int32_at", (PyCFunction)(void (*)(void))wire_int32_at, METH_FASTCALL, int32_at_doc},
     {"int16_at", (PyCFunction)(void (*)(void))wire_int16_at, METH_FASTCALL, int16_at_doc},

@@ -6,9 +6,10 @@ Sans-IO: feed it whatever the socket produced, get whole frames back.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Final, SupportsIndex
 
 from .errors import FrameTooLarge
+from .native import is_whole_read as _core_is_whole_read
 from .native import split_frame as _core_split_frame
 from .native import view_of as _core_view_of
 from .primitives import Buffer, bytes_view
@@ -22,12 +23,35 @@ __all__ = [
     "FrameStream",
     "encode_frame",
     "encode_frame_prefix",
+    "is_whole_read",
 ]
 
 #: Kafka's default ``socket.request.max.bytes``.
 DEFAULT_MAX_FRAME_SIZE: Final = 104857600
 
 _SIZE: Final = struct.Struct(">i")
+
+
+def is_whole_read(data: bytes, pieces: list[Buffer]) -> bool:
+    """Whether `pieces`, taken from one read in stream order and none twice (a proxy's frames of it, forwarded), are
+    that read: each a view of `data` and together as long. The compiled core answers in one call where it is built."""
+    core = _core_is_whole_read
+    if core is not None:
+        return core(data, pieces)
+    return whole_read_reference(data, pieces)
+
+
+def whole_read_reference(data: bytes, pieces: list[Buffer]) -> bool:
+    """`is_whole_read` in Python: the reference the compiled core is held to, and the interpreted build's."""
+    if type(data) is not bytes or not pieces:
+        return False
+    total = 0
+    for piece in pieces:
+        if not isinstance(piece, memoryview) or piece.obj is not data or piece.ndim != 1 or piece.itemsize != 1 \
+                or not piece.contiguous:
+            return False
+        total += piece.nbytes
+    return total == len(data)
 
 
 def encode_frame_prefix(size: int) -> bytes:
@@ -132,12 +156,14 @@ class FrameStream:
     After :class:`~protocol.errors.FrameTooLarge` the stream cannot be resynchronised: close it.
     """
 
-    __slots__ = ("_head", "_missing", "_mv", "_n", "_offer", "_parts", "_pos", "_queued", "_readonly", "_split",
-                 "_view_of", "framed", "head_size", "max_frame_size", "pass_from", "passing", "size")
+    __slots__ = ("_head", "_max_frame_object", "_missing", "_mv", "_n", "_offer", "_parts", "_pos", "_queued", "_readonly",
+                 "_split", "_view_of", "framed", "head_size", "max_frame_size", "pass_from", "passing", "size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, pass_from: int | None = None,
                  head_size: int = 4) -> None:
         self.max_frame_size = max_frame_size
+        #: The same, as the object the compiled core's split is given (compiled, an int attribute is boxed per call).
+        self._max_frame_object: SupportsIndex = max_frame_size
         #: Frames of at least this many payload bytes may be offered as HEAD; None: never.
         self.pass_from = pass_from
         self.head_size = head_size
@@ -198,6 +224,22 @@ class FrameStream:
             queued.append(self._mv[start:self._n])
         self.passing = total - len(earlier) - (self._n - start)
 
+    def next_frame(self) -> memoryview | None:
+        """`next()`'s common case without its event pair: the payload of the next frame when it is whole in the chunk
+        and the compiled core splits it (`framed`: its bytes with their prefix), the event a FRAME; None: anything else,
+        which `next()` then tells (it may be a FRAME too)."""
+        split = self._split
+        pos = self._pos
+        if (split is None or pos >= self._n or self._queued or self._offer is not None or self.passing
+                or self._parts is not None or self._head):
+            return None
+        parts = split(self._mv, pos, self._max_frame_object)
+        if parts is None:
+            return None
+        framed, payload, self._pos = parts
+        self.framed = framed
+        return payload
+
     def next(self) -> tuple[int, memoryview] | None:
         """The next event of what was fed, or None when it needs more bytes."""
         if self._queued:
@@ -233,7 +275,7 @@ class FrameStream:
         if head:
             return self._continue_head(head, mv, pos, n)
         if self._split is not None:  # a whole frame, split by the compiled core (protocol/native.py)
-            split = self._split(mv, pos, self.max_frame_size)
+            split = self._split(mv, pos, self._max_frame_object)
             if split is not None:
                 framed, payload, self._pos = split
                 self.framed = framed

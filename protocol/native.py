@@ -13,7 +13,7 @@ import importlib
 import uuid
 from collections.abc import Callable
 from types import ModuleType
-from typing import Final
+from typing import Final, SupportsIndex
 
 from .api_keys import ApiKey
 from .kafka_versions import (
@@ -23,7 +23,7 @@ from .kafka_versions import (
 )
 from .primitives import Buffer
 
-__all__ = ["WIRE", "configure", "int16_at", "int32_at", "peek_request_header", "produce_acks_offset",
+__all__ = ["WIRE", "configure", "int16_at", "int32_at", "is_whole_read", "peek_request_header", "produce_acks_offset",
            "scan_produce_response", "split_frame", "view_of", "walk_produce_exchange", "walk_produce_request"]
 
 
@@ -68,8 +68,12 @@ walk_produce_exchange: Final[Callable[[Buffer, int, Callable[[bytes], uuid.UUID]
 scan_produce_response: Final[Callable[[Buffer, int], tuple[int, int] | None] | None] = (
     None if WIRE is None else WIRE.scan_produce_response)
 #: (framed, payload, end) of the whole frame at a position of a memoryview (protocol/framing.py's fast path).
-split_frame: Final[Callable[[memoryview, int, int], tuple[memoryview, memoryview, int] | None] | None] = (
+#: The maximum frame size is any int object (SupportsIndex): a compiled caller passes the object it keeps, not an int
+#: it would box for every call.
+split_frame: Final[Callable[[memoryview, int, SupportsIndex], tuple[memoryview, memoryview, int] | None] | None] = (
     None if WIRE is None else WIRE.split_frame)
+#: Whether a list of pieces gathered from a read (bytes) are byte views of it adding up to its size (None: not built).
+is_whole_read: Final[Callable[[bytes, list[Buffer]], bool] | None] = None if WIRE is None else WIRE.is_whole_read
 #: memoryview(data) without the type call (None: not built).
 view_of: Final[Callable[[bytes], memoryview] | None] = None if WIRE is None else WIRE.view_of
 #: The big-endian int32 / int16 at a position of a memoryview; None where struct must read it.

@@ -9,14 +9,18 @@ them off the request path. Accumulated and drained on the event loop only: exact
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Any
+from typing import Any, Final
 
-from insync_proxy.audit.buckets import OVERFLOW, bucket_index
+from insync_proxy.audit.buckets import BOUNDS_MS, LAST_BOUNDED, OVERFLOW, bucket_index
 from insync_proxy.audit.events import format_ts, produce_summary_event
 
 #: (listener, client_id, topic, partition, acks_requested, acks_sent, decision, error_code)
 SummaryKey = tuple[str, str | None, str, int, int, int | None, str, int | None]
+
+#: The bucket `_Accumulator.add` is given for a request without a measured latency.
+NO_LATENCY: Final = -1
 
 
 class _Accumulator:
@@ -42,11 +46,13 @@ class _Accumulator:
         #: Requests per latency bucket, by bucket index (a list: one indexed add per request, no hashing).
         self.buckets = [0] * (OVERFLOW + 1)
 
-    def add(self, records: int, record_bytes: int, latency_ms: float | None, bucket: int | None) -> None:
+    def add(self, records: int, record_bytes: int, latency_ms: float, bucket: int) -> None:
+        """One partition of one request; `bucket` < 0 (`NO_LATENCY`): no latency measured (acks=0, an answer of the
+        proxy's own), and `latency_ms` is then not read. Native numbers, not optional ones: nothing boxed per call."""
         self.requests += 1
         self.records += records
         self.record_bytes += record_bytes
-        if latency_ms is not None and bucket is not None:
+        if bucket >= 0:
             self.latency_count += 1
             self.latency_sum += latency_ms
             if latency_ms < self.latency_min:
@@ -75,10 +81,28 @@ class ProduceSummaries:
         self._last_partition = self._last_acks_requested = 0
         self._last_acks_sent: int | None = None
         self._last_error_code: int | None = None
+        #: The latency bucket `latency_bucket` gave last and its range (`_bucket_low`, `_bucket_high`] in ms: a steady
+        #: workload's latencies stay in a few neighbouring buckets, and one in the same bucket costs two compares.
+        self._bucket = 0
+        self._bucket_low = 0.0
+        self._bucket_high = -1.0  # an empty range: the first latency is placed by `bucket_index`
+
+    def latency_bucket(self, latency_ms: float) -> int:
+        """`bucket_index(latency_ms)`, the last one's range checked first."""
+        if self._bucket_low < latency_ms <= self._bucket_high:
+            return self._bucket
+        i = bucket_index(latency_ms)
+        self._bucket = i
+        self._bucket_low = BOUNDS_MS[i - 1] if i > 0 else -math.inf  # bucket 0 holds everything at or below its bound
+        self._bucket_high = BOUNDS_MS[i] if i <= LAST_BOUNDED else math.inf
+        return i
 
     def add(self, key: SummaryKey, records: int, record_bytes: int, latency_ms: float | None,
             bucket: int | None) -> None:
-        """One partition of one request; `bucket` is `bucket_index(latency_ms)`, computed once per request."""
+        """One partition of one request; `bucket` is `bucket_index(latency_ms)`, computed once per request (both
+        None: no latency measured)."""
+        if latency_ms is None or bucket is None:
+            latency_ms, bucket = 0.0, NO_LATENCY
         self.accumulator(*key).add(records, record_bytes, latency_ms, bucket)
 
     def accumulator(self, listener: str, client_id: str | None, topic: str, partition: int, acks_requested: int,
@@ -145,11 +169,3 @@ class ProduceSummaries:
                 latency_max_ms=round(acc.latency_max, 6) if measured else None,
                 latency_buckets=[[i, c] for i, c in enumerate(acc.buckets) if c]))
         return end, events
-
-
-def latency_bucket(latency_seconds: float | None) -> tuple[float | None, int | None]:
-    """(latency in ms, its bucket) for one request, or (None, None) when nothing was measured."""
-    if latency_seconds is None:
-        return None, None
-    latency_ms = latency_seconds * 1000.0
-    return latency_ms, bucket_index(latency_ms)

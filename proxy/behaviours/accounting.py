@@ -22,7 +22,7 @@ from typing import Final
 from insync_proxy.audit.events import produce_decision_event
 from insync_proxy.protocol import NO_SUCH_TOPIC_ERRORS, ApiKey, ProtocolError
 from insync_proxy.protocol.produce import PartitionKey
-from insync_proxy.proxy.audit.summary import ProduceSummaries, latency_bucket
+from insync_proxy.proxy.audit.summary import NO_LATENCY, ProduceSummaries
 from insync_proxy.proxy.behaviours.produce_exchange import FORWARDED, UNKNOWN_TOPIC_ID, produce_exchange
 from insync_proxy.proxy.controlplane.context import BehaviourContext
 from insync_proxy.proxy.datapath.cluster_view import Readiness
@@ -76,7 +76,10 @@ class ProduceAccounting(BehaviourBase):
         view, topics, summaries = self.view, self._topics, self.summaries
         rows: list[_Row] | None = [] if self.every_request else None
         listener, client_id = exchange.listener.label, exchange.client_id
-        latency_ms, bucket = latency_bucket(latency_seconds) if summaries is not None else (None, None)
+        latency_ms, bucket = 0.0, NO_LATENCY
+        if summaries is not None and latency_seconds is not None:
+            latency_ms = latency_seconds * 1000.0
+            bucket = summaries.latency_bucket(latency_ms)
         acks_sent: int | None
         demand = self.min_insync.demand
         last_used, now = demand.last_used, demand.now

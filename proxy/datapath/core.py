@@ -30,7 +30,7 @@ from typing import Final, Protocol
 
 from insync_proxy.protocol import ApiKey, ProtocolError
 from insync_proxy.protocol.errors import FrameTooLarge
-from insync_proxy.protocol.framing import FRAME, PART, FrameStream
+from insync_proxy.protocol.framing import FRAME, PART, FrameStream, is_whole_read
 from insync_proxy.protocol.headers import RequestHeaderPeeker
 from insync_proxy.protocol.native import int32_at as _core_int32_at
 from insync_proxy.proxy.datapath.exchange import (
@@ -172,8 +172,14 @@ class ConnectionCore:
                 self._pass_response_part(data if isinstance(data, memoryview) else memoryview(data))
                 return
             stream.feed(data)
-            while (event := stream.next()) is not None:
-                kind, value = event
+            while True:
+                kind = FRAME
+                value = stream.next_frame()  # the common case: a whole frame the compiled core split, no event pair
+                if value is None:
+                    event = stream.next()
+                    if event is None:
+                        break
+                    kind, value = event
                 if kind == FRAME:
                     if requests:
                         self._on_request(value, stream.framed)
@@ -198,31 +204,50 @@ class ConnectionCore:
             self._close(CloseReason("internal", f"{what} handling failed: {exc!r}", error=exc))
         finally:
             self._now = -1.0
-            self._send_gathered()
+            self._send_gathered(data, requests)
 
     def _time(self) -> float:
         """Now: when the chunk being handled was read, else (an asynchronous answer, a timer) the clock's."""
         now = self._now
         return self.clock() if now < 0.0 else now
 
-    def _send_gathered(self) -> None:
-        """What was gathered while a chunk was handled: one write per side (before a close, too)."""
+    def _send_gathered(self, read: Frame | None = None, requests: bool = False) -> None:
+        """What was gathered while a chunk was handled: one write per side (before a close, too); `read`: the chunk,
+        the client's (`requests`) or the broker's, when its handling ended."""
         to_client, to_upstream = self._to_client, self._to_upstream
         self._to_client = self._to_upstream = None
+        if isinstance(read, bytes):
+            # What the read's handling gathered for the other side is the read itself, piece by piece (each frame
+            # forwarded as it came, in order: the common case): it goes as the buffer it was read into, which the
+            # event loop sends as it is (of a view, it makes a view of its own first: `memoryview(data).cast('b')`).
+            gathered = to_upstream if requests else to_client
+            if gathered and is_whole_read(read, gathered):
+                gathered.clear()
+                gathered.append(read)
         if to_upstream:
             self._write_upstream(to_upstream)
         if to_client:
             self._write_client(to_client)
 
-    def _send(self, upstream: bool, *data: Frame) -> None:
+    def _send(self, upstream: bool, data: Frame) -> None:
         """To the broker (`upstream`) or the client: gathered while a chunk is handled, else written at once."""
+        gathered = self._to_upstream if upstream else self._to_client
+        if gathered is not None:
+            gathered.append(data)
+        elif upstream:
+            self._write_upstream([data])
+        else:
+            self._write_client([data])
+
+    def _send_all(self, upstream: bool, data: list[Frame]) -> None:
+        """`_send` of several buffers, in one write when not gathered."""
         gathered = self._to_upstream if upstream else self._to_client
         if gathered is not None:
             gathered.extend(data)
         elif upstream:
-            self._write_upstream(list(data))
+            self._write_upstream(data)
         else:
-            self._write_client(list(data))
+            self._write_client(data)
 
     def _on_request(self, frame: memoryview, framed: memoryview | None = None) -> None:
         """A whole request; `framed`: the same bytes with their size prefix, as they came."""
@@ -310,7 +335,7 @@ class ConnectionCore:
             if size < _JOIN_BELOW:
                 self._send(True, b"".join([_SIZE.pack(size), *frame]))
             else:
-                self._send(True, _SIZE.pack(size), *frame)
+                self._send_all(True, [_SIZE.pack(size), *frame])
         elif frame is exchange.request_frame and exchange.request_framed is not None:
             self._send(True, exchange.request_framed)  # unchanged: as it came, no copy
         else:
@@ -322,7 +347,7 @@ class ConnectionCore:
         if size < _JOIN_BELOW:
             self._send(upstream, _SIZE.pack(size) + payload)
         else:
-            self._send(upstream, _SIZE.pack(size), payload)
+            self._send_all(upstream, [_SIZE.pack(size), payload])
 
     # ------------------------------------------------------------------ upstream side
     def receive_upstream_data(self, data: Frame) -> None:

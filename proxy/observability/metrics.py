@@ -8,6 +8,7 @@ share the label value OVERFLOW_TOPIC. docs/metrics.md's table is made from this 
 
 from __future__ import annotations
 
+import math
 import platform
 import threading
 from collections.abc import Iterator, Sequence
@@ -145,25 +146,52 @@ class LockFreeCounter(_CounterFamily):
 
 
 class LockFreeHistogramChild:
-    __slots__ = ("bounds", "counts", "sum")
+    """One label set's buckets. Observations falling in the same bucket as the one before (most do: a steady
+    workload's latencies stay in one or two buckets) are counted in a native run counter, added to that bucket's
+    count when one falls elsewhere or the buckets are read (`bucket_counts`); every access is on the event loop's
+    thread (the admin server collects there too), so nothing is read half-updated."""
+
+    __slots__ = ("_counts", "_low", "_high", "_run", "_run_bucket", "bounds", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
-        #: Per bucket, not cumulative; the last one is +Inf.
-        self.counts = [0] * (len(bounds) + 1)
+        #: Per bucket, not cumulative; the last one is +Inf. Without the current run (`bucket_counts` adds it).
+        self._counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
+        #: The current run: `_run` observations in bucket `_run_bucket`, whose range is (`_low`, `_high`].
+        self._low = 0.0
+        self._high = -1.0  # an empty range: the first observation starts a run
+        self._run = 0
+        self._run_bucket = 0
 
     def observe(self, value: float) -> None:
-        # The first bucket whose bound is >= value (le: value <= bound). A scan from the smallest bound:
-        # latencies sit in the first few buckets, and compiled it is a few native float compares (bisect
-        # makes a rich comparison call per step).
+        self.sum += value
+        if self._low < value <= self._high:
+            self._run += 1  # the hot path: the bucket of the observation before
+            return
+        self._new_run(value)
+
+    def _new_run(self, value: float) -> None:
+        """Count the run that ends, then start one in the first bucket whose bound is >= value (le: value <=
+        bound), found by a scan from the smallest bound: latencies sit in the first few buckets, and compiled it
+        is a few native float compares (bisect makes a rich comparison call per step)."""
+        if self._run:
+            self._counts[self._run_bucket] += self._run
         bounds = self.bounds
         i = 0
         n = len(bounds)
         while i < n and value > bounds[i]:
             i += 1
-        self.counts[i] += 1
-        self.sum += value
+        self._run_bucket = i
+        self._run = 1
+        self._low = bounds[i - 1] if i > 0 else -math.inf
+        self._high = bounds[i] if i < n else math.inf
+
+    def bucket_counts(self) -> list[int]:
+        """Each bucket's count, not cumulative, the last one +Inf (a copy)."""
+        counts = list(self._counts)
+        counts[self._run_bucket] += self._run
+        return counts
 
 
 class LockFreeHistogram:
@@ -198,7 +226,7 @@ class LockFreeHistogram:
     def collect(self) -> list[HistogramMetricFamily]:
         family = HistogramMetricFamily(self._name, self.documentation, labels=list(self._labelnames))
         for values, child in list(self._children.items()):
-            counts, total = list(child.counts), child.sum
+            counts, total = child.bucket_counts(), child.sum
             cumulative, buckets = 0, []
             for le, count in zip(self._le, counts, strict=True):
                 cumulative += count

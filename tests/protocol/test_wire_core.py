@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from insync_proxy.protocol import kafka_versions, native
 from insync_proxy.protocol.api_keys import ApiKey
 from insync_proxy.protocol.errors import FrameTooLarge, ProtocolError
-from insync_proxy.protocol.framing import FRAME, HEAD, FrameStream
+from insync_proxy.protocol.framing import FRAME, HEAD, FrameStream, whole_read_reference
 from insync_proxy.protocol.headers import (
     RequestHeader,
     RequestHeaderPeek,
@@ -338,13 +338,21 @@ def test_the_core_refuses_what_is_not_a_buffer(core: ModuleType) -> None:
     assert core.scan_produce_response(b"", 99) is None  # a version it does not know: the Python walk says so
 
 
-def _events(stream: FrameStream, chunks: list[bytes], pass_through: bool) -> list[tuple[int, bytes, bytes]]:
-    """Every event of a stream fed these chunks, as bytes (with the frame's `framed` for FRAME events)."""
+def _events(stream: FrameStream, chunks: list[bytes], pass_through: bool,
+            frames_first: bool = False) -> list[tuple[int, bytes, bytes]]:
+    """Every event of a stream fed these chunks, as bytes (with the frame's `framed` for FRAME events);
+    `frames_first`: asking `next_frame()` before each `next()`, as the connection core does."""
     out: list[tuple[int, bytes, bytes]] = []
     for chunk in chunks:
         stream.feed(chunk)
-        while (event := stream.next()) is not None:
-            kind, value = event
+        while True:
+            value = stream.next_frame() if frames_first else None
+            kind = FRAME
+            if value is None:
+                event = stream.next()
+                if event is None:
+                    break
+                kind, value = event
             out.append((kind, bytes(value), bytes(stream.framed) if kind == FRAME else b""))
             if kind == HEAD and pass_through:
                 stream.pass_through()
@@ -361,14 +369,14 @@ def test_the_core_splits_a_stream_as_the_python_reader_does(
     bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
     chunks = [stream[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     results = []
-    for split in (core.split_frame, None):
+    for split, frames_first in ((core.split_frame, False), (None, False), (core.split_frame, True)):
         reader = FrameStream(200, pass_from=pass_from)
         reader._split = split
         try:
-            results.append((_events(reader, chunks, pass_through), None))
+            results.append((_events(reader, chunks, pass_through, frames_first), None))
         except FrameTooLarge as exc:  # a payload over 200 bytes, or junk read as a size
             results.append(([], str(exc)))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
 
 
 def test_the_cores_frame_views_are_slices_of_the_chunk(core: ModuleType) -> None:
@@ -387,9 +395,33 @@ def test_the_cores_frame_views_are_slices_of_the_chunk(core: ModuleType) -> None
     assert core.split_frame(bytes(chunk), 0, 100) is None  # not a memoryview
     assert core.split_frame(memoryview(bytes(chunk))[::2], 0, 100) is None  # not contiguous
     assert core.split_frame(view.cast("B", (3, 4)), 0, 100) is None  # not one dimension
+    whole = memoryview(bytes(struct.pack(">i", 3) + b"abc"))
+    whole_framed, whole_payload, whole_end = core.split_frame(whole, 0, 100)
+    assert whole_framed is whole and bytes(whole_payload) == b"abc" and whole_end == 7  # a read of one frame: itself
     view.release()
     assert bytes(payload) == b"Abc"  # the slices keep the buffer
     assert core.split_frame(view, 0, 100) is None  # released
+
+
+def test_the_core_tells_a_read_gathered_whole_from_anything_else(core: ModuleType) -> None:
+    data = bytes(range(20))
+    view, other = memoryview(data), memoryview(bytes(20))
+    cases: list[tuple[list[object], bool]] = [
+        ([view[0:5], view[5:20]], True),  # the read, frame by frame
+        ([view], True),
+        ([view[0:5]], False),  # a part of it: the rest held back or answered otherwise
+        ([view[0:5], other[5:20]], False),  # a piece of another read
+        ([view[0:5], bytes(view[5:20])], False),  # a copy, not a view
+        ([view[0:5], view[5:20].cast("B", (3, 5))], False),  # not a byte view
+        ([], False),
+    ]
+    for pieces, expected in cases:
+        assert core.is_whole_read(data, pieces) is expected, pieces
+        assert whole_read_reference(data, pieces) is expected, pieces  # type: ignore[arg-type]
+    mutable = bytearray(data)
+    assert core.is_whole_read(mutable, [memoryview(mutable)]) is False  # a read is bytes
+    with pytest.raises(TypeError):
+        core.is_whole_read(data, (view,))
 
 
 def test_the_cores_view_of_a_read_is_memoryviews(core: ModuleType) -> None:

@@ -25,3 +25,21 @@ def test_bounds_double_every_four_buckets_and_overflow_follows_the_last() -> Non
     assert len(buckets.BOUNDS_MS) == buckets.OVERFLOW == buckets.LAST_BOUNDED + 1
     assert buckets.BOUNDS_MS[0] == buckets.BASE_MS
     assert all(math.isclose(buckets.BOUNDS_MS[i + 4], 2 * buckets.BOUNDS_MS[i]) for i in range(buckets.LAST_BOUNDED - 3))
+
+
+def test_the_summaries_bucket_of_a_latency_is_bucket_index_in_runs_and_jumps() -> None:
+    # Given the summaries' latency_bucket, which checks the range of the bucket it gave last first
+    from insync_proxy.proxy.audit.summary import ProduceSummaries
+
+    summaries = ProduceSummaries(60.0)
+    rng = random.Random(5)
+    values = [0.0, buckets.BASE_MS, math.inf, 1e9]
+    for b in buckets.BOUNDS_MS:  # each bound with its neighbours, in the order a run across a bound takes them
+        values += [math.nextafter(b, 0), b, math.nextafter(b, math.inf), b]
+    for _ in range(500):  # runs in one bucket's neighbourhood, then a jump elsewhere
+        centre = 10 ** rng.uniform(-3, 6)
+        values += [centre * rng.uniform(0.9, 1.1) for _ in range(rng.randint(1, 15))]
+    # When each value is bucketed in that order
+    got = [summaries.latency_bucket(v) for v in values]
+    # Then every answer is the definition's
+    assert got == [_definition(v) for v in values]

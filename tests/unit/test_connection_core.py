@@ -94,6 +94,29 @@ def test_frames_that_arrive_together_leave_together_as_they_came() -> None:
     assert not core.pending and not io.closed
 
 
+def test_a_read_whose_every_frame_goes_as_it_came_is_written_as_the_read_itself() -> None:
+    # Given requests the proxy forwards as they came, read in one chunk, then one alone
+    core, io = core_with()
+    chunk = request(ApiKey.METADATA, 1) + request(ApiKey.METADATA, 2)
+    core.receive_client_data(chunk)
+    alone = request(ApiKey.METADATA, 3)
+    core.receive_client_data(alone)
+    # Then each read goes upstream as the one buffer it was read into: no view of each frame to make
+    assert io.upstream_buffers == [(chunk,), (alone,)]
+    assert io.upstream_buffers[0][0] is chunk and io.upstream_buffers[1][0] is alone
+    # When the broker's answers come in one read, and the last one cut at an odd byte
+    answers = response(1, b"one") + response(2, b"two")
+    core.receive_upstream_data(answers)
+    last = response(3, b"three")
+    core.receive_upstream_data(last[:5])
+    core.receive_upstream_data(last[5:])
+    # Then the read of whole answers goes to the client as it was read; the answer assembled from two reads goes
+    # as its own bytes, and every frame arrives once, in order
+    assert io.client_buffers[0][0] is answers and len(io.client_buffers[0]) == 1
+    assert io.to_client == [response(1, b"one"), response(2, b"two"), last]
+    assert not core.pending and not io.closed
+
+
 def test_what_was_answered_before_a_bad_frame_still_goes_out() -> None:
     # Given a good response followed by garbage in the same chunk
     core, io = core_with()

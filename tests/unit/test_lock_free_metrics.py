@@ -36,6 +36,28 @@ def test_lock_free_counter_and_histogram_render_like_prometheus_client() -> None
     assert generate_latest(ours) == generate_latest(reference)
 
 
+def test_runs_in_one_bucket_scraped_midway_render_like_prometheus_client() -> None:
+    # Given a histogram that counts a run of observations in one bucket natively until one falls elsewhere
+    reference, ours = CollectorRegistry(), CollectorRegistry()
+    ref_histogram = Histogram("r_latency_seconds", "Latency", ["api"], buckets=LATENCY_BUCKETS, registry=reference)
+    histogram = LockFreeHistogram("r_latency_seconds", "Latency", ["api"], buckets=LATENCY_BUCKETS, registry=ours)
+    lows = (0.0, *LATENCY_BUCKETS)
+    highs = (*LATENCY_BUCKETS, 100.0)
+    rng = random.Random(11)
+    # When runs of 1-20 observations land in one bucket each (its bounds included), bucket after bucket, with a
+    # scrape in the middle of runs
+    for step in range(400):
+        bucket = rng.randrange(len(highs))
+        for _ in range(rng.randint(1, 20)):
+            value = rng.choice((highs[bucket], rng.uniform(lows[bucket], highs[bucket]) or highs[bucket]))
+            ref_histogram.labels("Produce").observe(value)
+            histogram.labels("Produce").observe(value)
+        # Then every scrape, mid-run too, is the same text as prometheus-client's, byte for byte
+        if step % 9 == 0:
+            assert generate_latest(ours) == generate_latest(reference), step
+    assert generate_latest(ours) == generate_latest(reference)
+
+
 def test_empty_lock_free_families_render_like_prometheus_client() -> None:
     reference, ours = CollectorRegistry(), CollectorRegistry()
     Counter("y_requests", "Requests", ["api"], registry=reference)

@@ -27,7 +27,7 @@ from harness.sidecar import (
     run_to_completion,
 )
 from insync_proxy.protocol import ApiKey
-from insync_proxy.proxy.audit.summary import ProduceSummaries
+from insync_proxy.proxy.audit.summary import NO_LATENCY, ProduceSummaries
 from insync_proxy.proxy.behaviours.accounting import ProduceAccounting
 from insync_proxy.proxy.behaviours.acks import AcksPolicy
 from insync_proxy.proxy.behaviours.isr_learning import IsrLearning, IsrRereads
@@ -140,7 +140,7 @@ def test_summaries_count_every_key_as_a_dict_of_keys_does(
             first = {_key_of(e): e["records"] for e in summaries.drain()[1]}
             assert first == expected[0]
         expected[i >= drain_after][tuple(key)] = expected[i >= drain_after].get(tuple(key), 0) + records
-        summaries.accumulator(*key).add(records, records, None, None)  # type: ignore[arg-type]
+        summaries.accumulator(*key).add(records, records, 0.0, NO_LATENCY)
     events = summaries.drain()[1]
     assert {_key_of(e): e["records"] for e in events} == expected[drain_after < len(adds)]
 
