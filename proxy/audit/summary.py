@@ -9,7 +9,6 @@ them off the request path. Accumulated and drained on the event loop only: exact
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Final
 
@@ -93,8 +92,10 @@ class ProduceSummaries:
             return self._bucket
         i = bucket_index(latency_ms)
         self._bucket = i
-        self._bucket_low = BOUNDS_MS[i - 1] if i > 0 else -math.inf  # bucket 0 holds everything at or below its bound
-        self._bucket_high = BOUNDS_MS[i] if i <= LAST_BOUNDED else math.inf
+        # Bucket 0 holds everything at or below its bound, the overflow bucket everything above the last one: their
+        # ranges here reach as far as a literal does (a value beyond is placed by `bucket_index`, in the same bucket).
+        self._bucket_low = BOUNDS_MS[i - 1] if i > 0 else -1e300
+        self._bucket_high = BOUNDS_MS[i] if i <= LAST_BOUNDED else 1e300
         return i
 
     def add(self, key: SummaryKey, records: int, record_bytes: int, latency_ms: float | None,

@@ -8,7 +8,6 @@ share the label value OVERFLOW_TOPIC. docs/metrics.md's table is made from this 
 
 from __future__ import annotations
 
-import math
 import platform
 import threading
 from collections.abc import Iterator, Sequence
@@ -175,8 +174,11 @@ class LockFreeHistogramChild:
         """Count the run that ends, then start one in the first bucket whose bound is >= value (le: value <=
         bound), found by a scan from the smallest bound: latencies sit in the first few buckets, and compiled it
         is a few native float compares (bisect makes a rich comparison call per step)."""
-        if self._run:
-            self._counts[self._run_bucket] += self._run
+        run = self._run
+        if run:
+            counts = self._counts
+            bucket = self._run_bucket
+            counts[bucket] = counts[bucket] + run  # compiled: a native add (`+=` on a list item is a generic one)
         bounds = self.bounds
         i = 0
         n = len(bounds)
@@ -184,8 +186,11 @@ class LockFreeHistogramChild:
             i += 1
         self._run_bucket = i
         self._run = 1
-        self._low = bounds[i - 1] if i > 0 else -math.inf
-        self._high = bounds[i] if i < n else math.inf
+        # The run's range: the bucket's own, or (at either end) as much of it as a literal reaches; a value outside
+        # the range starts a run of its own, in the same bucket when it belongs there (a module's `math.inf` would be
+        # an attribute lookup per call, compiled).
+        self._low = bounds[i - 1] if i > 0 else -1e300
+        self._high = bounds[i] if i < n else 1e300
 
     def bucket_counts(self) -> list[int]:
         """Each bucket's count, not cumulative, the last one +Inf (a copy)."""
